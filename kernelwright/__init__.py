@@ -1,0 +1,3 @@
+"""kernelwright: makes PyTorch models faster with custom CUDA kernels, automatically and verifiably."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,41 @@
+"""`kernelwright doctor`: what this machine offers (torch, GPU, nvcc, CUTLASS, cache)."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from kernelwright.environment import collect_environment
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("doctor", help="check torch, the GPU, nvcc, CUTLASS headers and the cache")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    env = collect_environment()
+    if args.json:
+        print(json.dumps(env, indent=2))
+        return 0
+    gpu = env["gpu"]
+    rows = [
+        ("kernelwright", env["kernelwright"]),
+        ("python", env["python"]),
+        ("torch", f"{env['torch']} (CUDA {env['torch_cuda'] or 'none'})"),
+        ("CUDA available", "yes" if env["cuda_available"] else "no: GPU steps will be skipped"),
+        ("GPU", f"{gpu['name']}, {gpu['sm_count']} SMs, sm_{gpu['capability'].replace('.', '')}, "
+                f"{gpu['memory_gib']} GiB" if gpu else "none"),
+        ("driver", env["driver"] or "-"),
+        ("nvcc", f"{env['nvcc']} ({env['nvcc_version']})" if env["nvcc"] else "not found: CUDA sources cannot be built"),
+        ("CUTLASS headers", env["cutlass_include"] or "not found (pip install nvidia-cutlass)"),
+        ("cache dir", env["cache_dir"]),
+    ]
+    table = Table(title="kernelwright doctor", show_header=False)
+    for key, value in rows:
+        table.add_row(key, str(value))
+    Console().print(table)
+    return 0

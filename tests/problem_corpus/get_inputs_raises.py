@@ -1,0 +1,8 @@
+import torch
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x
+def get_inputs():
+    raise RuntimeError("no inputs today")
+def get_init_inputs():
+    return []
