@@ -1,0 +1,24 @@
+"""Softsign x / (1 + |x|) on a large 2D tensor."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return F.softsign(x)
+
+
+batch_size = 16384
+dim = 12288
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,24 @@
+"""Smooth L1 (Huber, beta 1) loss between two large matrices (scalar output)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, predictions, targets):
+        return F.smooth_l1_loss(predictions, targets)
+
+
+batch_size = 16384
+dim = 10240
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim) * 2.0, torch.randn(batch_size, dim) * 2.0]
+
+
+def get_init_inputs():
+    return []

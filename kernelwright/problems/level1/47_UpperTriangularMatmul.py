@@ -1,0 +1,22 @@
+"""Product of two upper-triangular matrices: triu(A) @ triu(B) (the result is upper triangular)."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.matmul(torch.triu(a), torch.triu(b))
+
+
+n = 4096
+
+
+def get_inputs():
+    return [torch.randn(n, n), torch.randn(n, n)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,30 @@
+"""Strided 2D convolution (3x3, stride 2, padding 1) that halves the resolution and doubles the channels."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride, padding):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride=stride, padding=padding)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+batch_size = 64
+in_channels = 128
+out_channels = 256
+height = 128
+width = 128
+kernel_size = 3
+stride = 2
+padding = 1
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size, stride, padding]

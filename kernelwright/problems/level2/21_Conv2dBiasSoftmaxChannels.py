@@ -1,0 +1,29 @@
+"""Conv2d (3x3, same padding), add a per-channel bias, then softmax across the channels at every pixel."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, padding=kernel_size // 2)
+        self.bias = nn.Parameter(torch.randn(out_channels, 1, 1) * 0.1)
+
+    def forward(self, x):
+        return torch.softmax(self.conv(x) + self.bias, dim=1)
+
+
+batch_size = 32
+in_channels = 64
+out_channels = 128
+height = 128
+width = 128
+kernel_size = 3
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size]
