@@ -28,7 +28,8 @@ def run(args) -> int:
     ids = bundled_problem_ids(args.level)
     categories = bundled_categories()
     table = Table(title=f"{len(ids)} bundled problems")
-    for column in ("id", "category", "what it tests", "inputs", "GFLOP", "MB moved"):
+    table.add_column("id", no_wrap=True)
+    for column in ("category", "what it tests", "inputs", "GFLOP", "MB moved"):
         table.add_column(column, overflow="fold")
     for problem_id in ids:
         problem = load_problem(problem_id)
