@@ -27,15 +27,20 @@ def run(args) -> int:
         return 0
     ids = bundled_problem_ids(args.level)
     categories = bundled_categories()
+    console = Console()
+    # The description only fits a wide terminal; ids and numbers never wrap.
+    wide = console.width >= 140
     table = Table(title=f"{len(ids)} bundled problems")
-    table.add_column("id", no_wrap=True)
-    for column in ("category", "what it tests", "inputs", "GFLOP", "MB moved"):
-        table.add_column(column, overflow="fold")
+    for column in ("id", "category", "inputs", "GFLOP", "MB moved"):
+        table.add_column(column, no_wrap=column != "inputs", overflow="fold")
+    if wide:
+        table.add_column("what it tests", overflow="fold")
     for problem_id in ids:
         problem = load_problem(problem_id)
         shapes, gflop, mbytes = ("", "", "") if args.no_estimate else estimate(problem)
-        table.add_row(problem_id, categories.get(problem_id, ""), problem.description, shapes, gflop, mbytes)
-    Console().print(table)
+        row = [problem_id, categories.get(problem_id, ""), shapes, gflop, mbytes]
+        table.add_row(*row, *([problem.description] if wide else []))
+    console.print(table)
     return 0
 
 
