@@ -1,0 +1,97 @@
+"""The pointwise family's matcher: chains of elementwise ops (with broadcasting and views) as one kernel.
+
+A group iterates over one domain, the shape of its seed (its last node). Producers join it in two ways:
+inlined (every user is already in the group, so no extra output; a producer of a smaller, broadcast shape
+is recomputed per element, which costs arithmetic, never memory traffic) or as an extra output of the same
+shape (one kernel writes both, so the shared inputs are read once). View ops (reshape, permute, expand,
+slice, select) are only ever inlined: the renderer pushes them down to the group's inputs, where they
+become strided indexing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernelwright.fuse.plan import VIEW_OPS, FusedGroup, Partition, make_group
+from kernelwright.ir.graph import Graph, Node
+
+UNARY_OPS = frozenset("""
+    neg abs exp exp2 log log2 log1p expm1 sqrt rsqrt reciprocal sin cos tan tanh sigmoid erf relu floor ceil
+    round trunc sign logical_not isnan isinf silu mish hardswish hardsigmoid gelu softplus elu leaky_relu
+    clamp cast
+""".split())
+BINARY_OPS = frozenset("""
+    add sub mul div pow maximum minimum fmod remainder atan2 eq ne lt le gt ge logical_and logical_or
+""".split())
+POINTWISE_OPS = UNARY_OPS | BINARY_OPS | {"where"}
+
+# Dtypes the kernels compute in; half precision stays ATen until the precision policy allows it.
+SUPPORTED_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32, torch.int16,
+                              torch.int8, torch.uint8, torch.bool})
+
+
+def is_pointwise(node: Node) -> bool:
+    return node.op in POINTWISE_OPS and _dtypes_ok(node)
+
+
+def _dtypes_ok(node: Node) -> bool:
+    # Scalar forward arguments are not tensors the binding could take; their consumers stay ATen.
+    return node.dtype in SUPPORTED_DTYPES and all(
+        i.dtype in SUPPORTED_DTYPES and not (i.op == "input" and i.attr("kind") == "scalar")
+        for i in node.inputs)
+
+
+def _is_view(node: Node) -> bool:
+    return node.op in VIEW_OPS and _dtypes_ok(node)
+
+
+def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
+    users = graph.users()
+    roots = {id(n) for n in graph.roots()}
+    partition = Partition(graph, users)
+    taken = set(claimed)
+    groups = []
+    # Consumers first, so each group grows backwards from its last node.
+    for seed in reversed(graph.nodes()):
+        if id(seed) in taken or not is_pointwise(seed) or seed.numel == 0:
+            continue
+        members = _grow(seed, users, roots, taken, partition)
+        group = make_group(graph, "pointwise", members, users=users)
+        if not group.inputs:
+            continue        # only constants: nothing to read, ATen (or constant folding) handles it
+        partition.add(members)
+        taken.update(id(n) for n in members)
+        groups.append(group)
+    return groups
+
+
+def _grow(seed: Node, users: dict[int, list[Node]], roots: set[int], taken: set[int],
+          partition: Partition) -> list[Node]:
+    members = [seed]
+    ids = {id(seed)}
+    while True:
+        best = None
+        for candidate in _producers(members, ids, taken):
+            ids_with = ids | {id(candidate)}
+            external = id(candidate) in roots or any(id(u) not in ids_with for u in users[id(candidate)])
+            if external and (_is_view(candidate) or candidate.shape != seed.shape):
+                continue
+            if not partition.is_convex(members + [candidate]):
+                continue
+            if not external:
+                best = candidate
+                break
+            best = best or candidate     # an extra output: taken only when nothing inlines
+        if best is None:
+            return members
+        members.append(best)
+        ids.add(id(best))
+
+
+def _producers(members: list[Node], ids: set[int], taken: set[int]) -> list[Node]:
+    found: dict[int, Node] = {}
+    for member in members:
+        for inp in member.inputs:
+            if id(inp) not in ids and id(inp) not in taken and (is_pointwise(inp) or _is_view(inp)):
+                found.setdefault(id(inp), inp)
+    return list(found.values())
