@@ -5,5 +5,6 @@
 COMMAND_MODULES = [
     "kernelwright.commands.problems",
     "kernelwright.commands.prompt",
+    "kernelwright.commands.generate",
     "kernelwright.commands.doctor",
 ]
