@@ -80,7 +80,7 @@ class ReplayServer:
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.authorizations.append(self.headers.get("Authorization", ""))
-                if not self.path.endswith("/chat/completions"):
+                if self.path != "/v1/chat/completions":
                     status, payload, headers = 404, {"error": {"message": "no such route"}}, {}
                 else:
                     status, payload, headers = server._reply(body)
