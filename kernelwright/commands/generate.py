@@ -6,18 +6,15 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from rich.console import Console
 
-from kernelwright.environment import gpu_info
 from kernelwright.errors import UsageError
-from kernelwright.llm.client import ChatClient, RetryPolicy
-from kernelwright.llm.loop import ExtractCode, GenerationLoop, Judge, LoopSettings, ProblemTask
-from kernelwright.llm.records import RunRecords
-from kernelwright.llm.start import optimize_with_kernelwright
-from kernelwright.llm.view import LiveView
-from kernelwright.problem import load_problem
+
+if TYPE_CHECKING:
+    from kernelwright.llm.client import ChatClient
+    from kernelwright.llm.loop import ExtractCode, Judge, ProblemTask
 
 
 def register(subparsers) -> None:
@@ -53,6 +50,16 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    # Imported here, not at the top: `openai` alone takes about a second to import, and every other verb
+    # (and `kernelwright --help`) would pay for it.
+    from rich.console import Console
+
+    from kernelwright.environment import gpu_info
+    from kernelwright.llm.loop import GenerationLoop, LoopSettings
+    from kernelwright.llm.records import RunRecords
+    from kernelwright.llm.start import optimize_with_kernelwright
+    from kernelwright.llm.view import LiveView
+
     for flag in ("samples", "turns", "parallel"):
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag} must be at least 1")
@@ -85,6 +92,9 @@ def run(args) -> int:
 
 
 def load_tasks(specs: list[str]) -> list[ProblemTask]:
+    from kernelwright.llm.loop import ProblemTask
+    from kernelwright.problem import load_problem
+
     tasks: dict[str, ProblemTask] = {}
     for problem in map(load_problem, specs):
         known = tasks.get(problem.id)
@@ -96,6 +106,8 @@ def load_tasks(specs: list[str]) -> list[ProblemTask]:
 
 
 def make_client(args) -> ChatClient:
+    from kernelwright.llm.client import ChatClient, RetryPolicy
+
     key = os.environ.get(args.api_key_env)
     if not key:
         if not args.base_url:

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+from kernelwright.cli import main
+
 PROBLEM = '''"""Doubled ReLU (a tiny problem for the generate tests)."""
 import torch
 import torch.nn as nn
@@ -91,23 +93,37 @@ def test_generate_runs_judges_feeds_back_and_resumes(replay_server, tmp_path):
     assert len(replay_server.requests) == 2, "a finished run resumes without asking again"
 
 
-def test_unreachable_endpoint_is_one_clear_error(dead_url, tmp_path):
-    result = generate("level1/01_ReLU", "--model", "m", "--base-url", dead_url, "--device", "cpu",
-                      "--max-retries", "0", "--out", str(tmp_path / "run"))
-    assert result.returncode == 2
-    assert f"cannot reach {dead_url}" in result.stderr and "Traceback" not in result.stderr
+# The error cases run the CLI in-process (`main`, the same code path as the `kernelwright` script): each
+# subprocess costs seconds of interpreter start-up in CI.
 
 
-def test_unknown_model_is_one_clear_error(replay_server, tmp_path):
-    result = generate("level1/01_ReLU", "--model", "gpt-unknown", "--base-url", replay_server.base_url,
-                      "--device", "cpu", "--out", str(tmp_path / "run"))
-    assert result.returncode == 2
-    assert "unknown model 'gpt-unknown'" in result.stderr and "Traceback" not in result.stderr
+def generate_in_process(capsys, monkeypatch, *args: str) -> tuple[int, str]:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    code = main(["generate", *args])
+    return code, capsys.readouterr().err
 
 
-def test_usage_errors(tmp_path):
-    no_key = generate("level1/01_ReLU", "--model", "m", "--device", "cpu", "--out", str(tmp_path / "run"))
-    assert no_key.returncode == 2 and "OPENAI_API_KEY is not set" in no_key.stderr
-    bad_turns = generate("level1/01_ReLU", "--model", "m", "--turns", "0", "--device", "cpu")
-    assert bad_turns.returncode == 2 and "--turns must be at least 1" in bad_turns.stderr
+def test_unreachable_endpoint_is_one_clear_error(dead_url, tmp_path, capsys, monkeypatch):
+    code, err = generate_in_process(capsys, monkeypatch, "level1/01_ReLU", "--model", "m", "--base-url",
+                                    dead_url, "--device", "cpu", "--max-retries", "0",
+                                    "--out", str(tmp_path / "run"))
+    assert code == 2
+    assert f"cannot reach {dead_url}" in err and "Traceback" not in err
+
+
+def test_unknown_model_is_one_clear_error(replay_server, tmp_path, capsys, monkeypatch):
+    code, err = generate_in_process(capsys, monkeypatch, "level1/01_ReLU", "--model", "gpt-unknown",
+                                    "--base-url", replay_server.base_url, "--device", "cpu",
+                                    "--out", str(tmp_path / "run"))
+    assert code == 2
+    assert "unknown model 'gpt-unknown'" in err and "Traceback" not in err
+
+
+def test_usage_errors(tmp_path, capsys, monkeypatch):
+    code, err = generate_in_process(capsys, monkeypatch, "level1/01_ReLU", "--model", "m", "--device", "cpu",
+                                    "--out", str(tmp_path / "run"))
+    assert code == 2 and "OPENAI_API_KEY is not set" in err
     assert not (tmp_path / "run").exists(), "nothing is written before the endpoint settings are usable"
+    code, err = generate_in_process(capsys, monkeypatch, "level1/01_ReLU", "--model", "m", "--turns", "0")
+    assert code == 2 and "--turns must be at least 1" in err
