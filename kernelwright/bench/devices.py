@@ -1,0 +1,79 @@
+"""The devices a bench runs on: one worker slot per GPU (or one for the CPU), and what each GPU is
+(name, driver, clocks) as `nvidia-smi` reports it, for the report header and each row."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from kernelwright.errors import UsageError
+
+SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem",
+              "power.limit", "persistence_mode")
+
+
+@dataclass(frozen=True)
+class Worker:
+    gpu: str | None   # the CUDA_VISIBLE_DEVICES value for this worker's tasks; None on the CPU
+    device: str       # the device's model name, stamped on each row it produces
+
+
+def resolve_workers(device: str, gpus: str | None) -> list[Worker]:
+    """Workers for `--device`/`--gpus` (`0,1`, or `all`; the default is every visible GPU). Indices are
+    relative to the caller's CUDA_VISIBLE_DEVICES, as in PyTorch."""
+    if device == "cpu":
+        return [Worker(None, cpu_name())]
+    if device != "cuda":
+        raise UsageError(f"--device {device}: use cuda or cpu")
+    visible = _visible_devices()
+    if not visible:
+        raise UsageError("no CUDA GPU is visible; run on a GPU machine or use --device cpu")
+    if gpus in (None, "", "all"):
+        chosen = visible
+    else:
+        chosen = []
+        for item in (part.strip() for part in gpus.split(",") if part.strip()):
+            if not item.isdigit() or int(item) >= len(visible):
+                raise UsageError(f"--gpus {gpus}: {item!r} is not a visible GPU (0..{len(visible) - 1})")
+            chosen.append(visible[int(item)])
+        if len(set(chosen)) != len(chosen):
+            raise UsageError(f"--gpus {gpus}: a GPU is listed twice")
+    return [Worker(gpu, gpu_properties(gpu).get("name") or f"GPU {gpu}") for gpu in chosen]
+
+
+def _visible_devices() -> list[str]:
+    """Physical ids (or UUIDs) of the GPUs this process may use."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [item.strip() for item in env.split(",") if item.strip() and item.strip() != "-1"]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def gpu_properties(gpu: str) -> dict[str, str]:
+    """nvidia-smi's view of one GPU (clocks may read "[N/A]" on some systems); {} without nvidia-smi."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return {}
+    try:
+        out = subprocess.run([smi, "-i", gpu, f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    values = [v.strip() for v in out.splitlines()[0].split(",")] if out else []
+    return dict(zip(SMI_FIELDS, values, strict=True)) if len(values) == len(SMI_FIELDS) else {}
+
+
+def cpu_name() -> str:
+    """A readable CPU model name (rows produced on the CPU say which one)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"

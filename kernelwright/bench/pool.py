@@ -1,0 +1,155 @@
+"""Runs bench tasks on the workers: one thread per GPU pulls tasks from a shared queue and runs each in
+a fresh subprocess pinned to its GPU (CUDA_VISIBLE_DEVICES). The GPU work is all in those subprocesses;
+the threads only wait on them, and hand rows back to the main thread, the only writer of results.
+
+A task's process runs in its own session, so a hang is ended by killing its whole process group
+(the judge's and compiler's children included), and a crash only costs that task's rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kernelwright.bench.devices import Worker
+from kernelwright.bench.plan import BenchTask
+from kernelwright.bench.rows import failure_row, finish, missing_row
+from kernelwright.bench.store import ResultsStore
+from kernelwright.judge.options import JudgeOptions
+
+Execute = Callable[[BenchTask, Worker], list[dict]]
+LOG_TAIL_CHARS = 20000
+
+
+class SubprocessExecutor:
+    """Runs one task in `python -m kernelwright.bench.tasks` under a wall-clock limit."""
+
+    def __init__(self, store: ResultsStore, options: JudgeOptions, task_timeout_s: float):
+        self.store = store
+        self.options = options
+        self.task_timeout_s = task_timeout_s
+        self._live: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def __call__(self, task: BenchTask, worker: Worker) -> list[dict]:
+        if task.kind == "candidates" and task.candidate is None:
+            return [missing_row(task, s) for s in task.systems]
+        env = dict(os.environ)
+        if worker.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = worker.gpu
+        with tempfile.TemporaryDirectory(prefix="kernelwright-bench-") as scratch:
+            spec, out = Path(scratch) / "spec.json", Path(scratch) / "rows.json"
+            spec.write_text(json.dumps({"task": dataclasses.asdict(task),
+                                        "options": dataclasses.asdict(self.options)}))
+            command = [sys.executable, "-m", "kernelwright.bench.tasks", str(spec), str(out)]
+            timeout = self.task_timeout_s * (2 if task.kind == "kernelwright" else 1)
+            returncode, output = self._run(command, env, timeout)
+            rows = json.loads(out.read_text()) if returncode == 0 and out.is_file() else None
+        if returncode is None:
+            rows = [failure_row(task, s, "timeout", f"the bench task ran past its {timeout:.0f} s limit "
+                                "and was killed") for s in task.systems]
+        elif rows is None:
+            reason = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+            rows = [failure_row(task, s, "bench_error", f"the bench task process failed ({reason}): "
+                                f"{output.strip()[-400:]}") for s in task.systems]
+        if any(row["status"] != "correct" for row in rows):
+            self._write_log(task, command, output)
+        return rows
+
+    def _run(self, command: list[str], env: dict, timeout: float) -> tuple[int | None, str]:
+        """(exit code, combined output); exit code None when the limit was hit."""
+        with self._lock:
+            if self._stopped:
+                return -signal.SIGTERM, "the bench was interrupted"
+            process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       text=True, errors="replace", start_new_session=True)
+            self._live.add(process)
+        try:
+            output, _ = process.communicate(timeout=timeout)
+            return process.returncode, output
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            output, _ = process.communicate()
+            return None, output
+        finally:
+            with self._lock:
+                self._live.discard(process)
+
+    def stop(self) -> None:
+        """Kill every running task (Ctrl-C): their process groups die with them."""
+        with self._lock:
+            self._stopped = True
+            for process in list(self._live):
+                _kill_group(process)
+
+    def _write_log(self, task: BenchTask, command: list[str], output: str) -> None:
+        for system in task.systems:
+            path = self.store.log_path(system, task.problem_id)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"$ {' '.join(command)}\n{output[-LOG_TAIL_CHARS:]}")
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_pool(tasks: list[BenchTask], workers: list[Worker], execute: Execute,
+             on_rows: Callable[[BenchTask, list[dict]], None], deadline: float | None = None,
+             stop: Callable[[], None] | None = None) -> list[BenchTask]:
+    """Run `tasks` on `workers` (one at a time per worker), calling `on_rows` in this thread as each
+    finishes. No task starts after `deadline` (time.monotonic()); the tasks not started are returned.
+    On Ctrl-C, `stop` is called to end the running tasks before the interrupt propagates."""
+    pending: queue.Queue[BenchTask] = queue.Queue()
+    for task in tasks:
+        pending.put(task)
+    finished: queue.Queue[tuple[BenchTask, list[dict]]] = queue.Queue()
+    halt = threading.Event()
+
+    def work(worker: Worker) -> None:
+        while not halt.is_set() and (deadline is None or time.monotonic() < deadline):
+            try:
+                task = pending.get_nowait()
+            except queue.Empty:
+                return
+            started = time.monotonic()
+            try:
+                rows = execute(task, worker)
+            except Exception as exc:  # the bench's own failure: recorded, retried by --resume
+                detail = f"{type(exc).__name__}: {exc}"
+                rows = [failure_row(task, s, "bench_error", detail) for s in task.systems]
+            for row in rows:
+                finish(row, worker.device, worker.gpu, time.monotonic() - started)
+            finished.put((task, rows))
+
+    with ThreadPoolExecutor(max_workers=len(workers), thread_name_prefix="bench-worker") as threads:
+        futures = [threads.submit(work, worker) for worker in workers]
+        try:
+            while not (all(f.done() for f in futures) and finished.empty()):
+                try:
+                    on_rows(*finished.get(timeout=0.1))
+                except queue.Empty:
+                    continue
+        except BaseException:
+            halt.set()
+            if stop:
+                stop()
+            raise
+    left = []
+    while not pending.empty():
+        left.append(pending.get_nowait())
+    return left

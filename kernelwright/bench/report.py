@@ -1,0 +1,161 @@
+"""Renders a results folder into report.md, report.json and the plots, from results.jsonl and run.json
+alone, so `kernelwright report DIR` can redo it at any time."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+from kernelwright.bench.plots import PLOT_FILES, write_plots
+from kernelwright.bench.store import ResultsStore
+from kernelwright.bench.summary import FAST_P, ordered_systems, summarize, with_derived_speedups
+
+NOTE_CHARS = 90
+
+
+def write_report(store: ResultsStore) -> dict:
+    """Write report.md, report.json and the PNG plots into the results folder; returns the JSON report."""
+    rows = with_derived_speedups(store.latest_rows())
+    runs = store.runs()
+    report = {
+        "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "runs": runs,
+        "summary": summarize(rows),
+        "rows": [{k: v for k, v in row.items() if k != "verdict"} for row in rows],
+    }
+    (store.directory / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    plots = write_plots(rows, store.directory)
+    (store.directory / "report.md").write_text(render_markdown(report, plots))
+    return report
+
+
+def render_markdown(report: dict, plots: list[str] = PLOT_FILES) -> str:
+    rows, runs = report["rows"], report["runs"]
+    lines = ["# kernelwright bench", ""]
+    lines += _environment(runs, rows)
+    for device_summary in report["summary"]:
+        multi = len(report["summary"]) > 1
+        title = f" on {device_summary['device']}" if multi else ""
+        lines += [f"## Summary{title}", ""]
+        lines += _score_table("", device_summary["overall"], device_summary["systems"])
+        lines += [f"### Per level{title}", ""]
+        lines += _score_table("level", device_summary["levels"], device_summary["systems"])
+        lines += [f"### Per category{title}", ""]
+        lines += _score_table("category", device_summary["categories"], device_summary["systems"])
+    lines += [
+        "fast_p: fraction of the problems that are correct and faster than p× the reference (eager, or "
+        "torch.compile where marked); geomean: over correct rows only. Timings are compared only between "
+        "rows of the same device model.", "",
+    ]
+    if plots:
+        lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
+    lines += ["## Per problem", ""]
+    lines += _problem_table(rows)
+    return "\n".join(lines) + "\n"
+
+
+def _environment(runs: list[dict], rows: list[dict]) -> list[str]:
+    lines = ["| | |", "|---|---|"]
+    for index, run in enumerate(runs):
+        env = run.get("environment", {})
+        prefix = f"run {index + 1}: " if len(runs) > 1 else ""
+        gpus = run.get("gpus") or []
+        devices = "; ".join(_gpu_text(g) for g in gpus) or run.get("device_name") or "-"
+        lines += [
+            f"| {prefix}date | {run.get('started', '-')} |",
+            f"| {prefix}device | {devices} |",
+            f"| {prefix}driver | {_first(g.get('driver_version') for g in gpus) or '-'} |",
+            f"| {prefix}CUDA | torch {env.get('torch_cuda') or '-'}, nvcc {env.get('nvcc_version') or '-'} |",
+            f"| {prefix}torch | {env.get('torch', '-')} |",
+            f"| {prefix}kernelwright | {env.get('kernelwright', '-')} |",
+            f"| {prefix}suite | {run.get('suite', '-')} ({run.get('problems', '?')} problems) |",
+            f"| {prefix}options | {_options_text(run.get('options', {}))} |",
+        ]
+    devices = sorted({r["device"] or "unknown" for r in rows})
+    lines += [f"| rows | {len(rows)} on {', '.join(devices) or '-'} |", ""]
+    return lines
+
+
+def _gpu_text(gpu: dict) -> str:
+    clocks = ""
+    if gpu.get("clocks.sm"):
+        clocks = (f" (SM {gpu['clocks.sm']} of max {gpu.get('clocks.max.sm', '?')}, "
+                  f"mem {gpu.get('clocks.mem', '?')}, power limit {gpu.get('power.limit', '?')})")
+    return f"GPU {gpu.get('index', '?')}: {gpu.get('name', '?')}{clocks}"
+
+
+def _options_text(options: dict) -> str:
+    keys = ("device", "trials", "min_runs", "min_time_s", "shrink", "timeout_s", "systems")
+    return ", ".join(f"{k}={options[k]}" for k in keys if k in options) or "-"
+
+
+def _first(values):
+    return next((v for v in values if v), None)
+
+
+def _score_table(group_name: str, scores: dict[str, dict[str, dict]], systems: list[str]) -> list[str]:
+    p_headers = [f"fast_{p:g}" for p in FAST_P]
+    head = ([group_name] if group_name else []) + ["system", "problems", "correct", "geomean ×eager",
+                                                   "geomean ×compile", *p_headers, "fast_1 vs compile"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for group, by_system in scores.items():
+        for system in systems:
+            s = by_system[system]
+            cells = ([group] if group_name else []) + [
+                system, str(s["problems"]), str(s["correct"]), fmt_speedup(s["geomean_vs_eager"]),
+                fmt_speedup(s["geomean_vs_compile"]), *(fmt_fraction(s["fast_p"][f"{p:g}"]) for p in FAST_P),
+                fmt_fraction(s["fast_p_vs_compile"]["1"]),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _problem_table(rows: list[dict]) -> list[str]:
+    head = ["problem", "category", "system", "verdict", "time ms", "eager ms", "compile ms", "×eager",
+            "×compile", "device", "note"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    order = {s: i for i, s in enumerate(ordered_systems(rows))}
+    for row in sorted(rows, key=lambda r: (r["problem"], order[r["system"]])):
+        note = "" if row["status"] == "correct" else _cell(row.get("detail") or "")[:NOTE_CHARS]
+        if row.get("flags"):
+            note = "; ".join(filter(None, [", ".join(map(str, row["flags"])), note]))
+        cells = [row["problem"], row["category"], row["system"], row["status"], fmt_ms(row["time_ms"]),
+                 fmt_ms(row["eager_ms"]), fmt_ms(row["compile_ms"]), fmt_speedup(row["speedup_vs_eager"]),
+                 fmt_speedup(row["speedup_vs_compile"]), row["device"] or "-", note]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def fmt_ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def fmt_speedup(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}×"
+
+
+def fmt_fraction(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def summary_tables(report: dict) -> list:
+    """The overall scores as rich tables (one per device model), for the terminal."""
+    from rich.table import Table
+
+    tables = []
+    for device_summary in report["summary"]:
+        table = Table(title=f"bench summary: {device_summary['device']}")
+        for column in ("system", "correct", "geomean ×eager", "geomean ×compile",
+                       *(f"fast_{p:g}" for p in FAST_P)):
+            table.add_column(column, justify="left" if column == "system" else "right")
+        for system, s in device_summary["overall"]["all"].items():
+            table.add_row(system, f"{s['correct']}/{s['problems']}", fmt_speedup(s["geomean_vs_eager"]),
+                          fmt_speedup(s["geomean_vs_compile"]),
+                          *(fmt_fraction(s["fast_p"][f"{p:g}"]) for p in FAST_P))
+        tables.append(table)
+    return tables

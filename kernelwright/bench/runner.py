@@ -1,0 +1,159 @@
+"""`kernelwright bench` end to end: pick the problems and systems, plan what is not done yet, run it on
+the workers with a live progress bar, append rows as they finish, and render the report."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from kernelwright.bench.devices import Worker, gpu_properties, resolve_workers
+from kernelwright.bench.plan import BenchTask, plan_tasks
+from kernelwright.bench.pool import Execute, SubprocessExecutor, run_pool
+from kernelwright.bench.report import fmt_ms, fmt_speedup, write_report
+from kernelwright.bench.store import ResultsStore, default_results_dir, open_results
+from kernelwright.bench.suite import discover_suite
+from kernelwright.bench.systems import parse_systems
+from kernelwright.environment import collect_environment
+from kernelwright.judge.options import JudgeOptions
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    suite: str | None = None          # a folder of problem files; None: the bundled suite
+    systems: str = "eager,compile,kernelwright"
+    level: int | None = None
+    pattern: str | None = None        # glob on problem ids
+    device: str = "cuda"
+    gpus: str | None = None           # "0,1"; None: every visible GPU
+    out: str | None = None            # None: bench/results/<date>-<gpu>/
+    resume: bool = False
+    options: JudgeOptions = JudgeOptions()
+    task_timeout_s: float = 900.0     # wall clock of one task (kernelwright's: twice this, optimize included)
+    time_budget_s: float | None = None  # start no task after this many seconds
+
+
+@dataclass
+class BenchOutcome:
+    store: ResultsStore
+    ran: int           # tasks run now
+    left: int          # tasks not started (time budget): `--resume` runs them
+    report: dict       # the JSON report written with report.md
+
+
+def judge_options_for(config_options: JudgeOptions, task_timeout_s: float) -> JudgeOptions:
+    """The judge's own limits sit inside the task's, so a hang becomes the judge's `timeout` verdict
+    (with its detail) before the bench has to kill the task."""
+    half = max(task_timeout_s / 2 - 15, 1.0)
+    return dataclasses.replace(config_options, build_timeout_s=min(config_options.build_timeout_s, half),
+                               run_timeout_s=min(config_options.run_timeout_s, half))
+
+
+def run_bench(config: BenchConfig, execute: Execute | None = None,
+              console: Console | None = None) -> BenchOutcome:
+    """Run (or resume) a bench and render its report. `execute` runs one task on a worker; the default
+    runs it in a subprocess through the judge (tests inject fakes)."""
+    console = console or Console(stderr=True)
+    problems = discover_suite(config.suite, config.level, config.pattern)
+    systems = parse_systems(config.systems)
+    workers = resolve_workers(config.device, config.gpus)
+    out = config.out or default_results_dir("cpu" if config.device == "cpu" else workers[0].device)
+    store = open_results(out, config.resume)
+    options = dataclasses.replace(config.options, device=config.device)
+    options = judge_options_for(options, config.task_timeout_s)
+    done = store.done_keys() if config.resume else set()
+    tasks = plan_tasks(problems, systems, done, str(store.candidates_dir().resolve()))
+    store.add_run(_run_info(config, options, problems, workers, len(tasks)))
+    devices = ", ".join(f"{w.device}" + (f" (GPU {w.gpu})" if w.gpu is not None else "") for w in workers)
+    console.print(f"bench: {len(problems)} problems × {len(systems)} systems → {len(tasks)} tasks to run "
+                  f"({len(done)} done) on {escape(devices)}; results in {store.directory}")
+    if execute is None:
+        executor = SubprocessExecutor(store, options, config.task_timeout_s)
+        execute, stop = executor, executor.stop
+    else:
+        stop = None
+    deadline = time.monotonic() + config.time_budget_s if config.time_budget_s else None
+    with LiveProgress(len(tasks), console) as progress:
+        def on_rows(task: BenchTask, rows: list[dict]) -> None:
+            store.append(rows)
+            progress.advance(task, rows)
+
+        left = run_pool(tasks, workers, execute, on_rows, deadline=deadline, stop=stop)
+    if left:
+        console.print(f"[yellow]time budget spent:[/] {len(left)} tasks not started; rerun with --resume "
+                      f"--out {store.directory} to finish")
+    report = write_report(store)
+    return BenchOutcome(store, ran=len(tasks) - len(left), left=len(left), report=report)
+
+
+def _run_info(config: BenchConfig, options: JudgeOptions, problems: list, workers: list[Worker],
+              tasks: int) -> dict:
+    environment = collect_environment()
+    return {
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(Path(sys.argv[0]).name.split() + sys.argv[1:]),
+        "suite": config.suite or "bundled",
+        "problems": len(problems),
+        "tasks": tasks,
+        "options": {**dataclasses.asdict(options), "systems": config.systems,
+                    "timeout_s": config.task_timeout_s, "time_budget_s": config.time_budget_s},
+        "gpus": [{"index": w.gpu, **gpu_properties(w.gpu)} for w in workers if w.gpu is not None],
+        "device_name": workers[0].device,
+        "environment": environment,
+    }
+
+
+class LiveProgress:
+    """A rich progress bar with ETA and live counts; one line per finished task above it."""
+
+    def __init__(self, total: int, console: Console):
+        self.console = console
+        self.counts = {"judged": 0, "correct": 0, "faster": 0, "failed": 0}
+        self.progress = Progress(
+            TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+        )
+        self.bar = self.progress.add_task("bench", total=total, counts=self._counts_text())
+
+    def __enter__(self) -> LiveProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.progress.stop()
+
+    def advance(self, task: BenchTask, rows: list[dict]) -> None:
+        for row in rows:
+            if row["system"] != "eager":  # eager is the yardstick: counting it would inflate both counts
+                self.counts["judged"] += 1
+                self.counts["correct"] += row["status"] == "correct"
+                self.counts["faster"] += row["status"] == "correct" and (row["speedup_vs_eager"] or 0) > 1
+            self.counts["failed"] += row["status"] != "correct"
+            self.console.print(_row_line(row), highlight=False)
+        self.progress.update(self.bar, advance=1, counts=self._counts_text())
+
+    def _counts_text(self) -> str:
+        c = self.counts
+        return (f"[green]{c['correct']}/{c['judged']} correct[/] [cyan]{c['faster']} faster than eager[/] "
+                f"[red]{c['failed']} failed[/]")
+
+
+def _row_line(row: dict) -> str:
+    mark = "[green]✓[/]" if row["status"] == "correct" else "[red]✗[/]"
+    timing = (f"{fmt_ms(row['time_ms'])} ms  {fmt_speedup(row['speedup_vs_eager'])} vs eager"
+              if row["time_ms"] is not None else escape(row["detail"][:80]))
+    return f"{mark} {escape(row['problem'])}  {escape(row['system'])}  {row['status']}  {timing}"

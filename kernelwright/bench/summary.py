@@ -1,0 +1,97 @@
+"""Scores of a bench run, computed from its rows: per device model (timings are only compared within
+one GPU model), per system, overall / per level / per category.
+
+- correct: rows with status `correct`;
+- geomean speedup: geometric mean of the speedups of the correct rows that were timed;
+- fast_p (as in KernelBench): the fraction of the group's problems that are correct AND have a speedup
+  greater than p; fast_0 is the fraction correct. A problem a system has no row for counts as not correct.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+FAST_P = (0.0, 1.0, 1.5, 2.0)
+
+
+def with_derived_speedups(rows: list[dict]) -> list[dict]:
+    """Rows whose candidate was judged without its own torch.compile timing get their speedup vs
+    compile from the `compile` row of the same problem on the same device model (same run of the bench)."""
+    compile_ms = {(r["problem"], r["device"]): r["time_ms"] for r in rows
+                  if r["system"] == "compile" and r["status"] == "correct" and r["time_ms"]}
+    out = []
+    for row in rows:
+        reference = compile_ms.get((row["problem"], row["device"]))
+        if row.get("speedup_vs_compile") is None and reference and row.get("time_ms"):
+            row = {**row, "compile_ms": reference, "speedup_vs_compile": reference / row["time_ms"]}
+        out.append(row)
+    return out
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    logs = [math.log(v) for v in values if v and v > 0]
+    return math.exp(sum(logs) / len(logs)) if logs else None
+
+
+def fast_p(rows: list[dict], problems: int, p: float, key: str = "speedup_vs_eager") -> float | None:
+    if not problems:
+        return None
+    hits = sum(1 for r in rows if r["status"] == "correct" and (p == 0 or (r.get(key) or 0) > p))
+    return hits / problems
+
+
+def score(rows: list[dict], problems: int) -> dict:
+    """The metrics of one system's rows over a group of `problems` problems."""
+    correct = [r for r in rows if r["status"] == "correct"]
+    return {
+        "problems": problems,
+        "run": len(rows),
+        "correct": len(correct),
+        "geomean_vs_eager": geomean(r.get("speedup_vs_eager") for r in correct),
+        "geomean_vs_compile": geomean(r.get("speedup_vs_compile") for r in correct),
+        "fast_p": {f"{p:g}": fast_p(rows, problems, p) for p in FAST_P},
+        "fast_p_vs_compile": {f"{p:g}": fast_p(rows, problems, p, "speedup_vs_compile") for p in FAST_P},
+    }
+
+
+def ordered_systems(rows: list[dict]) -> list[str]:
+    seen: dict[str, None] = {}
+    for row in rows:
+        seen.setdefault(row["system"], None)
+    return list(seen)
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """One entry per device model: {"device", "systems", "overall", "levels", "categories"}, where each
+    of the last three maps group → system → score."""
+    rows = with_derived_speedups(rows)
+    devices = sorted({r["device"] or "unknown" for r in rows})
+    summaries = []
+    for device in devices:
+        on_device = [r for r in rows if (r["device"] or "unknown") == device]
+        systems = ordered_systems(on_device)
+        summaries.append({
+            "device": device,
+            "systems": systems,
+            "overall": _scores(on_device, systems, lambda r: "all"),
+            "levels": _scores(on_device, systems, lambda r: f"level {r['level']}" if r["level"] else "-"),
+            "categories": _scores(on_device, systems, lambda r: r["category"]),
+        })
+    return summaries
+
+
+def _scores(rows: list[dict], systems: list[str], group_of) -> dict[str, dict[str, dict]]:
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(group_of(row), []).append(row)
+    result = {}
+    for group in sorted(groups, key=_natural):
+        problems = len({r["problem"] for r in groups[group]})
+        result[group] = {s: score([r for r in groups[group] if r["system"] == s], problems) for s in systems}
+    return result
+
+
+def _natural(text: str) -> tuple:
+    head, _, tail = text.rpartition(" ")
+    return (head, int(tail)) if tail.isdigit() else (text, 0)

@@ -1,0 +1,64 @@
+"""`kernelwright bench [SUITE]`: judge systems (eager, torch.compile, kernelwright, folders of candidate
+files) on a suite of problems; resumable results, a Markdown report and plots (kernelwright/bench/)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from kernelwright.bench.report import summary_tables
+from kernelwright.bench.runner import BenchConfig, run_bench
+from kernelwright.errors import UsageError
+from kernelwright.judge.options import JudgeOptions
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "bench", help="judge eager, torch.compile, kernelwright and candidate folders on a suite",
+        description="Each (problem, system) is judged in its own process; rows are appended to "
+                    "OUT/results.jsonl as they finish, then OUT/report.md, report.json and plots are "
+                    "written.")
+    parser.add_argument("suite", nargs="?", help="folder of problem files, subfolders are levels "
+                                                 "(default: the bundled suite)")
+    parser.add_argument("--systems", default="eager,compile,kernelwright",
+                        help="comma-separated: eager, compile, kernelwright, or folders of candidate files "
+                             "named like the problems (default: %(default)s)")
+    parser.add_argument("--level", type=int, help="only this level")
+    parser.add_argument("--filter", metavar="GLOB",
+                        help="only problem ids matching, e.g. 'level1/2*' or '*Softmax*'")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="default: %(default)s")
+    parser.add_argument("--gpus", help="GPU indices, e.g. 0,1 (one worker each; default: every visible GPU)")
+    parser.add_argument("--out", help="results folder (default: bench/results/<date>-<gpu>/)")
+    parser.add_argument("--resume", action="store_true", help="skip (problem, system) pairs already in --out")
+    parser.add_argument("--shrink", action="store_true", help="judge shrunk problems (fast CPU runs, tests)")
+    defaults = JudgeOptions()
+    parser.add_argument("--trials", type=int, default=defaults.trials,
+                        help="correctness trials (default: %(default)s)")
+    parser.add_argument("--min-runs", type=int, default=defaults.min_runs,
+                        help="timing: at least this many runs (default: %(default)s)")
+    parser.add_argument("--min-time", type=float, default=defaults.min_time_s, metavar="S",
+                        help="timing: and at least this many seconds (default: %(default)s)")
+    parser.add_argument("--timeout", type=float, default=BenchConfig.task_timeout_s, metavar="S",
+                        help="wall clock of one task; kernelwright's gets twice this (default: %(default)s)")
+    parser.add_argument("--time-budget", type=float, metavar="S",
+                        help="start no task after S seconds and report what is done (finish it later "
+                             "with --resume)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    for name in ("trials", "min_runs"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.timeout <= 30 or args.min_time < 0:
+        raise UsageError("--timeout must be over 30 seconds and --min-time not negative")
+    options = JudgeOptions(device=args.device, trials=args.trials, min_runs=args.min_runs,
+                           min_time_s=args.min_time, shrink=args.shrink)
+    config = BenchConfig(suite=args.suite, systems=args.systems, level=args.level, pattern=args.filter,
+                         device=args.device, gpus=args.gpus, out=args.out, resume=args.resume,
+                         options=options, task_timeout_s=args.timeout, time_budget_s=args.time_budget)
+    outcome = run_bench(config)
+    console = Console()
+    for table in summary_tables(outcome.report):
+        console.print(table)
+    console.print(f"report: {outcome.store.directory / 'report.md'}")
+    return 0

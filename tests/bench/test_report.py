@@ -1,0 +1,137 @@
+"""report.md / report.json / plots rendered from results.jsonl, checked against the rows themselves,
+and `report --compare`."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+from conftest import TINY_SUITE, FakeExecutor, make_answers, make_tiny_suite
+
+from kernelwright.bench.compare import render_comparison
+from kernelwright.bench.plan import BenchTask
+from kernelwright.bench.report import fmt_fraction, fmt_ms, fmt_speedup
+from kernelwright.bench.rows import finish
+from kernelwright.bench.runner import BenchConfig, run_bench
+from kernelwright.bench.store import ResultsStore
+from kernelwright.bench.summary import fast_p, geomean
+from kernelwright.cli import main
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> ResultsStore:
+    """One fake bench (eager, compile and a candidates folder on the tiny suite), rendered once."""
+    root = tmp_path_factory.mktemp("bench")
+    suite, answers = make_tiny_suite(root / "suite"), make_answers(root / "answers")
+    config = BenchConfig(suite=str(suite), systems=f"eager,compile,{answers}", device="cpu",
+                         out=str(root / "out"))
+    return run_bench(config, execute=FakeExecutor()).store
+
+
+def fake_results(directory, scale: float) -> ResultsStore:
+    """A results folder with the fake executor's rows for eager and the answers, without rendering."""
+    store, executor = ResultsStore(directory), FakeExecutor(scale)
+    for problem_id in TINY_SUITE:
+        common = dict(problem_id=problem_id, problem_path="p.py", level="1", category="activation")
+        store.append(executor(BenchTask(kind="reference", systems=("eager",), **common), None))
+        candidate = BenchTask(kind="candidates", systems=("answers",), candidate="c.py", **common)
+        store.append(executor(candidate, None))
+    rows = [finish(row, "GPU-A", "0", 1.0) for row in store.rows()]
+    store.results_path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return store
+
+
+def markdown_table(text: str, first_header: str) -> list[dict]:
+    """The rows of the Markdown table whose first column is `first_header`."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header} |"))
+    head = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(head, (c.strip() for c in line.strip("|").split("|")), strict=True)))
+    return rows
+
+
+def test_markdown_numbers_equal_the_jsonl(store):
+    markdown = (store.directory / "report.md").read_text()
+    rows = [json.loads(line) for line in store.results_path.read_text().splitlines()]
+
+    table = {(r["problem"], r["system"]): r for r in markdown_table(markdown, "problem")}
+    assert len(table) == len(rows) == 9
+    compile_ms = {r["problem"]: r["time_ms"] for r in rows if r["system"] == "compile"}
+    for row in rows:
+        cells = table[(row["problem"], row["system"])]
+        assert cells["verdict"] == row["status"]
+        assert cells["time ms"] == fmt_ms(row["time_ms"])
+        assert cells["eager ms"] == fmt_ms(row["eager_ms"])
+        assert cells["×eager"] == fmt_speedup(row["speedup_vs_eager"])
+        if row["system"] == "answers" and row["status"] == "correct":
+            # judged without its own torch.compile timing: vs compile comes from the compile row
+            assert cells["×compile"] == fmt_speedup(compile_ms[row["problem"]] / row["time_ms"])
+
+    summary = {r["system"]: r for r in markdown_table(markdown, "system")}
+    for system in ("eager", "compile", "answers"):
+        mine = [r for r in rows if r["system"] == system]
+        correct = [r for r in mine if r["status"] == "correct"]
+        assert summary[system]["problems"] == "3"
+        assert summary[system]["correct"] == str(len(correct))
+        expected = math.exp(sum(math.log(r["speedup_vs_eager"]) for r in correct) / len(correct))
+        assert summary[system]["geomean ×eager"] == fmt_speedup(expected)
+        for p in (0, 1, 1.5, 2):
+            hits = sum(1 for r in correct if p == 0 or r["speedup_vs_eager"] > p)
+            assert summary[system][f"fast_{p:g}"] == fmt_fraction(hits / 3)
+    # the fake candidate is 2x eager and 1.6x compile on the one problem it gets right
+    assert summary["answers"]["fast_1.5"] == "33%" and summary["answers"]["fast_2"] == "0%"
+    assert summary["answers"]["geomean ×compile"] == "1.60×"
+
+    levels = markdown_table(markdown, "level")
+    categories = {(r["category"], r["system"]): r for r in markdown_table(markdown, "category")}
+    assert {r["level"] for r in levels} == {"level 1"}
+    assert categories[("softmax", "answers")]["correct"] == "0"
+    assert categories[("activation", "answers")]["problems"] == "2"
+    for header in ("| date |", "| device |", "| torch |", "| kernelwright |", "| CUDA |", "| driver |"):
+        assert header in markdown
+
+
+def test_report_json_and_plots(store):
+    report = json.loads((store.directory / "report.json").read_text())
+    overall = report["summary"][0]["overall"]["all"]
+    assert overall["answers"]["correct"] == 1 and overall["compile"]["geomean_vs_eager"] == 1.25
+    assert len(report["rows"]) == 9 and "verdict" not in report["rows"][0]
+    assert report["runs"][0]["environment"]["torch"]
+    for name in ("speedup.png", "fast_p.png", "compile_time.png"):
+        data = (store.directory / name).read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 5000
+        assert f"]({name})" in (store.directory / "report.md").read_text()
+
+
+def test_metrics():
+    assert geomean([2.0, 8.0]) == 4.0 and geomean([]) is None
+    rows = [{"status": "correct", "speedup_vs_eager": 1.2}, {"status": "correct", "speedup_vs_eager": 0.9},
+            {"status": "mismatch", "speedup_vs_eager": None}]
+    assert fast_p(rows, 4, 0) == 0.5 and fast_p(rows, 4, 1) == 0.25 and fast_p(rows, 4, 1.5) == 0
+
+
+def test_report_rerenders_and_compares(tmp_path, capsys):
+    old = fake_results(tmp_path / "old", scale=0.5)
+    new = fake_results(tmp_path / "new", scale=0.25)
+    assert main(["report", str(new.directory)]) == 0
+    assert (new.directory / "report.md").is_file()
+    assert "bench summary" in capsys.readouterr().out
+
+    assert main(["report", str(new.directory), "--compare", str(old.directory), "-o",
+                 str(tmp_path / "delta.md")]) == 0
+    text = capsys.readouterr().out
+    assert text == (tmp_path / "delta.md").read_text()
+    assert re.search(r"\| answers \| 2 → 2 \| 2\.00× → 4\.00× \|", text)
+    assert "| level1/01_ReLU | answers | correct | 1 → 0.5 | 2.00× → 4.00× | 2.00× |" in text
+    assert render_comparison(old.latest_rows(), old.latest_rows(), "a", "b").count("No verdict changed") == 1
+
+
+def test_report_of_a_folder_without_results_is_a_usage_error(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "results.jsonl here" in " ".join(capsys.readouterr().err.split())

@@ -1,0 +1,106 @@
+"""The runner with a fake executor: planning, rows, resume, the time budget, several workers."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from conftest import FakeExecutor
+
+from kernelwright.bench.devices import Worker
+from kernelwright.bench.plan import BenchTask
+from kernelwright.bench.pool import run_pool
+from kernelwright.bench.runner import BenchConfig, run_bench
+from kernelwright.bench.store import ResultsStore
+from kernelwright.errors import UsageError
+
+
+def config(suite, out, systems, **kwargs) -> BenchConfig:
+    return BenchConfig(suite=str(suite), systems=systems, device="cpu", out=str(out), **kwargs)
+
+
+def test_rows_for_every_problem_and_system(tiny_suite, answers, tmp_path):
+    executor = FakeExecutor()
+    outcome = run_bench(config(tiny_suite, tmp_path / "out", f"eager,compile,{answers}"), execute=executor)
+    rows = {(r["problem"], r["system"]): r for r in outcome.store.rows()}
+    assert len(rows) == 9 and outcome.left == 0
+    # eager and compile share one reference task per problem
+    assert sum(task.kind == "reference" for task, _ in executor.calls) == 3
+    assert rows[("level1/01_ReLU", "answers")]["status"] == "correct"
+    assert rows[("level1/06_Sigmoid", "answers")]["status"] == "mismatch"
+    assert rows[("level1/23_Softmax", "answers")]["status"] == "missing"
+    eager, compiled = rows[("level1/06_Sigmoid", "eager")], rows[("level1/06_Sigmoid", "compile")]
+    assert eager["time_ms"] == 4.0 and eager["speedup_vs_eager"] == 1.0
+    assert compiled["speedup_vs_eager"] == pytest.approx(1.25)
+    assert rows[("level1/01_ReLU", "answers")]["device"] and rows[("level1/01_ReLU", "answers")]["finished"]
+    # candidates are judged without their own torch.compile timing when the compile system runs
+    assert all(not task.compile_baseline for task, _ in executor.calls if task.kind == "candidates")
+    assert (outcome.store.directory / "report.md").is_file()
+    assert json.loads((outcome.store.directory / "run.json").read_text())["runs"][0]["problems"] == 3
+
+
+def test_resume_skips_done_and_retries_bench_errors(tiny_suite, answers, tmp_path):
+    out = tmp_path / "out"
+    run_bench(config(tiny_suite, out, f"eager,{answers}"), execute=FakeExecutor())
+    with pytest.raises(UsageError, match="--resume"):
+        run_bench(config(tiny_suite, out, f"eager,{answers}"), execute=FakeExecutor())
+
+    store = ResultsStore(out)
+    lines = store.results_path.read_text().splitlines()
+    broken = json.loads(lines[0]) | {"status": "bench_error"}
+    # a bench_error row and a torn last line (a run killed mid-write) are both redone
+    store.results_path.write_text("\n".join([*lines[1:], json.dumps(broken)]) + "\n" + lines[0][:20])
+    executor = FakeExecutor()
+    outcome = run_bench(config(tiny_suite, out, f"eager,{answers}", resume=True), execute=executor)
+    redone = [(t.problem_id, t.systems) for t, _ in executor.calls]
+    assert redone == [(broken["problem"], (broken["system"],))]
+    assert outcome.ran == 1
+    assert {(r["problem"], r["system"]): r["status"] for r in store.latest_rows()}[
+        (broken["problem"], broken["system"])] == "correct"
+    assert len(store.runs()) == 2
+
+
+def test_time_budget_leaves_tasks_for_resume(tiny_suite, tmp_path):
+    out = tmp_path / "out"
+    outcome = run_bench(config(tiny_suite, out, "eager", time_budget_s=1e-9), execute=FakeExecutor())
+    assert outcome.ran == 0 and outcome.left == 3
+    outcome = run_bench(config(tiny_suite, out, "eager", resume=True), execute=FakeExecutor())
+    assert outcome.ran == 3 and outcome.left == 0
+
+
+def test_level_and_filter_select_problems(tiny_suite, tmp_path):
+    executor = FakeExecutor()
+    run_bench(config(tiny_suite, tmp_path / "out", "eager", pattern="*Soft*", level=1), execute=executor)
+    assert [task.problem_id for task, _ in executor.calls] == ["level1/23_Softmax"]
+    with pytest.raises(UsageError, match="no problem files"):
+        run_bench(config(tiny_suite, tmp_path / "out2", "eager", level=2), execute=executor)
+
+
+def test_unknown_system_is_a_usage_error(tiny_suite, tmp_path):
+    with pytest.raises(UsageError, match="neither"):
+        run_bench(config(tiny_suite, tmp_path / "out", "eager,nonsense"), execute=FakeExecutor())
+
+
+def test_pool_spreads_tasks_over_workers_and_survives_a_failing_task():
+    tasks = [BenchTask(f"level1/{i}_X", "x.py", "1", "c", "candidates", (f"s{i}",), "c.py") for i in range(8)]
+    workers = [Worker("0", "GPU-A"), Worker("1", "GPU-A")]
+    used: dict[str, set] = {}
+    lock = threading.Lock()
+
+    def execute(task, worker):
+        with lock:
+            used.setdefault(worker.gpu, set()).add(threading.get_ident())
+        time.sleep(0.05)
+        if task.problem_id == "level1/3_X":
+            raise RuntimeError("worker fell over")
+        return [{"problem": task.problem_id, "system": task.systems[0], "status": "correct"}]
+
+    finished = []
+    left = run_pool(tasks, workers, execute, lambda task, rows: finished.extend(rows))
+    assert not left and len(finished) == 8
+    assert set(used) == {"0", "1"}
+    failed = [r for r in finished if r["status"] == "bench_error"]
+    assert len(failed) == 1 and "worker fell over" in failed[0]["detail"]
+    assert {r["gpu"] for r in finished} == {"0", "1"} and {r["device"] for r in finished} == {"GPU-A"}
