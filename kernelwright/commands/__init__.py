@@ -6,5 +6,7 @@ COMMAND_MODULES = [
     "kernelwright.commands.problems",
     "kernelwright.commands.prompt",
     "kernelwright.commands.generate",
+    "kernelwright.commands.bench",
+    "kernelwright.commands.report",
     "kernelwright.commands.doctor",
 ]
