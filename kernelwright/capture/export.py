@@ -8,6 +8,8 @@ those updates as buffer mutations, which become `graph.mutations`.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -64,8 +66,11 @@ def export_problem(
             raise CaptureError(f"{problem.id}: cannot build the model on fake tensors: {exc}") from exc
     _check_arguments(problem, inputs)
     try:
-        program = torch.export.export(model, tuple(inputs), strict=False)
-        program = program.run_decompositions(decomposition_table())
+        with warnings.catch_warnings():
+            # torch's own pytree deprecation notices (torch internals, not the user's model).
+            warnings.simplefilter("ignore", FutureWarning)
+            program = torch.export.export(model, tuple(inputs), strict=False)
+            program = program.run_decompositions(decomposition_table())
     except Exception as exc:  # torch raises many types here; each becomes one clear message
         raise CaptureError(
             f"{problem.id}: torch.export cannot capture Model.forward: {explain_export_error(exc)}; "

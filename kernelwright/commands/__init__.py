@@ -4,6 +4,7 @@
 # The order here is the order of `kernelwright --help`.
 COMMAND_MODULES = [
     "kernelwright.commands.problems",
+    "kernelwright.commands.capture",
     "kernelwright.commands.prompt",
     "kernelwright.commands.generate",
     "kernelwright.commands.bench",

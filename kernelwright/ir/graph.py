@@ -189,12 +189,14 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-def _value_names(graph: Graph) -> dict[int, str]:
+def _value_names(graph: Graph, inline_consts: bool = False) -> dict[int, str]:
     names: dict[int, str] = {}
     counter = 0
     for node in graph.nodes():
         if node.op in ("input", "param", "buffer"):
             names[id(node)] = node.name
+        elif inline_consts and node.op == "const":
+            names[id(node)] = repr(node.attr("value"))
         else:
             names[id(node)] = f"%{counter}"
             counter += 1
@@ -202,10 +204,12 @@ def _value_names(graph: Graph) -> dict[int, str]:
 
 
 def format_graph(graph: Graph) -> str:
-    """A readable dump, one line per node: `%3: f32[8, 16] = add(%1, x)  alpha=1`."""
-    names = _value_names(graph)
+    """A readable dump, one line per node: `%3: float32[8, 16] = mul(%1, 0.5)`; consts are shown inline."""
+    names = _value_names(graph, inline_consts=True)
     lines = [f"graph(training={graph.training}):"]
     for node in graph.nodes():
+        if node.op == "const":
+            continue
         type_text = f"{_dtype_name(node.dtype)}{list(node.shape)}"
         if node.op in ("input", "param", "buffer"):
             lines.append(f"  {node.op} {node.name}: {type_text}")
