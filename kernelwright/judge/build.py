@@ -1,0 +1,130 @@
+"""Building a candidate's extensions: build-directory naming, trimming compiler output to the first errors,
+and the compile-only mode that compiles load_inline sources against torch's headers without a GPU.
+
+Compile-only works by replacing, in the candidate's process only, the two steps of torch's JIT build that
+need a GPU build of torch: linking (the ninja run is limited to the object files) and importing the built
+module (a stub whose functions say they were not built). Everything else — source generation, flags, the
+ninja file, nvcc and the host compiler — is torch's own, so a `builds` verdict means the same sources
+compile in a real build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import subprocess
+import types
+from pathlib import Path
+
+from kernelwright.environment import cache_dir
+
+# nvcc: `file.cu(37): error: ...`; gcc/clang: `file.cpp:6:47: error: ...`; ld: `undefined reference`.
+_ERROR_LINE = re.compile(
+    r"(\(\d+\)|:\d+(:\d+)?): (fatal )?error\b|\berror: |undefined reference to|"
+    r"^(ninja: )?error:",
+    re.IGNORECASE,
+)
+_NOISE = re.compile(r"^\[\d+/\d+\]|^FAILED:|^ninja: |^Error building extension|^subprocess|^\s*$")
+
+
+def build_root(options_build_dir: str | None, source: str) -> Path:
+    """One build directory per candidate source (so unrelated candidates that reuse an extension name such
+    as "gelu" never rebuild each other's objects), under the judge's build cache."""
+    root = Path(options_build_dir) if options_build_dir else cache_dir() / "judge-builds"
+    return root / hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def trim_build_log(log: str, max_errors: int = 3, context: int = 3) -> str:
+    """The first `max_errors` compiler errors with file/line and a few lines of context (the offending
+    source line and caret), build-directory prefixes removed; the log's tail if no error line is found."""
+    lines = [_shorten_paths(line) for line in log.splitlines()]
+    picked, errors, i = [], 0, 0
+    while i < len(lines) and errors < max_errors:
+        if _ERROR_LINE.search(lines[i]) and not lines[i].startswith("FAILED:"):
+            picked.append(lines[i].strip())
+            errors += 1
+            for extra in lines[i + 1 : i + 1 + context]:
+                if _ERROR_LINE.search(extra) or _NOISE.search(extra):
+                    break
+                picked.append(extra.rstrip())
+            i += 1
+            continue
+        i += 1
+    if not picked:
+        picked = [line for line in lines if line.strip()][-15:]
+    return "\n".join(picked)
+
+
+def _shorten_paths(line: str) -> str:
+    # /root/.cache/kernelwright/judge-builds/<hash>/<ext>/cuda.cu(37) -> cuda.cu(37); the long build path
+    # says nothing to the reader and makes every line wrap.
+    return re.sub(r"(?:/[^\s:/()]+)+/((?:main\.cpp|cuda\.cu|[\w.-]+\.(?:cu|cpp|cuh|h)))", r"\1", line)
+
+
+# ----------------------------------------------------------------------------------------------- compile-only
+
+
+class NotBuiltModule(types.ModuleType):
+    """Stands in for an extension in compile-only mode: construction works, calls say what happened."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def not_built(*args, **kwargs):
+            raise RuntimeError(
+                f"{self.__name__}.{name}: compile-only mode, the extension was compiled but not linked"
+            )
+
+        return not_built
+
+
+def find_cuda_home() -> str | None:
+    for env in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(env) and Path(os.environ[env], "bin", "nvcc").exists():
+            return os.environ[env]
+    if Path("/usr/local/cuda/bin/nvcc").exists():
+        return "/usr/local/cuda"
+    from kernelwright.environment import nvcc_path
+
+    nvcc = nvcc_path()
+    return str(Path(nvcc).resolve().parent.parent) if nvcc else None
+
+
+def install_compile_only_hooks() -> None:
+    """Make torch's JIT extension build compile object files only (see the module docstring)."""
+    import torch
+    import torch.utils.cpp_extension as cpp_extension
+
+    if cpp_extension.CUDA_HOME is None:
+        # A CPU-only torch does not look for CUDA at all; nvcc is enough to compile.
+        cpp_extension.CUDA_HOME = find_cuda_home()
+    if not torch.cuda.is_available() and not os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        # No GPU to ask for its architecture: compile for the H100 (sm_90), the GPU we target.
+        os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
+
+    def compile_objects(build_directory: str, verbose: bool, error_prefix: str) -> None:
+        targets = object_targets(Path(build_directory) / "build.ninja")
+        result = subprocess.run(
+            ["ninja", "-v", *targets],
+            cwd=build_directory,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+        if result.returncode:
+            raise RuntimeError(f"{error_prefix}: {result.stdout.decode(errors='replace')}")
+
+    cpp_extension._run_ninja_build = compile_objects
+    cpp_extension._import_module_from_library = lambda name, path, is_python_module: NotBuiltModule(name)
+
+
+def object_targets(ninja_file: Path) -> list[str]:
+    """The object files (`build X.o: ...`) of a torch-generated build.ninja: everything but the link."""
+    targets = []
+    for line in ninja_file.read_text().splitlines():
+        match = re.match(r"build ([^:]+\.o):", line)
+        if match:
+            targets.append(match.group(1))
+    return targets

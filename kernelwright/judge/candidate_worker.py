@@ -1,0 +1,268 @@
+"""The candidate side of a judgement, in a fresh interpreter that never sees the problem module: it gets
+the constructor arguments and each trial's inputs by file, builds ModelNew under the construction seed, and
+runs it under the defences of `guard.py`. What it reports back is checked by the reference worker; what
+breaks a rule is listed in `violations` (the verdict is then `rejected`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+import types
+from pathlib import Path
+
+import torch
+
+from kernelwright.judge.build import install_compile_only_hooks
+from kernelwright.judge.guard import (
+    ExtensionRecorder,
+    FunctionSnapshot,
+    SwallowedExceptions,
+    live_threads,
+    precision_changes,
+    precision_state,
+    protect_paths,
+)
+from kernelwright.judge.outputs import (
+    aliases,
+    bitwise_equal,
+    map_leaves,
+    not_plain,
+    tensor_leaves,
+    wrong_device,
+)
+from kernelwright.judge.timing import measure
+
+_perf_counter = time.perf_counter
+_sleep = time.sleep
+_synchronize = torch.cuda.synchronize
+
+
+class CandidateWorker:
+    def __init__(self) -> None:
+        self.violations: list[str] = []
+        self.recorder = ExtensionRecorder()
+        self.source_file: str | None = None
+        self.model: torch.nn.Module | None = None
+        self.persistent: list = []
+        self.last_output_sizes: list[int] = []
+
+    def handle(self, command: dict) -> dict:
+        return getattr(self, f"op_{command['op']}")(command)
+
+    # ------------------------------------------------------------------------------------------- build
+
+    def op_build(self, command: dict) -> dict:
+        self.device = command["device"]
+        self.source_file = command["candidate"]
+        init_inputs = torch.load(command["init_inputs"], weights_only=True)
+        if self.device == "cuda":
+            if not torch.cuda.is_available():
+                raise RuntimeError("--device cuda but CUDA is not available here (use --device cpu)")
+            torch.cuda.set_per_process_memory_fraction(command["memory_fraction"])
+        protect_paths(command["protected"], self.violations)
+        if command["compile_only"]:
+            install_compile_only_hooks()
+        self.recorder.install()
+        self.snapshot = FunctionSnapshot()
+        self.precision = precision_state()
+
+        start = _perf_counter()
+        try:
+            module = _import_candidate(self.source_file)
+            model_class = getattr(module, "ModelNew", None)
+            if not isinstance(model_class, type) or not issubclass(model_class, torch.nn.Module):
+                return {
+                    "ok": False,
+                    "status": "rejected",
+                    "detail": "the candidate defines no nn.Module ModelNew",
+                }
+            torch.manual_seed(command["seed"])
+            model = model_class(*init_inputs)
+            if not command["compile_only"]:
+                model = model.to(self.device)
+        except BaseException as exc:
+            failure = self.recorder.build_failure
+            if failure is not None or isinstance(exc, SyntaxError):
+                return {
+                    "ok": False,
+                    "status": "build_error",
+                    "log": str(failure or _describe_syntax(exc)),
+                    "build_seconds": _perf_counter() - start,
+                }
+            if command["compile_only"] and self.recorder.modules:
+                # The sources compiled; what failed afterwards needs a GPU or a linked extension.
+                return self._built_reply(start, note=f"after building: {type(exc).__name__}: {exc}")
+            raise
+        self.model = model
+        self.violations += _kernelwright_references(module)
+        return self._built_reply(start)
+
+    def _built_reply(self, start: float, note: str = "") -> dict:
+        return {
+            "ok": True,
+            "build_seconds": _perf_counter() - start,
+            "extensions": len(self.recorder.modules),
+            "extension_build_seconds": self.recorder.build_seconds,
+            "note": note,
+            **self._state(),
+        }
+
+    def _state(self) -> dict:
+        """Rules broken so far, patched functions and precision switches: checked after every step."""
+        patched = self.snapshot.changes()
+        return {
+            "violations": list(self.violations) + [f"monkeypatched {name}" for name in patched],
+            "precision_changes": precision_changes(self.precision, precision_state()),
+        }
+
+    # ------------------------------------------------------------------------------------------- trials
+
+    def op_trial(self, command: dict) -> dict:
+        inputs = self._reuse_storage(torch.load(command["inputs"], weights_only=True))
+        self._poison_allocator(inputs)
+        originals = [t.clone() if isinstance(t, torch.Tensor) else None for t in inputs]
+        threads = live_threads()
+        calls_before, errors_before = self.recorder.calls, len(self.recorder.errors)
+        tracer = SwallowedExceptions(self.source_file)
+        with torch.no_grad(), tracer:
+            outputs = self.model(*inputs)
+        # Copy what forward returned *now*: anything still being written later is work hidden from timing.
+        why = not_plain(outputs, self.device)
+        if why:
+            self.violations.append(f"forward returned {why}")
+            return {"ok": True, **self._state()}
+        returned = map_leaves(outputs, lambda t: t.detach().clone())
+        for thread in live_threads() - threads:
+            thread.join(timeout=1.0)
+        self._settle()
+        reply = {
+            "ok": True,
+            "custom_calls": self.recorder.calls - calls_before,
+            "custom_errors": self.recorder.errors[errors_before:],
+            "swallowed": tracer.seen,
+            "new_threads": len(live_threads() - threads),
+            "wrong_device": wrong_device(outputs, self.device),
+        }
+        pairs = zip(tensor_leaves(returned), tensor_leaves(outputs), strict=True)
+        if any(not bitwise_equal(a, b) for a, b in pairs):
+            self.violations.append(
+                "an output changed after forward returned (work left running on a side "
+                "stream or a background thread)"
+            )
+        if command["check_inputs"]:
+            for i, (now, before) in enumerate(zip(inputs, originals, strict=True)):
+                if before is not None and not bitwise_equal(now, before):
+                    self.violations.append(f"forward modified input {i} in place")
+                    break
+        if command["check_aliasing"]:
+            shared = aliases(outputs, inputs)
+            if shared:
+                self.violations.append(f"{shared} (outputs must not alias inputs)")
+        buffers = dict(self.model.named_buffers())
+        saved = {name: buffers[name].detach().cpu() for name in command["buffers"] if name in buffers}
+        torch.save({"outputs": map_leaves(returned, lambda t: t.cpu()), "buffers": saved}, command["outputs"])
+        self.last_output_sizes = [t.numel() * t.element_size() for t in tensor_leaves(returned)]
+        if command["determinism"]:
+            reply["nondeterministic"] = self._rerun_differs(inputs, returned)
+        return {**reply, **self._state()}
+
+    def _reuse_storage(self, loaded: list) -> list:
+        """Device copies of a trial's inputs, written into the *same* storage as the previous trial's whenever
+        the layout matches: a result cached on an input's address is then stale, and caught."""
+        inputs = []
+        for i, value in enumerate(loaded):
+            if not isinstance(value, torch.Tensor):
+                inputs.append(value)
+                continue
+            old = self.persistent[i] if i < len(self.persistent) else None
+            if isinstance(old, torch.Tensor) and _same_layout(old, value):
+                old.copy_(value)
+                inputs.append(old)
+            else:
+                inputs.append(_to_device_keep_layout(value, self.device))
+        self.persistent = inputs
+        return inputs
+
+    def _poison_allocator(self, inputs: list) -> None:
+        """Fill freed allocator blocks with NaN bits (0xFF): an output taken from `torch.empty` that was
+        never written reads as NaN instead of whatever a previous computation left there."""
+        sizes = [t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor)]
+        blocks = [
+            torch.full((n,), 0xFF, dtype=torch.uint8, device=self.device)
+            for n in sizes + self.last_output_sizes
+            if n
+        ]
+        del blocks
+
+    def _settle(self) -> None:
+        if self.device == "cuda":
+            _synchronize()
+        _sleep(0.01)
+        if self.device == "cuda":
+            _synchronize()
+
+    def _rerun_differs(self, inputs: list, first: object) -> bool:
+        """Run the same inputs again, buffers restored afterwards, and compare bit for bit."""
+        buffers = {name: b.detach().clone() for name, b in self.model.named_buffers()}
+        with torch.no_grad():
+            again = self.model(*inputs)
+        self._settle()
+        with torch.no_grad():
+            for name, b in self.model.named_buffers():
+                b.copy_(buffers[name])
+        if not_plain(again, self.device):
+            return True
+        first_leaves, again_leaves = tensor_leaves(first), tensor_leaves(again)
+        if len(first_leaves) != len(again_leaves):
+            return True
+        return any(not bitwise_equal(a, b) for a, b in zip(first_leaves, again_leaves, strict=True))
+
+    # ------------------------------------------------------------------------------------------- timing
+
+    def op_time(self, command: dict) -> dict:
+        loaded = torch.load(command["inputs"], weights_only=True)
+        inputs = [
+            _to_device_keep_layout(v, self.device) if isinstance(v, torch.Tensor) else v for v in loaded
+        ]
+        self.recorder.uninstrument()
+        with torch.no_grad():
+            stats = measure(
+                lambda: self.model(*inputs), self.device, command["min_runs"], command["min_time_s"]
+            )
+        return {"ok": True, "timing": stats, **self._state()}
+
+
+def _import_candidate(path: str) -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("kernelwright_candidate", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _describe_syntax(exc: BaseException) -> str:
+    if isinstance(exc, SyntaxError):
+        where = f"{Path(exc.filename or 'candidate').name}:{exc.lineno}"
+        return f"{where}: error: {exc.msg}\n    {(exc.text or '').strip()}"
+    return str(exc)
+
+
+def _kernelwright_references(module: types.ModuleType) -> list[str]:
+    """A candidate may not use kernelwright (its problem loader could reach the reference)."""
+    for name, value in vars(module).items():
+        owner = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+        if isinstance(owner, str) and owner.split(".")[0] == "kernelwright" and name != "__builtins__":
+            return [f"the candidate uses kernelwright ({name} from {owner})"]
+    return []
+
+
+def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
+
+
+def _to_device_keep_layout(value: torch.Tensor, device: str) -> torch.Tensor:
+    """`value` on `device` with the same strides (a non-contiguous trial must stay non-contiguous)."""
+    if value.device.type == device:
+        return value
+    return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=device).copy_(value)

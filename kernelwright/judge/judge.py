@@ -1,0 +1,272 @@
+"""Orchestration of one judgement (DESIGN.md §1, §4): the reference worker and a fresh candidate worker
+run side by side, trial by trial; the verdict is assembled here from what each reports.
+
+    reference process                parent (this module)                 candidate process
+    load problem, plan trials   <-- Judge(problem)
+                                    evaluate(candidate): static report --> import, build ModelNew
+    make inputs_k.pt, run Model <-- trial k                            --> run ModelNew(inputs_k), guarded
+    compare (outputs stay here) <-- compare k <-- outputs_k.pt <---------- (writes outputs_k.pt)
+    time eager / torch.compile  <--  timing                               -->  time ModelNew
+
+A `Judge` keeps its reference worker between candidates of the same problem (bench, generate loops), so
+the reference is loaded and timed once.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from kernelwright.environment import collect_environment
+from kernelwright.errors import ProblemLoadError, UsageError
+from kernelwright.judge.build import build_root
+from kernelwright.judge.extract import forbidden_imports, read_candidate
+from kernelwright.judge.options import JudgeOptions
+from kernelwright.judge.process import WorkerDied, WorkerProcess, WorkerTimeout
+from kernelwright.judge.session import CandidateSession, Failed
+from kernelwright.judge.static import static_report
+from kernelwright.judge.tolerance import describe as describe_tolerance
+from kernelwright.judge.tolerance import preset_names
+from kernelwright.problem import Problem, load_problem, load_shrunk
+
+STATUSES = (
+    "correct",
+    "mismatch",
+    "wrong_shape",
+    "wrong_dtype",
+    "nan",
+    "build_error",
+    "runtime_error",
+    "timeout",
+    "oom",
+    "rejected",
+    "builds",
+)
+DEFAULT_OPTIONS = JudgeOptions()
+REFERENCE_TIMEOUT_S = 600.0  # the reference is trusted code; this only bounds a broken problem
+
+
+class Judge:
+    """Judges candidates for one problem. Use as a context manager, or call `close()`."""
+
+    def __init__(self, problem: str | Path, options: JudgeOptions = DEFAULT_OPTIONS) -> None:
+        if options.device not in ("cuda", "cpu"):
+            raise UsageError(f"--device must be cuda or cpu, got {options.device!r}")
+        if options.tolerance not in preset_names():
+            raise UsageError(
+                f"--tolerance must be one of {', '.join(preset_names())}, got {options.tolerance!r}"
+            )
+        if options.trials < 1:
+            raise UsageError("--trials must be at least 1")
+        self.options = options
+        self.problem: Problem = load_shrunk(problem) if options.shrink else load_problem(problem)
+        self.workdir = Path(tempfile.mkdtemp(prefix="kernelwright-judge-"))
+        self.init_inputs_path = self.workdir / "init_inputs.pt"
+        torch.save(self.problem.init_inputs(), self.init_inputs_path)
+        self._reference: WorkerProcess | None = None
+        self._trials: list[dict] = []
+        self._env: dict | None = None
+        self._reference_timings: dict | None = None
+        self._count = 0
+
+    def __enter__(self) -> Judge:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._reference is not None:
+            self._reference.close()
+            self._reference = None
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # ------------------------------------------------------------------------------------------- reference
+
+    def _start_reference(self) -> WorkerProcess:
+        """The reference worker, started and loaded on first use (and again if it died)."""
+        if self._reference is not None and self._reference.proc.poll() is None:
+            return self._reference
+        worker = WorkerProcess("reference", self.workdir)
+        try:
+            reply = worker.request(
+                {
+                    "op": "load",
+                    "problem": str(self.problem.path.resolve()),
+                    "overrides": self.problem.constants,
+                    "seed": self.options.seed,
+                    "device": self.options.device,
+                    "trials": self.options.trials,
+                    "extra_distributions": self.options.extra_distributions,
+                    "tolerance": self.options.tolerance,
+                    "workdir": str(self.workdir),
+                    "env": True,
+                },
+                REFERENCE_TIMEOUT_S,
+            )
+        except (WorkerDied, WorkerTimeout) as exc:
+            worker.close()
+            raise ProblemLoadError(f"{self.problem.path}: the reference process failed: {exc}") from exc
+        if not reply.get("ok"):
+            worker.close()
+            raise ProblemLoadError(f"{self.problem.path}: {reply.get('detail')}")
+        self._trials, self._env = reply["trials"], reply.get("env")
+        self._reference = worker
+        return worker
+
+    def _reference_request(self, command: dict) -> dict:
+        worker = self._start_reference()
+        try:
+            reply = worker.request(command, REFERENCE_TIMEOUT_S)
+        except (WorkerDied, WorkerTimeout) as exc:
+            # Not the problem's fault as far as we know (a candidate can kill a sibling process): a failed
+            # run, and a fresh reference worker next time.
+            worker.close()
+            self._reference = None
+            raise Failed("runtime_error", f"the reference process failed during this run: {exc}") from exc
+        if not reply.get("ok"):
+            raise ProblemLoadError(f"{self.problem.path}: the reference Model failed: {reply.get('detail')}")
+        return reply
+
+    def reference_timings(self) -> dict:
+        """{"eager": stats, "compile": stats or None}, measured once per Judge."""
+        if self._reference_timings is None:
+            timings = {"eager": self._time_reference("eager"), "compile": None}
+            if self.options.compile_baseline:
+                try:
+                    timings["compile"] = self._time_reference("compile")
+                except ProblemLoadError as exc:
+                    timings["compile_error"] = str(exc)
+            self._reference_timings = timings
+        return self._reference_timings
+
+    def _time_reference(self, which: str) -> dict:
+        reply = self._reference_request(
+            {
+                "op": "time",
+                "which": which,
+                "min_runs": self.options.min_runs,
+                "min_time_s": self.options.min_time_s,
+            }
+        )
+        return _public_timing(reply["timing"])
+
+    def reference_report(self) -> dict:
+        """Eager (and torch.compile) timings of the problem alone: what `evaluate_reference` returns."""
+        self._start_reference()
+        self._reference_request({"op": "reset"})
+        timings = self.reference_timings()
+        return {
+            "status": "reference",
+            "detail": "",
+            "problem": str(self.problem.path),
+            "problem_id": self.problem.id,
+            "device": self.options.device,
+            "timings": {"candidate": None, "eager": timings["eager"], "compile": timings["compile"]},
+            "warnings": [{"check": "compile", "line": None, "message": timings["compile_error"]}]
+            if "compile_error" in timings
+            else [],
+            "env": self._env or collect_environment(),
+            "seeds": self._seeds(),
+        }
+
+    def _seeds(self) -> dict:
+        return {"model": self.options.seed, "inputs": [t["seed"] for t in self._trials]}
+
+    # ------------------------------------------------------------------------------------------- candidate
+
+    def evaluate(self, candidate: str | Path) -> dict:
+        """The verdict for one candidate. Never raises because of the candidate."""
+        self._count += 1
+        started = time.monotonic()
+        verdict = self._new_verdict(candidate)
+        source, how = read_candidate(candidate)
+        if source is None:
+            return _finish(verdict, "rejected", how, started)
+        verdict["source"] = how
+        verdict["warnings"] = static_report(source)
+        imported = forbidden_imports(source)
+        if imported:
+            return _finish(
+                verdict,
+                "rejected",
+                f"the candidate imports {', '.join(imported)} "
+                "(a ModelNew file is self-contained; it may not use kernelwright)",
+                started,
+            )
+        if any(w["check"] == "precision" for w in verdict["warnings"]):
+            verdict["flags"]["precision"] = "downcast"
+        verdict["flags"]["custom_kernel_source"] = (
+            "load_inline" in source or "cpp_extension" in source or "triton.jit" in source
+        )
+        workdir = self.workdir / f"candidate_{self._count}"
+        workdir.mkdir()
+        source_file = workdir / "candidate.py"
+        source_file.write_text(source)
+        session = CandidateSession(
+            self, verdict, workdir, source_file, build_root(self.options.build_dir, source)
+        )
+        try:
+            status, detail = session.run()
+        finally:
+            session.close()
+            shutil.rmtree(workdir, ignore_errors=True)
+        return _finish(verdict, status, detail, started)
+
+    def _new_verdict(self, candidate: str | Path) -> dict:
+        options = self.options
+        return {
+            "status": None,
+            "detail": "",
+            "problem": str(self.problem.path),
+            "problem_id": self.problem.id,
+            "candidate": str(candidate),
+            "device": options.device,
+            "trials": [],
+            "timings": {"candidate": None, "eager": None, "compile": None},
+            "speedup_vs_eager": None,
+            "speedup_vs_compile": None,
+            "flags": {
+                "no_custom_kernel": None,
+                "precision": "fp32",
+                "nondeterministic": False,
+                "fallback_detected": False,
+                "timing_disagreement": False,
+            },
+            "warnings": [],
+            "build_seconds": None,
+            "env": None,
+            "seeds": self._seeds(),
+            "tolerance": {"preset": options.tolerance, "table": describe_tolerance(options.tolerance)},
+            "options": {k: getattr(options, k) for k in options.__dataclass_fields__},
+        }
+
+
+def _finish(verdict: dict, status: str, detail: str, started: float) -> dict:
+    assert status in STATUSES, status
+    verdict["status"], verdict["detail"] = status, detail
+    verdict["judge_seconds"] = round(time.monotonic() - started, 3)
+    if verdict["env"] is None:
+        verdict["env"] = collect_environment()
+    return verdict
+
+
+def _public_timing(stats: dict) -> dict:
+    return {key: stats[key] for key in ("median_ms", "iqr_ms", "n", "wall_median_ms")}
+
+
+def evaluate(problem: str | Path, candidate: str | Path, options: JudgeOptions = DEFAULT_OPTIONS) -> dict:
+    """The verdict dict (DESIGN.md §1) for `candidate` on `problem`. Raises only for a bad problem or bad
+    options (ProblemLoadError / UsageError), never because of the candidate."""
+    with Judge(problem, options) as judge:
+        return judge.evaluate(candidate)
+
+
+def evaluate_reference(problem: str | Path, options: JudgeOptions = DEFAULT_OPTIONS) -> dict:
+    """Eager and (unless disabled) torch.compile timings of the problem, no candidate."""
+    with Judge(problem, options) as judge:
+        return judge.reference_report()

@@ -1,0 +1,131 @@
+"""Parent side of the judge's child processes: spawn a fresh interpreter running `judge/worker.py`, send it
+JSON commands, wait for each reply under a wall-clock deadline, and turn a hang or a death into an exception
+the judge maps to a verdict (the judge itself never dies with the child)."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+class WorkerTimeout(Exception):
+    """The child did not reply within its deadline (it has been killed)."""
+
+
+class WorkerDied(Exception):
+    """The child exited without replying: a segfault, an abort, the OOM killer, os._exit in candidate code."""
+
+    def __init__(self, returncode: int | None, log_tail: str) -> None:
+        self.returncode = returncode
+        self.log_tail = log_tail
+        super().__init__(f"{describe_exit(returncode)}{': ' + log_tail if log_tail else ''}")
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is not None and returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"the process was killed by {name}"
+    return f"the process exited with code {returncode}"
+
+
+class WorkerProcess:
+    """One child process (`role` = "reference" or "candidate") with its own log file."""
+
+    def __init__(self, role: str, workdir: Path, env: dict[str, str] | None = None) -> None:
+        self.role = role
+        self.log_path = workdir / f"{role}.log"
+        reply_read, reply_write = os.pipe()
+        self._log = open(self.log_path, "wb")
+        child_env = {**os.environ, **(env or {})}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kernelwright.judge.worker", role, str(reply_write)],
+            stdin=subprocess.PIPE,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            pass_fds=(reply_write,),
+            cwd=workdir,
+            env=child_env,
+            start_new_session=True,  # its own process group: killable with its compilers
+        )
+        os.close(reply_write)
+        self._replies = os.fdopen(reply_read, "rb", buffering=0)
+        self._buffer = b""
+
+    def send(self, command: dict) -> None:
+        try:
+            self.proc.stdin.write((json.dumps(command) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the child is gone; receive() reports how
+
+    def receive(self, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise WorkerTimeout(f"no reply within {timeout:.0f} s")
+            ready, _, _ = select.select([self._replies], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            chunk = os.read(self._replies.fileno(), 1 << 16)
+            if not chunk:
+                returncode = self._wait_exit()
+                raise WorkerDied(returncode, self.log_tail())
+            self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError as exc:
+            self.kill()
+            raise WorkerDied(None, f"unreadable reply from the {self.role} process ({exc})") from exc
+
+    def request(self, command: dict, timeout: float) -> dict:
+        self.send(command)
+        return self.receive(timeout)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+    def _wait_exit(self) -> int | None:
+        try:
+            return self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.proc.returncode
+
+    def kill(self) -> None:
+        """Kill the child's whole process group (compilers it started, processes the candidate forked)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            if self.proc.poll() is None:
+                self.proc.kill()
+        self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.send({"op": "exit"})
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+        for stream in (self.proc.stdin, self._replies, self._log):
+            try:
+                stream.close()
+            except OSError:
+                pass

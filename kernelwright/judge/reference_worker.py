@@ -1,0 +1,102 @@
+"""The reference side of a judgement, in its own process: the problem's Model, the trial inputs, the
+reference outputs (kept here, never written where the candidate could read them), the comparisons, and the
+eager / torch.compile timings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from kernelwright.environment import collect_environment
+from kernelwright.judge.compare import compare_buffers, compare_outputs
+from kernelwright.judge.inputs import Trial, apply_distribution, plan_trials
+from kernelwright.judge.outputs import aliases, flatten
+from kernelwright.judge.timing import measure
+from kernelwright.problem import load_problem, to_device
+
+
+class ReferenceWorker:
+    def __init__(self) -> None:
+        self.problem = None
+        self.model = None
+        self.plan: list[Trial] = []
+        self.pending: dict[int, tuple] = {}  # trial index -> (outputs, updated buffers)
+
+    def handle(self, command: dict) -> dict:
+        return getattr(self, f"op_{command['op']}")(command)
+
+    def op_load(self, command: dict) -> dict:
+        self.config = command
+        self.device = command["device"]
+        self.workdir = Path(command["workdir"])
+        self.problem = load_problem(command["problem"], command.get("overrides") or None)
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("--device cuda but CUDA is not available here (use --device cpu)")
+        base = self.problem.inputs(command["seed"] + 1)
+        self.plan = plan_trials(base, command["trials"], command["seed"], command["extra_distributions"])
+        return {"ok": True, "trials": [t.to_json() for t in self.plan], "env": collect_environment()}
+
+    def op_reset(self, command: dict) -> dict:
+        """A fresh Model under the construction seed, for the next candidate."""
+        self.model = self.problem.build_model(self.config["seed"], self.device)
+        self.pending.clear()
+        return {"ok": True}
+
+    def trial_inputs(self, trial: Trial) -> list:
+        return apply_distribution(self.problem.inputs(trial.seed), trial.distribution)
+
+    def op_trial(self, command: dict) -> dict:
+        trial = self.plan[command["index"]]
+        cpu_inputs = self.trial_inputs(trial)
+        path = self.workdir / f"inputs_{trial.index}.pt"
+        torch.save(cpu_inputs, path)
+        inputs = to_device(cpu_inputs, self.device)
+        buffers = dict(self.model.named_buffers())
+        versions = {name: b._version for name, b in buffers.items()}
+        in_versions = [t._version if isinstance(t, torch.Tensor) else None for t in inputs]
+        with torch.no_grad():
+            outputs = self.model(*inputs)
+        updated = {name: b.detach().clone() for name, b in buffers.items() if b._version != versions[name]}
+        pairs = zip(inputs, in_versions, strict=True)
+        mutates = any(isinstance(t, torch.Tensor) and t._version != v for t, v in pairs)
+        self.pending[trial.index] = (outputs, updated)
+        return {
+            "ok": True,
+            "inputs": str(path),
+            "buffers": sorted(updated),
+            "mutates_inputs": mutates,
+            "aliases_inputs": aliases(outputs, inputs) is not None,
+        }
+
+    def op_compare(self, command: dict) -> dict:
+        trial = self.plan[command["index"]]
+        outputs, updated = self.pending.pop(trial.index)
+        result_file = torch.load(command["outputs"], map_location=self.device, weights_only=True)
+        if trial.distribution != "normal" and not _all_finite(outputs):
+            # e.g. log() of the all-negative inputs: this distribution says nothing about this problem.
+            return {"ok": True, "status": "skipped", "detail": "the reference output is not finite here"}
+        result = compare_outputs(
+            outputs, result_file["outputs"], self.config["tolerance"], trial.distribution
+        )
+        if result["status"] == "correct" and updated:
+            result.update(compare_buffers(updated, result_file["buffers"], self.config["tolerance"]))
+        return {"ok": True, **result}
+
+    def op_time(self, command: dict) -> dict:
+        """Time eager Model (or torch.compile(Model)) on the first trial's inputs."""
+        inputs = to_device(self.trial_inputs(self.plan[0]), self.device)
+        model = self.model
+        if command["which"] == "compile":
+            model = torch.compile(model)
+        with torch.no_grad():
+            stats = measure(lambda: model(*inputs), self.device, command["min_runs"], command["min_time_s"])
+        return {"ok": True, "timing": stats}
+
+
+def _all_finite(outputs) -> bool:
+    return all(
+        bool(torch.isfinite(leaf).all())
+        for _, leaf in flatten(outputs)
+        if isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or leaf.is_complex())
+    )

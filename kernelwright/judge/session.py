@@ -1,0 +1,212 @@
+"""One candidate's run inside a `Judge`: build, trials in lockstep with the reference, timing. Each step's
+reply is folded into the verdict; the first failing step decides the status."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kernelwright.judge.build import trim_build_log
+from kernelwright.judge.process import WorkerDied, WorkerProcess, WorkerTimeout, describe_exit
+from kernelwright.problem import BUNDLED_DIR, Problem
+
+
+class Rejected(Exception):
+    """A defence fired: the verdict is `rejected` with this message."""
+
+
+class Failed(Exception):
+    """The candidate failed a step: `status` with `detail`."""
+
+    def __init__(self, status: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+class CandidateSession:
+    def __init__(self, judge, verdict: dict, workdir: Path, source_file: Path, build_dir: Path) -> None:
+        self.judge, self.options, self.verdict = judge, judge.options, verdict
+        self.workdir, self.source_file = workdir, source_file
+        self.flags = verdict["flags"]
+        self.custom_calls = 0
+        self.worker = WorkerProcess("candidate", workdir, env={"TORCH_EXTENSIONS_DIR": str(build_dir)})
+        self.phase = "build"
+
+    def close(self) -> None:
+        self.worker.close()
+
+    def run(self) -> tuple[str, str]:
+        try:
+            return self._run()
+        except Rejected as exc:
+            return "rejected", str(exc)
+        except Failed as exc:
+            return exc.status, exc.detail
+        except WorkerTimeout:
+            limit = self.options.build_timeout_s if self.phase == "build" else self.options.run_timeout_s
+            what = "building/importing the candidate" if self.phase == "build" else "running the candidate"
+            return "timeout", f"{what} took longer than {limit:g} s (wall clock); the process was killed"
+        except WorkerDied as exc:
+            if exc.returncode is None or self.worker.proc.poll() is None:
+                return "runtime_error", str(exc)
+            return describe_death(exc)
+
+    def _run(self) -> tuple[str, str]:
+        options = self.options
+        self.worker.send(
+            {
+                "op": "build",
+                "candidate": str(self.source_file),
+                "init_inputs": str(self.judge.init_inputs_path),
+                "seed": options.seed,
+                "device": options.device,
+                "compile_only": options.compile_only,
+                "memory_fraction": options.memory_fraction,
+                "protected": protected_paths(self.judge.problem),
+            }
+        )
+        if not options.compile_only:
+            # The reference loads while the candidate builds (it needs no GPU time for that).
+            self.judge._start_reference()
+            self.judge._reference_request({"op": "reset"})
+            self.verdict["env"] = self.judge._env
+            self.verdict["seeds"] = self.judge._seeds()
+        build = self.worker.receive(options.build_timeout_s)
+        self.verdict["build_seconds"] = round(build.get("build_seconds", 0.0), 3)
+        if build.get("status") == "build_error":
+            raise Failed("build_error", trim_build_log(build.get("log", "")))
+        self._check(build)
+        extensions = build.get("extensions", 0)
+        if options.compile_only:
+            self.flags["no_custom_kernel"] = extensions == 0 and not self.flags["custom_kernel_source"]
+            note = f"; {build['note']}" if build.get("note") else ""
+            return "builds", f"{extensions} extension(s) compiled{note}"
+
+        self.phase = "run"
+        deadline = time.monotonic() + options.run_timeout_s
+        for trial in self.judge._trials:
+            self._run_trial(trial, deadline)
+        # Custom kernels are seen at runtime (calls into a built extension); Triton only in the source.
+        self.flags["no_custom_kernel"] = (
+            self.custom_calls == 0 and "triton.jit" not in self.source_file.read_text()
+        )
+        if options.timing:
+            self._time(deadline)
+        return "correct", self._summary()
+
+    def _left(self, deadline: float) -> float:
+        return max(deadline - time.monotonic(), 0.001)
+
+    def _check(self, reply: dict) -> None:
+        """Fold the always-present parts of a candidate reply into the verdict; raise on a failure."""
+        if reply.get("precision_changes"):
+            self.flags["precision"] = "downcast"
+            self.flags["precision_changes"] = reply["precision_changes"]
+        if reply.get("violations"):
+            raise Rejected("; ".join(dict.fromkeys(reply["violations"])))
+        if not reply.get("ok"):
+            raise Failed(reply.get("status", "runtime_error"), reply.get("detail", ""))
+
+    def _run_trial(self, trial: dict, deadline: float) -> None:
+        index = trial["index"]
+        reference = self.judge._reference_request({"op": "trial", "index": index})
+        outputs = self.workdir / f"outputs_{index}.pt"
+        reply = self.worker.request(
+            {
+                "op": "trial",
+                "inputs": reference["inputs"],
+                "outputs": str(outputs),
+                "buffers": reference["buffers"],
+                "check_inputs": not reference["mutates_inputs"],
+                "check_aliasing": not reference["aliases_inputs"],
+                "determinism": index == 0 and not reference["mutates_inputs"],
+            },
+            self._left(deadline),
+        )
+        entry = {**trial, "status": None, "max_abs_err": None, "max_rel_err": None, "first_mismatch": None}
+        self.verdict["trials"].append(entry)
+        try:
+            self._check(reply)
+        except (Rejected, Failed) as exc:
+            entry["status"] = getattr(exc, "status", "rejected")
+            raise
+        self.custom_calls += reply.get("custom_calls", 0)
+        fallback = reply.get("custom_errors", []) + reply.get("swallowed", [])
+        if fallback:
+            self.flags["fallback_detected"] = True
+            self.flags.setdefault("fallback_notes", []).extend(
+                n for n in fallback if n not in self.flags.get("fallback_notes", [])
+            )
+        if reply.get("nondeterministic"):
+            self.flags["nondeterministic"] = True
+        if reply.get("new_threads"):
+            self.flags["background_threads"] = max(
+                self.flags.get("background_threads", 0), reply["new_threads"]
+            )
+        if reply.get("wrong_device"):
+            entry["status"] = "mismatch"
+            raise Failed("mismatch", f"trial {index} ({trial['distribution']}): {reply['wrong_device']}")
+        result = self.judge._reference_request({"op": "compare", "index": index, "outputs": str(outputs)})
+        outputs.unlink(missing_ok=True)
+        if index > 0:
+            Path(reference["inputs"]).unlink(missing_ok=True)
+        entry.update({k: result.get(k) for k in ("status", "max_abs_err", "max_rel_err", "first_mismatch")})
+        if result["status"] not in ("correct", "skipped"):
+            raise Failed(
+                result["status"],
+                f"trial {index} ({trial['distribution']}, seed {trial['seed']}): {result['detail']}",
+            )
+
+    def _time(self, deadline: float) -> None:
+        first_inputs = str(self.judge.workdir / "inputs_0.pt")
+        reply = self.worker.request(
+            {
+                "op": "time",
+                "inputs": first_inputs,
+                "min_runs": self.options.min_runs,
+                "min_time_s": self.options.min_time_s,
+            },
+            self._left(deadline),
+        )
+        self._check(reply)
+        self.worker.close()  # the GPU is the reference's alone while it is timed
+        stats = reply["timing"]
+        timings = self.verdict["timings"]
+        timings["candidate"] = {k: stats[k] for k in ("median_ms", "iqr_ms", "n", "wall_median_ms")}
+        self.flags["timing_disagreement"] = bool(stats["disagrees"])
+        # With work hidden from the events, the wall clock is the honest time.
+        candidate_ms = (
+            max(stats["median_ms"], stats["wall_median_ms"]) if stats["disagrees"] else stats["median_ms"]
+        )
+        reference = self.judge.reference_timings()
+        timings["eager"], timings["compile"] = reference["eager"], reference["compile"]
+        if "compile_error" in reference:
+            self.verdict["warnings"].append(
+                {"check": "compile", "line": None, "message": reference["compile_error"]}
+            )
+        for key, name in (("speedup_vs_eager", "eager"), ("speedup_vs_compile", "compile")):
+            if timings[name] and candidate_ms > 0:
+                self.verdict[key] = round(timings[name]["median_ms"] / candidate_ms, 4)
+
+    def _summary(self) -> str:
+        passed = sum(1 for t in self.verdict["trials"] if t["status"] == "correct")
+        skipped = sum(1 for t in self.verdict["trials"] if t["status"] == "skipped")
+        text = f"{passed} trials passed" + (f", {skipped} skipped" if skipped else "")
+        if self.verdict["speedup_vs_eager"] is not None:
+            text += f"; {self.verdict['speedup_vs_eager']:.2f}x vs eager"
+        if self.verdict["speedup_vs_compile"] is not None:
+            text += f", {self.verdict['speedup_vs_compile']:.2f}x vs torch.compile"
+        return text
+
+
+def protected_paths(problem: Problem) -> list[str]:
+    """Files the candidate may not open: the problem file and the bundled problems."""
+    return [str(problem.path.resolve()), str(BUNDLED_DIR)]
+
+
+def describe_death(exc: WorkerDied) -> tuple[str, str]:
+    """(status, detail) for a candidate process that died without replying."""
+    status = "oom" if exc.returncode == -9 else "runtime_error"
+    cause = " (probably the OS out-of-memory killer)" if status == "oom" else ""
+    tail = f"; last output:\n{exc.log_tail}" if exc.log_tail else ""
+    return status, f"the candidate process died: {describe_exit(exc.returncode)}{cause}{tail}"

@@ -1,0 +1,64 @@
+"""The one table of numerical tolerances used to compare a candidate's outputs with the reference's.
+
+A value passes when `|candidate - reference| <= atol + rtol * |reference|` element-wise (the
+`torch.allclose` rule). Presets:
+
+- `default`: our FP32 contract (DESIGN.md §3). FP32 atol = rtol = 1e-4 leaves room for reassociated sums
+  and fused multiply-adds but not for TF32 (10-bit mantissa, errors ~1e-3) or half precision.
+- `kernelbench`: KernelBench's published evaluation, `torch.allclose(atol=1e-2, rtol=1e-2)` for every
+  dtype; use it to compare numbers with published results.
+
+Integer and boolean outputs (argmax, masks) must match exactly under every preset.
+
+For the rescaled input distributions (x1000, tiny values) an absolute tolerance in output units is
+meaningless, so there atol is taken relative to the reference output's RMS (`effective_atol`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+PRESETS: dict[str, dict[torch.dtype, tuple[float, float]]] = {
+    "default": {
+        torch.float64: (1e-7, 1e-7),
+        torch.float32: (1e-4, 1e-4),
+        torch.float16: (1e-2, 1e-2),
+        torch.bfloat16: (2e-2, 2e-2),
+        torch.complex64: (1e-4, 1e-4),
+        torch.complex128: (1e-7, 1e-7),
+    },
+    "kernelbench": {
+        torch.float64: (1e-2, 1e-2),
+        torch.float32: (1e-2, 1e-2),
+        torch.float16: (1e-2, 1e-2),
+        torch.bfloat16: (1e-2, 1e-2),
+        torch.complex64: (1e-2, 1e-2),
+        torch.complex128: (1e-2, 1e-2),
+    },
+}
+
+# Input distributions whose outputs are not O(1): atol scales with the reference output (see module doc).
+RESCALED_DISTRIBUTIONS = frozenset({"scale1000", "tiny"})
+
+
+def preset_names() -> list[str]:
+    return list(PRESETS)
+
+
+def tolerance_for(preset: str, dtype: torch.dtype) -> tuple[float, float]:
+    """(atol, rtol) for outputs of `dtype`; (0, 0) (exact) for integer and boolean outputs."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown tolerance preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[preset].get(dtype, (0.0, 0.0))
+
+
+def effective_atol(atol: float, reference_rms: float, distribution: str) -> float:
+    """atol for one output: as in the table, or relative to the reference's RMS for rescaled inputs."""
+    if distribution not in RESCALED_DISTRIBUTIONS or not reference_rms > 0 or reference_rms == float("inf"):
+        return atol
+    return atol * reference_rms
+
+
+def describe(preset: str) -> dict[str, list[float]]:
+    """The preset as JSON: dtype name -> [atol, rtol]."""
+    return {str(dtype).removeprefix("torch."): list(pair) for dtype, pair in PRESETS[preset].items()}

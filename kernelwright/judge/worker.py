@@ -1,0 +1,81 @@
+"""Entry point of the judge's child processes: `python -m kernelwright.judge.worker ROLE REPLY_FD`.
+
+ROLE is `reference` (loads the problem, makes inputs, computes and compares reference outputs, times eager
+and torch.compile) or `candidate` (imports and builds the candidate, runs it under the defences, times it).
+Commands arrive as JSON lines on stdin; each gets one JSON line on REPLY_FD (stdout and stderr are the
+candidate's to print to: they go to a log file). A failure in a command becomes a reply, never a crash;
+after a CUDA error the context is unusable, so the process exits right after replying.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+
+def classify_failure(exc: BaseException, source_file: str | None = None) -> dict:
+    """{"status", "detail", "fatal"} for an exception raised while running candidate or reference code."""
+    name = type(exc).__name__
+    text = str(exc).strip()
+    lowered = text.lower()
+    if (
+        isinstance(exc, MemoryError)
+        or name == "OutOfMemoryError"
+        or "out of memory" in lowered
+        or "can't allocate memory" in lowered
+    ):
+        status = "oom"
+    else:
+        status = "runtime_error"
+    cuda_error = (
+        name == "AcceleratorError"
+        or "cuda error" in lowered
+        or "illegal memory access" in lowered
+        or "device-side assert" in lowered
+        or "unspecified launch failure" in lowered
+    )
+    where = ""
+    if source_file:
+        frames = [
+            f
+            for f in traceback.extract_tb(exc.__traceback__)
+            if os.path.realpath(f.filename) == os.path.realpath(source_file)
+        ]
+        if frames:
+            where = f" (candidate line {frames[-1].lineno}: {frames[-1].line})"
+    first_lines = "\n".join(text.splitlines()[:6])
+    return {"status": status, "detail": f"{name}: {first_lines}{where}", "fatal": cuda_error}
+
+
+def main(argv: list[str]) -> int:
+    role, reply_fd = argv[1], int(argv[2])
+    replies = os.fdopen(reply_fd, "w", buffering=1)
+    if role == "reference":
+        from kernelwright.judge.reference_worker import ReferenceWorker as Handler
+    else:
+        from kernelwright.judge.candidate_worker import CandidateWorker as Handler
+    handler = Handler()
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            break
+        command = json.loads(line)
+        if command["op"] == "exit":
+            break
+        try:
+            reply = handler.handle(command)
+        except BaseException as exc:  # anything the code under judgement raises becomes a reply
+            reply = {"ok": False, **classify_failure(exc, getattr(handler, "source_file", None))}
+        replies.write(json.dumps(reply, default=str) + "\n")
+        if reply.get("fatal"):
+            replies.flush()
+            os._exit(3)
+    replies.flush()
+    # Skip interpreter teardown: candidate atexit hooks and CUDA teardown have nothing left to say.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
