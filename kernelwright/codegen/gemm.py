@@ -1,0 +1,206 @@
+"""The GEMM family's renderer: a fused group from `kernelwright.fuse.gemm` → CUDA launcher + C++ binding.
+
+Two kernels share one launcher signature and one binding: a CUTLASS 3xTF32 tensor-core GEMM
+(`gemm_cutlass.py`) and a bandwidth-bound matrix-vector kernel (`gemm_gemv.py`). Both apply the same
+generated epilogue function, `float NAME_epilogue(float acc, float e0, ...)`, built from the group's
+pointwise IR with the pointwise family's expression table; they differ only in how they fetch `e0...`.
+
+Launcher (in the .cu, no torch headers):
+    const char* NAME_launch(const float* a, const float* b, float* d,
+                            [const float* eJ, long long eJ_sm, long long eJ_sl,]...
+                            int batch, int m, int n, int k, long long lda, long long ldb,
+                            long long batch_stride_a, long long batch_stride_b,
+                            void* workspace, cudaStream_t stream);   // nullptr on success, else the error
+    size_t NAME_workspace(int batch, int m, int n, int k);
+
+CUTLASS sources include "cutlass/..." headers: the extension must be built with the `nvidia-cutlass`
+wheel's include directory (see `CUTLASS_INCLUDE_FINDER`) and `-std=c++17`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from string import Template
+
+import torch
+
+from kernelwright.codegen.kernel import KernelSource
+from kernelwright.codegen.pointwise import c_literal, emit_statements
+from kernelwright.fuse.gemm import GemmConfig, GemmView, describe
+from kernelwright.fuse.plan import FusedGroup
+from kernelwright.ir.graph import Node
+
+# Python source for an emitted ModelNew file: finds the CUTLASS headers of the installed `nvidia-cutlass`
+# wheel without importing it (its __init__ pulls heavy optional dependencies), or `$CUTLASS_PATH`.
+CUTLASS_INCLUDE_FINDER = '''
+def _cutlass_include():
+    import importlib.util
+    import os
+    from pathlib import Path
+    candidates = [Path(os.environ["CUTLASS_PATH"]) / "include"] if os.environ.get("CUTLASS_PATH") else []
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is not None and spec.submodule_search_locations:
+        root = Path(list(spec.submodule_search_locations)[0])
+        candidates += [root / "source" / "include", root.parent / "cutlass" / "include"]
+    for path in candidates:
+        if (path / "cutlass" / "cutlass.h").is_file():
+            return str(path)
+    raise RuntimeError("this model's GEMM kernels need the CUTLASS headers: pip install nvidia-cutlass "
+                       "(or set CUTLASS_PATH to a CUTLASS checkout)")
+'''.strip()
+
+# nvcc flags the CUTLASS translation units need on top of torch's defaults.
+CUTLASS_NVCC_FLAGS = ("-std=c++17", "--expt-relaxed-constexpr")
+
+
+def render(group: FusedGroup) -> KernelSource:
+    view = describe(group)
+    config = group.config if isinstance(group.config, GemmConfig) else GemmConfig(*group.config)
+    name = kernel_name(group, config)
+    if config.kernel == "gemv":
+        from kernelwright.codegen.gemm_gemv import render_cuda
+    else:
+        from kernelwright.codegen.gemm_cutlass import render_cuda
+    cuda = render_cuda(name, view, config, epilogue_function(name, view))
+    return KernelSource(name=name, cuda=cuda, cpp=render_binding(name, group, view, config),
+                        ir_comment=ir_comment(view, config))
+
+
+def kernel_name(group: FusedGroup, config: GemmConfig) -> str:
+    view = describe(group)
+    text = repr((config, [(n.op, n.shape, n.attrs) for n in group.nodes],
+                 [(o.kind, o.extents) for o in view.operands]))
+    return f"kw_gemm_{hashlib.sha1(text.encode()).hexdigest()[:10]}"
+
+
+def epilogue_function(name: str, view: GemmView) -> str:
+    """`float NAME_epilogue(float acc, float e0, ...)`: the anchor's own bias term, then the pointwise
+    epilogue, in FP32 as ATen computes it."""
+    params = ["float acc"] + [f"float e{j}" for j in range(len(view.operands))]
+    env = {id(o.node): f"e{j}" for j, o in enumerate(view.operands)}
+    lines = []
+    anchor = view.anchor
+    if anchor.op == "linear" and len(anchor.inputs) > 2:
+        lines.append("const float product = acc + e0;")
+    elif anchor.op == "addmm":
+        alpha, beta = float(anchor.attr("alpha", 1)), float(anchor.attr("beta", 1))
+        scaled = "acc" if alpha == 1 else f"{c_literal(alpha, torch.float32)} * acc"
+        if beta == 0:       # ATen ignores the input entirely (NaN/inf in it do not propagate)
+            lines.append(f"const float product = {scaled};")
+        else:
+            bias = "e0" if beta == 1 else f"{c_literal(beta, torch.float32)} * e0"
+            lines.append(f"const float product = {scaled} + {bias};")
+    else:
+        lines.append("const float product = acc;")
+    env[id(anchor)] = "product"
+    lines += emit_statements(view.epilogue, env)
+    body = "\n".join(f"  {line}" for line in lines)
+    return (f"__device__ __forceinline__ float {name}_epilogue({', '.join(params)}) {{\n{body}\n"
+            f"  return {env[id(view.output)]};\n}}")
+
+
+def launcher_params(view: GemmView) -> str:
+    """The launcher's parameter list (shared by both kernels and by the binding's declaration)."""
+    operands = "".join(f"const float* e{j}, long long e{j}_sm, long long e{j}_sl, "
+                       for j in range(len(view.operands)))
+    return (f"const float* a, const float* b, float* d, {operands}int batch, int m, int n, int k, "
+            "long long lda, long long ldb, long long batch_stride_a, long long batch_stride_b, "
+            "void* workspace, cudaStream_t stream")
+
+
+def ir_comment(view: GemmView, config: GemmConfig) -> str:
+    layout = f"A {'col' if view.a_col_major else 'row'}-major, B {'col' if view.b_col_major else 'row'}-major"
+    if config.kernel == "gemv":
+        kernel = "matrix-vector kernel (exact FP32, bandwidth-bound)"
+    else:
+        kernel = (f"CUTLASS 3xTF32 tile {'x'.join(map(str, config.block))} warp "
+                  f"{'x'.join(map(str, config.warp))} {config.stages} stages {config.swizzle}")
+    epilogue = " → ".join(n.op for n in view.epilogue) or "none"
+    operands = ", ".join(f"{o.node.name or o.node.op}:{o.kind}" for o in view.operands) or "none"
+    return (f"{view.anchor.op} [batch {view.batch}] {view.m}x{view.n}x{view.k} ({layout}) via {kernel}; "
+            f"epilogue: {epilogue}; epilogue tensors: {operands}")
+
+
+# ---------------------------------------------------------------------------------------------- binding
+
+_BINDING = Template(r'''
+#include <torch/extension.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+
+const char* ${name}_launch(${params});
+size_t ${name}_workspace(int batch, int m, int n, int k);
+
+namespace ${name}_detail {
+// A matrix operand as [batch, rows, cols] with unit column stride, a row stride that is a multiple of
+// `align` and an address aligned to `align` floats: anything else (a transposed view, an offset slice)
+// is copied once rather than read with the wrong access width.
+inline at::Tensor matrix(const at::Tensor& v, int64_t batch, int64_t rows, int64_t cols, int64_t align) {
+  const bool ok = v.stride(2) == 1 && (rows == 1 || (v.stride(1) >= cols && v.stride(1) % align == 0)) &&
+                  (batch == 1 || v.stride(0) % align == 0) &&
+                  reinterpret_cast<uintptr_t>(v.data_ptr()) % (align * sizeof(float)) == 0;
+  return ok ? v : v.contiguous();
+}
+inline int64_t row_stride(const at::Tensor& v, int64_t cols, int64_t align) {
+  return v.size(1) == 1 ? (cols + align - 1) / align * align : v.stride(1);
+}
+}  // namespace ${name}_detail
+
+std::vector<at::Tensor> ${name}(std::vector<at::Tensor> inputs) {
+  TORCH_CHECK(inputs.size() == ${n_inputs}, "${name}: expected ${n_inputs} inputs, got ", inputs.size());
+  for (const auto& t : inputs) {
+    TORCH_CHECK(t.is_cuda() && t.scalar_type() == at::kFloat, "${name}: inputs must be float32 CUDA tensors");
+  }
+  const c10::cuda::CUDAGuard guard(inputs[0].device());
+  const int64_t batch = ${batch}, m = ${m}, n = ${n}, k = ${k};
+  at::Tensor a = ${name}_detail::matrix(${a_expr}, ${a_batch}, ${a_rows}, ${a_cols}, ${align_a});
+  at::Tensor b = ${name}_detail::matrix(${b_expr}, ${b_batch}, ${b_rows}, ${b_cols}, ${align_b});
+${operand_lines}
+  at::Tensor out = at::empty({${out_shape}}, inputs[0].options());
+  const size_t workspace_bytes = ${name}_workspace(batch, m, n, k);
+  at::Tensor workspace =
+      at::empty({static_cast<int64_t>(workspace_bytes)}, inputs[0].options().dtype(at::kByte));
+  const char* error = ${name}_launch(
+      a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), ${operand_args}
+      batch, m, n, k, ${name}_detail::row_stride(a, ${a_cols}, ${align_a}),
+      ${name}_detail::row_stride(b, ${b_cols}, ${align_b}),
+      a.size(0) == 1 ? 0 : a.stride(0), b.size(0) == 1 ? 0 : b.stride(0),
+      workspace_bytes ? workspace.data_ptr() : nullptr, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(error == nullptr, "${name}: ", error == nullptr ? "" : error);
+  return {out};
+}
+''')
+
+
+def render_binding(name: str, group: FusedGroup, view: GemmView, config: GemmConfig) -> str:
+    def index(node: Node) -> int:
+        return next(i for i, inp in enumerate(group.inputs) if inp is node)
+
+    # A is [batch, M, K] (row-major) or its source [batch, K, M]; B is [batch, K, N] or [batch, N, K].
+    a_rows, a_cols = (view.k, view.m) if view.a_col_major else (view.m, view.k)
+    b_rows, b_cols = (view.n, view.k) if view.b_col_major else (view.k, view.n)
+    a_batch = view.batch if len(view.a.shape) == 3 else 1
+    b_batch = view.batch if len(view.b.shape) == 3 else 1
+    operand_lines, operand_args = [], []
+    for j, operand in enumerate(view.operands):
+        lo, mo, no = operand.extents
+        # Collapsed to (L, M, N) extents and made dense, an operand is addressed by two strides.
+        source = f"inputs[{index(operand.node)}]"
+        operand_lines.append(f"  at::Tensor e{j} = {source}.reshape({{{lo}, {mo}, {no}}}).contiguous();")
+        operand_args.append(f"e{j}.data_ptr<float>(), {no if mo > 1 else 0}LL, {mo * no if lo > 1 else 0}LL,")
+    return _BINDING.substitute(
+        name=name, params=launcher_params(view), n_inputs=len(group.inputs),
+        batch=view.batch, m=view.m, n=view.n, k=view.k,
+        a_expr=_matrix_expr(index(view.a), a_batch, a_rows, a_cols),
+        b_expr=_matrix_expr(index(view.b), b_batch, b_rows, b_cols),
+        a_batch=a_batch, b_batch=b_batch, a_rows=a_rows, a_cols=a_cols, b_rows=b_rows, b_cols=b_cols,
+        align_a=config.align_a, align_b=config.align_b,
+        operand_lines="\n".join(operand_lines), operand_args=" ".join(operand_args),
+        out_shape=", ".join(str(s) for s in view.output.shape) or "",
+    ).lstrip()
+
+
+def _matrix_expr(index: int, batch: int, rows: int, cols: int) -> str:
+    # reshape is a view whenever the strides allow (an nn.Linear input [..., K] flattens for free).
+    return f"inputs[{index}].reshape({{{batch}, {rows}, {cols}}})"

@@ -1,0 +1,145 @@
+"""CUTLASS 3xTF32 GEMM with the epilogue as an epilogue visitor tree (EVT), instantiated from a GemmConfig.
+
+3xTF32 (`OpMultiplyAddFastF32`) splits each FP32 operand into a TF32 "big" part and a TF32 remainder and
+sums three tensor-core products (big*big + big*small + small*big): FP32-level accuracy (better than
+cuBLAS's FP32 SIMT GEMM in our measurements) at tensor-core speed. The SM80-style kernel runs on sm_90.
+
+The epilogue is one `VisitorCompute` node whose functor applies `NAME_epilogue` to the accumulator and
+the epilogue tensors, fetched by visitors chosen from each tensor's broadcast kind: `VisitorAuxLoad`
+(full [M, N] rows), `VisitorRowBroadcast` (a vector along N), `VisitorColBroadcast` (one value per row;
+M stride 0 makes it a scalar). Every visitor has a runtime batch stride (0 = shared by all batches).
+"""
+
+from __future__ import annotations
+
+from string import Template
+
+from kernelwright.codegen.gemm import launcher_params
+from kernelwright.fuse.gemm import GemmConfig, GemmView
+
+_VISITORS = {
+    "full": "tb::VisitorAuxLoad<OutputTileThreadMap, float, cute::Stride<int64_t, cute::_1, int64_t>>",
+    "row": "tb::VisitorRowBroadcast<OutputTileThreadMap, float, cute::Stride<cute::_0, cute::_1, int64_t>>",
+    "col": "tb::VisitorColBroadcast<OutputTileThreadMap, float, cute::Stride<int64_t, cute::_0, int64_t>>",
+}
+
+_SWIZZLES = {
+    "identity": "cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>",
+    "streamk": "cutlass::gemm::threadblock::ThreadblockSwizzleStreamK",
+}
+
+_TEMPLATE = Template(r'''
+#include <cuda_runtime.h>
+#include <cstdint>
+#include "cutlass/cutlass.h"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/default_gemm_universal_with_visitor.h"
+#include "cutlass/epilogue/threadblock/fusion/visitors.hpp"
+#include "kw_common.cuh"
+
+$epilogue_function
+
+namespace ${name}_cutlass {
+namespace tb = cutlass::epilogue::threadblock;
+using ThreadblockShape = cutlass::gemm::GemmShape<$block>;
+using WarpShape = cutlass::gemm::GemmShape<$warp>;
+using InstructionShape = cutlass::gemm::GemmShape<16, 8, 8>;   // the TF32 mma.sync shape
+constexpr int kAlignA = $align_a, kAlignB = $align_b, kAlignC = $align_c;
+using OutputTileThreadMap = tb::OutputTileThreadLayout<ThreadblockShape, WarpShape, float, kAlignC, 1>;
+
+// VisitorCompute instantiates its functor on cutlass::Array fragments.
+template <class Fragment> struct Epilogue;
+template <int N> struct Epilogue<cutlass::Array<float, N>> {
+  CUTLASS_DEVICE cutlass::Array<float, N> operator()($functor_params) const {
+    cutlass::Array<float, N> out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) out[i] = ${name}_epilogue($functor_args);
+    return out;
+  }
+};
+
+using Accum = tb::VisitorAccFetch;
+$visitor_types
+using Compute = tb::VisitorCompute<Epilogue, float, float, cutlass::FloatRoundStyle::round_to_nearest>;
+using EVTCompute = tb::Sm80EVT<Compute, Accum$visitor_list>;
+using Store = tb::VisitorAuxStore<OutputTileThreadMap, float, cutlass::FloatRoundStyle::round_to_nearest,
+                                  cute::Stride<int64_t, cute::_1, int64_t>>;
+using EVT = tb::Sm80EVT<Store, EVTCompute>;
+
+using Kernel = typename cutlass::gemm::kernel::DefaultGemmWithVisitor<
+    float, $layout_a, cutlass::ComplexTransform::kNone, kAlignA,
+    float, $layout_b, cutlass::ComplexTransform::kNone, kAlignB,
+    float, cutlass::layout::RowMajor, kAlignC,
+    float, float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
+    ThreadblockShape, WarpShape, InstructionShape, EVT, $swizzle, $stages,
+    cutlass::arch::OpMultiplyAddFastF32, 1>::GemmKernel;
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+inline Gemm::Arguments arguments($argument_params) {
+  typename EVT::Arguments callbacks{
+    {
+      {},$visitor_args
+      {},
+    },
+    {d, {int64_t(n), cute::_1{}, int64_t(m) * n}},
+  };
+  using cutlass::gemm::GemmUniversalMode;
+  const auto mode = batch > 1 ? GemmUniversalMode::kBatched : GemmUniversalMode::kGemm;
+  return Gemm::Arguments(mode, {m, n, k}, batch, callbacks, a, b, nullptr, nullptr, batch_stride_a,
+                         batch_stride_b, 0, int64_t(m) * n, lda, ldb, 0, 0);
+}
+}  // namespace ${name}_cutlass
+
+size_t ${name}_workspace(int batch, int m, int n, int k) {
+  return ${name}_cutlass::Gemm::get_workspace_size(${name}_cutlass::arguments($null_args));
+}
+
+const char* ${name}_launch($params) {
+  using ${name}_cutlass::Gemm;
+  const Gemm::Arguments args = ${name}_cutlass::arguments($forward_args);
+  Gemm gemm;
+  cutlass::Status status = gemm.can_implement(args);
+  if (status == cutlass::Status::kSuccess) status = gemm.initialize(args, workspace, stream);
+  if (status == cutlass::Status::kSuccess) status = gemm.run(stream);
+  return status == cutlass::Status::kSuccess ? nullptr : cutlassGetStatusString(status);
+}
+''')
+
+
+def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function: str) -> str:
+    operands = range(len(view.operands))
+    visitor_args = []
+    for j, operand in enumerate(view.operands):
+        if operand.kind == "full":
+            visitor_args.append(f"{{const_cast<float*>(e{j}), 0.0f, {{e{j}_sm, cute::_1{{}}, e{j}_sl}}}},")
+        elif operand.kind == "row":
+            visitor_args.append(f"{{e{j}, 0.0f, {{cute::_0{{}}, cute::_1{{}}, e{j}_sl}}}},")
+        else:
+            visitor_args.append(f"{{e{j}, 0.0f, {{e{j}_sm, cute::_0{{}}, e{j}_sl}}}},")
+    params = launcher_params(view)
+    argument_params = params.rsplit(", void* workspace", 1)[0]
+    arg_names = [p.split()[-1].lstrip("*") for p in argument_params.split(", ")]
+    nulls = {"a", "b", "d"} | {f"e{j}" for j in operands}
+    sizes = {"batch", "m", "n", "k"}
+    # Workspace size depends only on the problem size; pointers and strides are placeholders.
+    placeholder = {**{a: "nullptr" for a in nulls}, **{a: a for a in sizes}, "lda": "k", "ldb": "k"}
+    null_args = ", ".join(placeholder.get(a, "0") for a in arg_names)
+    return _TEMPLATE.substitute(
+        name=name, epilogue_function=epilogue_function, params=params,
+        block=", ".join(map(str, config.block)), warp=", ".join(map(str, config.warp)),
+        align_a=config.align_a, align_b=config.align_b, align_c=config.align_c,
+        stages=config.stages, swizzle=_SWIZZLES[config.swizzle],
+        layout_a=_layout(view.a_col_major), layout_b=_layout(view.b_col_major),
+        functor_params=", ".join(["cutlass::Array<float, N> const& acc"]
+                                 + [f"cutlass::Array<float, N> const& in{j}" for j in operands]),
+        functor_args=", ".join(["acc[i]"] + [f"in{j}[i]" for j in operands]),
+        visitor_types="\n".join(f"using Operand{j} = {_VISITORS[o.kind]};"
+                                for j, o in enumerate(view.operands)),
+        visitor_list="".join(f", Operand{j}" for j in operands),
+        visitor_args="".join(f"\n      {arg}" for arg in visitor_args),
+        argument_params=argument_params, null_args=null_args, forward_args=", ".join(arg_names),
+    ).lstrip()
+
+
+def _layout(col_major: bool) -> str:
+    return "cutlass::layout::ColumnMajor" if col_major else "cutlass::layout::RowMajor"

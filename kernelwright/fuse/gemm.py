@@ -1,0 +1,365 @@
+"""The GEMM family's matcher: a matrix product (`mm`, `bmm`, `addmm`, `linear`) with its pointwise epilogue.
+
+Every GEMM is read as D[l, m, n] = sum_k A[l, m, k] * B[l, k, n]. Transposed operands are layouts, never
+copies: an `nn.Linear` weight `[out, in]` is a column-major B, and a `permute` swapping the last two dims
+of an operand (used only by the GEMM) joins the group so the kernel reads its source in the other layout.
+The pointwise ops after the GEMM that read only the GEMM's value, constants and tensors broadcast along
+whole groups of output dims (a bias row `[N]`, a per-row column `[M, 1]`, a residual `[M, N]`, per batch
+or not) run in the epilogue, so the product is written once, already finished.
+
+The kernel variant (`GemmConfig`) is chosen here by shape rules; `candidate_configs` lists the others the
+tuner may time. Tiny products are left to ATen: cuBLAS wins there and the pointwise family still fuses
+their epilogues.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+
+from kernelwright.fuse.plan import FusedGroup, Partition, make_group
+from kernelwright.fuse.pointwise import is_pointwise
+from kernelwright.ir.graph import Graph, Node
+
+ANCHOR_OPS = frozenset({"mm", "bmm", "addmm", "linear"})
+
+# Below this many multiply-adds a GEMM stays ATen: launch latency dominates and cuBLAS is as fast.
+MIN_GEMM_MACS = 1 << 18
+# Epilogue tensors beyond this make the CUTLASS visitor tree (and its compile time) grow for little gain.
+MAX_EPILOGUE_OPERANDS = 4
+# H100 SXM; only used to size waves, so another Hopper/Ampere part just shifts a threshold.
+SM_COUNT = 132
+
+
+class GemmConfig(NamedTuple):
+    """One kernel variant. `kernel` is "cutlass" (SM80-style 3xTF32 tensor-core GEMM, runs on sm_90) or
+    "gemv" (a bandwidth-bound matrix-vector kernel). Alignments are in elements (4 = 16-byte accesses)
+    and follow from the static shapes; the binding copies an operand whose runtime strides disagree."""
+
+    kernel: str = "cutlass"
+    block: tuple[int, int, int] = (128, 64, 16)
+    warp: tuple[int, int, int] = (64, 32, 16)
+    stages: int = 3
+    swizzle: str = "identity"        # "identity" (data-parallel tiles) or "streamk" (K split across CTAs)
+    align_a: int = 4
+    align_b: int = 4
+    align_c: int = 4
+
+
+@dataclass(frozen=True)
+class EpilogueOperand:
+    """A tensor read by the epilogue, by how it broadcasts over the output's (L, M, N) dims: "full" (one
+    value per output row and column), "row" (a vector along N shared by all rows), "col" (one value per
+    row, or one for all rows when its M extent is 1). `extents` is its (L, M, N) shape after collapsing."""
+
+    node: Node
+    kind: str
+    extents: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class GemmView:
+    """A GEMM group read as a problem: operand sources and layouts, sizes, and the epilogue."""
+
+    anchor: Node
+    a: Node                 # tensor passed as A (the source of an absorbed transpose, if any)
+    a_col_major: bool
+    b: Node
+    b_col_major: bool
+    batch: int
+    m: int
+    n: int
+    k: int
+    dim_groups: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]   # output dims forming L, M, N
+    operands: tuple[EpilogueOperand, ...]                                   # bias and epilogue tensors
+    epilogue: tuple[Node, ...]                                              # pointwise nodes, in order
+    output: Node
+
+
+def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
+    users = graph.users()
+    roots = {id(n) for n in graph.roots()}
+    partition = Partition(graph, users)
+    groups = []
+    for anchor in graph.nodes():
+        if anchor.op not in ANCHOR_OPS or id(anchor) in claimed or not _claimable(anchor):
+            continue
+        view = _view_of_anchor(anchor, users, roots)
+        if view is None or view.m * view.n * view.k * view.batch < MIN_GEMM_MACS:
+            continue
+        nodes = _absorbed_transposes(anchor, users, roots) + [anchor]
+        nodes += _epilogue(anchor, view, users, roots, claimed, partition, nodes)
+        if any(id(n) in claimed for n in nodes) or not partition.is_convex(nodes):
+            continue
+        group = make_group(graph, "gemm", nodes, users=users)
+        group = dataclasses.replace(group, config=select_config(describe(group)))
+        partition.add(nodes)
+        groups.append(group)
+    return groups
+
+
+def describe(group: FusedGroup) -> GemmView:
+    """The GEMM problem a group computes (the renderer's view of it)."""
+    anchors = [n for n in group.nodes if n.op in ANCHOR_OPS]
+    if len(anchors) != 1 or len(group.outputs) != 1:
+        raise ValueError(f"a gemm group has one anchor and one output, got {len(anchors)} and "
+                         f"{len(group.outputs)}")
+    anchor = anchors[0]
+    members = {id(n) for n in group.nodes}
+    epilogue = tuple(n for n in group.nodes if id(n) != id(anchor) and n.op != "permute")
+    view = _view_of_anchor(anchor, None, None, members)
+    operands = list(view.operands)
+    for node in epilogue:
+        for inp in node.inputs:
+            if id(inp) not in members and inp.op != "const" and all(o.node is not inp for o in operands):
+                operands.append(_classify(inp, anchor.shape, view.dim_groups))
+    return dataclasses.replace(view, operands=tuple(operands), epilogue=epilogue, output=group.outputs[0])
+
+
+def select_config(view: GemmView) -> GemmConfig:
+    """One variant per GEMM from shape rules (each extra instantiation costs ~20 s of nvcc)."""
+    aligns = _alignments(view)
+    if view.m == 1 or view.n == 1:
+        return GemmConfig(kernel="gemv", align_a=aligns[0], align_b=aligns[1], align_c=aligns[2])
+    big_tiles = _tiles(view, 128, 64)
+    if big_tiles >= 2 * SM_COUNT:
+        # Measured best on H100 for 3xTF32; 128x128 tiles were slower (register pressure of the split).
+        return GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3, align_a=aligns[0],
+                          align_b=aligns[1], align_c=aligns[2])
+    # Few output tiles (small M or N): smaller tiles fill more SMs; when even those leave SMs idle and
+    # K is long, stream-K splits the K loop across CTAs (its partial sums go through a workspace).
+    small_tiles = _tiles(view, 64, 64)
+    swizzle = "streamk" if small_tiles < SM_COUNT and view.k >= 8 * 64 else "identity"
+    return GemmConfig(block=(64, 64, 16), warp=(32, 32, 16), stages=4, swizzle=swizzle,
+                      align_a=aligns[0], align_b=aligns[1], align_c=aligns[2])
+
+
+def candidate_configs(group: FusedGroup) -> list[GemmConfig]:
+    """The variants the tuner may time for this group, the rule-based choice first."""
+    view = describe(group)
+    chosen = select_config(view)
+    if chosen.kernel == "gemv":
+        return [chosen]
+    aligns = dict(align_a=chosen.align_a, align_b=chosen.align_b, align_c=chosen.align_c)
+    shapes = [((128, 64, 16), (64, 32, 16), 3), ((64, 64, 16), (32, 32, 16), 4),
+              ((128, 128, 16), (64, 64, 16), 3), ((64, 128, 16), (32, 64, 16), 4)]
+    others = [GemmConfig(block=b, warp=w, stages=s, swizzle=sw, **aligns)
+              for b, w, s in shapes for sw in ("identity", "streamk")]
+    return [chosen] + [c for c in others if c != chosen]
+
+
+# ------------------------------------------------------------------------------------------ the anchor
+
+
+def _claimable(anchor: Node) -> bool:
+    # FP32 only: half precision needs the opt-in precision flags, which this family does not handle yet.
+    return anchor.dtype == torch.float32 and all(i.dtype == torch.float32 for i in anchor.inputs) \
+        and anchor.numel > 0 and all(s > 0 for i in anchor.inputs for s in i.shape)
+
+
+def _view_of_anchor(anchor: Node, users: dict[int, list[Node]] | None, roots: set[int] | None,
+                    members: set[int] | None = None) -> GemmView | None:
+    """Operands, sizes and the anchor's own bias. A transpose is absorbed when it is in `members` (for a
+    built group) or when it may join (for matching: only the GEMM reads it)."""
+
+    def source(node: Node, batched: bool) -> tuple[Node, bool]:
+        absorbed = id(node) in members if members is not None else _absorbable(node, anchor, users, roots)
+        if absorbed and _is_transpose(node, batched):
+            return node.inputs[0], True
+        return node, False
+
+    op, shape = anchor.op, anchor.shape
+    operands: tuple[EpilogueOperand, ...] = ()
+    if op == "linear":
+        x, weight = anchor.inputs[0], anchor.inputs[1]
+        if weight.op == "const" or len(weight.shape) != 2:
+            return None
+        a, a_col = x, False
+        b, b_col = weight, True             # [N, K] row-major is B [K, N] column-major
+        k = x.shape[-1]
+        n = weight.shape[0]
+        m = math.prod(x.shape[:-1])
+        batch = 1
+        groups = ((), tuple(range(len(shape) - 1)), (len(shape) - 1,))
+        if len(anchor.inputs) > 2:
+            operands = (_classify(anchor.inputs[2], shape, groups),)
+    elif op in ("mm", "addmm", "bmm"):
+        batched = op == "bmm"
+        lhs, rhs = anchor.inputs[-2:]
+        a, a_col = source(lhs, batched)
+        b, b_col = source(rhs, batched)
+        batch = shape[0] if batched else 1
+        m, k = lhs.shape[-2:]
+        n = rhs.shape[-1]
+        groups = ((0,), (1,), (2,)) if batched else ((), (0,), (1,))
+        if op == "addmm":
+            operands = (_classify(anchor.inputs[0], shape, groups),)
+    else:
+        return None
+    if any(o is None for o in operands):
+        return None
+    return GemmView(anchor, a, a_col, b, b_col, batch, m, n, k, groups, operands, (), anchor)
+
+
+def _is_transpose(node: Node, batched: bool) -> bool:
+    expected = (0, 2, 1) if batched else (1, 0)
+    return node.op == "permute" and tuple(node.attr("dims")) == expected and node.dtype == torch.float32
+
+
+def _absorbable(node: Node, anchor: Node, users: dict[int, list[Node]] | None,
+                roots: set[int] | None) -> bool:
+    return (users is not None and roots is not None and id(node) not in roots
+            and all(u is anchor for u in users[id(node)]))
+
+
+def _absorbed_transposes(anchor: Node, users: dict[int, list[Node]], roots: set[int]) -> list[Node]:
+    if anchor.op not in ("mm", "addmm", "bmm"):
+        return []
+    found: list[Node] = []
+    for node in anchor.inputs[-2:]:
+        if _is_transpose(node, anchor.op == "bmm") and _absorbable(node, anchor, users, roots) \
+                and all(node is not f for f in found):
+            found.append(node)
+    return found
+
+
+# ------------------------------------------------------------------------------------------ the epilogue
+
+
+def _classify(node: Node, out_shape: tuple[int, ...],
+              groups: tuple[tuple[int, ...], ...]) -> EpilogueOperand | None:
+    """How `node` broadcasts over the output's (L, M, N) dim groups: in each group it must span all of the
+    output's extent or none of it, so one (stride, offset) per group addresses it."""
+    if node.dtype != torch.float32 or len(node.shape) > len(out_shape) or node.op == "input" \
+            and node.attr("kind") == "scalar":
+        return None
+    padded = (1,) * (len(out_shape) - len(node.shape)) + tuple(node.shape)
+    extents = []
+    for dims in groups:
+        own = [padded[d] for d in dims]
+        full = [out_shape[d] for d in dims]
+        if all(s == 1 for s in own):
+            extents.append(1)
+        elif own == full:
+            extents.append(math.prod(full))
+        else:
+            return None
+    lo, mo, no = extents
+    if no > 1:
+        kind = "full" if mo > 1 else "row"
+    else:
+        kind = "col"
+    return EpilogueOperand(node, kind, (lo, mo, no))
+
+
+def _epilogue(anchor: Node, view: GemmView, users: dict[int, list[Node]], roots: set[int],
+              claimed: frozenset[int], partition: Partition, prefix: list[Node]) -> list[Node]:
+    """The largest set of pointwise consumers that can run in the epilogue with one output: grow through
+    every fusable consumer, then keep the prefix ending at the latest node whose ancestors in the set
+    have no reader outside it."""
+    descendants = _descendants(anchor, users)
+    grown: list[Node] = []
+    inside = {id(anchor)}
+    operand_ids = {id(o.node) for o in view.operands}
+    frontier = [anchor]
+    while frontier:
+        node = frontier.pop(0)
+        for user in users[id(node)]:
+            if id(user) in inside or id(user) in claimed:
+                continue
+            new_operands = _fusable(user, anchor, inside, descendants, view)
+            if new_operands is None or len(operand_ids | new_operands) > MAX_EPILOGUE_OPERANDS:
+                continue
+            operand_ids |= new_operands
+            inside.add(id(user))
+            grown.append(user)
+            frontier.append(user)
+    order = {id(n): i for i, n in enumerate(_topological(grown))}
+    grown.sort(key=lambda n: order[id(n)])
+    for end in range(len(grown), 0, -1):
+        chosen = _ancestors_within(grown[end - 1], {id(n) for n in grown})
+        members = [n for n in grown if id(n) in chosen]
+        member_ids = chosen | {id(anchor)}
+        escaping = [n for n in [anchor] + members
+                    if id(n) in roots or any(id(u) not in member_ids for u in users[id(n)])]
+        if escaping == [grown[end - 1]] and partition.is_convex(prefix + members):
+            return members
+    return []
+
+
+def _fusable(node: Node, anchor: Node, inside: set[int], descendants: set[int],
+             view: GemmView) -> set[int] | None:
+    """The new external tensors `node` would add to the epilogue, or None if it cannot join."""
+    if not is_pointwise(node) or tuple(node.shape) != tuple(anchor.shape):
+        return None
+    new: set[int] = set()
+    for inp in node.inputs:
+        if id(inp) in inside or inp.op == "const":
+            continue
+        if id(inp) in descendants or _classify(inp, anchor.shape, view.dim_groups) is None:
+            return None     # a value computed from the GEMM outside the epilogue, or an unaddressable one
+        new.add(id(inp))
+    return new
+
+
+def _descendants(node: Node, users: dict[int, list[Node]]) -> set[int]:
+    seen: set[int] = set()
+    stack = list(users[id(node)])
+    while stack:
+        n = stack.pop()
+        if id(n) not in seen:
+            seen.add(id(n))
+            stack.extend(users[id(n)])
+    return seen
+
+
+def _ancestors_within(node: Node, allowed: set[int]) -> set[int]:
+    seen = {id(node)}
+    stack = [node]
+    while stack:
+        for inp in stack.pop().inputs:
+            if id(inp) in allowed and id(inp) not in seen:
+                seen.add(id(inp))
+                stack.append(inp)
+    return seen
+
+
+def _topological(nodes: list[Node]) -> list[Node]:
+    ids = {id(n) for n in nodes}
+    order: list[Node] = []
+    done: set[int] = set()
+
+    def visit(n: Node) -> None:
+        if id(n) in done:
+            return
+        done.add(id(n))
+        for inp in n.inputs:
+            if id(inp) in ids:
+                visit(inp)
+        order.append(n)
+
+    for n in nodes:
+        visit(n)
+    return order
+
+
+# ------------------------------------------------------------------------------------------ shape rules
+
+
+def _alignments(view: GemmView) -> tuple[int, int, int]:
+    """Widest access (elements) dividing each operand's contiguous extent: A's is K (row-major) or M,
+    B's is N (row-major) or K, and D's (and every epilogue row) is N."""
+
+    def widest(extent: int) -> int:
+        return next(a for a in (4, 2, 1) if extent % a == 0)
+
+    return (widest(view.m if view.a_col_major else view.k), widest(view.k if view.b_col_major else view.n),
+            widest(view.n))
+
+
+def _tiles(view: GemmView, tile_m: int, tile_n: int) -> int:
+    return -(-view.m // tile_m) * -(-view.n // tile_n) * view.batch
