@@ -6,6 +6,7 @@ Used by `kernelwright doctor` and recorded in every bench report and verdict.
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import os
 import platform
 import re
@@ -54,13 +55,12 @@ def cutlass_include_dir() -> Path | None:
     candidates = []
     if os.environ.get("CUTLASS_PATH"):
         candidates.append(Path(os.environ["CUTLASS_PATH"]) / "include")
-    try:
-        import cutlass_library  # type: ignore[import-not-found]
-
-        root = Path(cutlass_library.__file__).parent
+    # find_spec locates the package without running its __init__, which imports optional heavy
+    # dependencies (cuda-python, scipy) that a headers-only install (pip --no-deps) lacks.
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is not None and spec.submodule_search_locations:
+        root = Path(list(spec.submodule_search_locations)[0])
         candidates += [root / "source" / "include", root.parent / "cutlass" / "include"]
-    except ImportError:
-        pass
     for path in candidates:
         if (path / "cutlass" / "cutlass.h").is_file():
             return path

@@ -5,10 +5,11 @@ reductions, normalizations, softmax, scans), pointwise chains last, so they only
 absorbed. A matcher is `match(graph, claimed_node_ids) -> list[FusedGroup]`.
 """
 
-from kernelwright.fuse import pointwise
+from kernelwright.fuse import gemm, pointwise
 from kernelwright.fuse.plan import AtenStep, FusedGroup, FusionPlan, Partition, make_group, plan_fusion
 
 MATCHERS = [
+    gemm.match,
     pointwise.match,
 ]
 
