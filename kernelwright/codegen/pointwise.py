@@ -6,13 +6,18 @@ subgraph into C statements; other families reuse it for their prologues and epil
 
 from __future__ import annotations
 
+import hashlib
 import math
+import string
 from collections.abc import Iterable, MutableMapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from kernelwright.codegen.kernel import KernelSource
 from kernelwright.errors import UnsupportedOp
+from kernelwright.fuse.plan import VIEW_OPS, FusedGroup
 from kernelwright.ir.graph import Node
 
 C_TYPES = {
@@ -180,3 +185,330 @@ def emit_statements(nodes: Iterable[Node], env: MutableMapping[int, str], prefix
         lines.append(f"const {c_type(node.dtype)} {name} = {op_expression(node, operands)};")
         env[id(node)] = name
     return lines
+
+
+# ============================================================================================ the kernel
+# A fused pointwise group iterates over one domain (its outputs' shape). Views and broadcasts inside the
+# group are pushed down to its inputs: each (input, chain of views) pair becomes one operand, a strided
+# view that the binding builds with ATen metadata ops, so the kernel only sees pointers and strides over
+# the domain. At run time the launcher picks the flat kernel (16-byte vector loads/stores, scalar tail)
+# when every operand is contiguous or a broadcast scalar and aligned, else the strided kernel (32-bit
+# offsets unless the strides need 64).
+
+AT_SCALAR_TYPES = {
+    torch.float32: "at::kFloat", torch.float64: "at::kDouble", torch.int64: "at::kLong",
+    torch.int32: "at::kInt", torch.int16: "at::kShort", torch.int8: "at::kChar", torch.uint8: "at::kByte",
+    torch.bool: "at::kBool",
+}
+INT32_LIMIT = 2**31 - 2**26   # leaves room for the grid stride past the last index
+
+
+@dataclass(frozen=True)
+class PointwiseConfig:
+    block: int = 256
+    blocks_per_sm: int = 8      # 2048 resident threads per SM on sm_80/sm_90 at 256 threads per block
+
+    @staticmethod
+    def from_tuple(config: tuple) -> PointwiseConfig:
+        return PointwiseConfig(**dict(config))
+
+    def as_tuple(self) -> tuple:
+        return tuple(sorted(self.__dict__.items()))
+
+
+@dataclass(frozen=True)
+class Operand:
+    input_index: int                  # position in group.inputs
+    views: tuple[tuple, ...]          # ATen view calls, in order, taking the input to the domain shape
+    dtype: torch.dtype
+
+
+class _Body:
+    """Builds the per-element C body: one variable per (node, view chain) pair, so a value read through two
+    different views is computed twice and a value read twice through the same view once."""
+
+    def __init__(self, group: FusedGroup):
+        self.group = group
+        self.members = {id(n) for n in group.nodes}
+        self.input_pos = {id(n): i for i, n in enumerate(group.inputs)}
+        self.operands: list[Operand] = []
+        self.lines: list[str] = []
+        self.memo: dict[tuple, str] = {}
+
+    def value(self, node: Node, chain: tuple[tuple, ...]) -> str:
+        key = (id(node), chain)
+        if key in self.memo:
+            return self.memo[key]
+        if id(node) not in self.members:
+            operand = Operand(self.input_pos[id(node)], chain, node.dtype)
+            if operand not in self.operands:
+                self.operands.append(operand)
+            text = f"a{self.operands.index(operand)}"
+        elif node.op in VIEW_OPS:
+            text = self.value(node.inputs[0], (_view_call(node),) + chain)
+        else:
+            args = []
+            for inp in node.inputs:
+                if inp.op == "const":
+                    args.append(None)
+                    continue
+                inner = chain if inp.shape == node.shape else (("expand", node.shape),) + chain
+                args.append(self.value(inp, inner))
+            text = f"v{len(self.lines)}"
+            self.lines.append(f"const {c_type(node.dtype)} {text} = {op_expression(node, args)};")
+        self.memo[key] = text
+        return text
+
+
+def _view_call(node: Node) -> tuple:
+    if node.op == "slice":
+        return ("slice", node.attr("dim"), node.attr("start"), node.attr("end"), node.attr("step"))
+    if node.op == "select":
+        return ("select", node.attr("dim"), node.attr("index"))
+    if node.op == "permute":
+        return ("permute", tuple(node.attr("dims")))
+    return (node.op, tuple(node.attr("shape")))    # reshape, expand
+
+
+def _cpp_view(call: tuple) -> str:
+    op, *args = call
+    if op in ("reshape", "expand", "permute"):
+        return f".{op}({_int_list(args[0])})"
+    return f".{op}({', '.join(str(a) for a in args)})"
+
+
+def _int_list(values: Sequence[int]) -> str:
+    return f"at::IntArrayRef{{{', '.join(str(v) for v in values)}}}"
+
+
+def render(group: FusedGroup) -> KernelSource:
+    config = PointwiseConfig.from_tuple(group.config)
+    domain = group.outputs[0].shape
+    if any(o.shape != domain for o in group.outputs):
+        raise UnsupportedOp("a pointwise group's outputs must share one shape (the planner guarantees it)")
+    body = _Body(group)
+    results = [body.value(out, ()) for out in group.outputs]
+    # A rank-0 domain runs as rank 1 with one element.
+    kernel_shape = domain or (1,)
+    operands = [o if domain else Operand(o.input_index, o.views + (("reshape", (1,)),), o.dtype)
+                for o in body.operands]
+    name = kernel_name(group)
+    numel = math.prod(kernel_shape)
+    types = [c_type(o.dtype) for o in operands] + [c_type(o.dtype) for o in group.outputs]
+    width = max(torch.empty((), dtype=o.dtype).element_size() for o in list(operands) + list(group.outputs))
+    holes = {
+        "NAME": name,
+        "RANK": len(kernel_shape),
+        "NUMEL": f"{numel}LL",
+        "SIZES": ", ".join(str(s) for s in kernel_shape),
+        "OPERANDS": len(operands),
+        "VEC": max(1, 16 // width),
+        "BLOCK": config.block,
+        "BLOCKS_PER_SM": config.blocks_per_sm,
+        "FLAT_INDEX": "int" if numel < INT32_LIMIT else "long long",
+        "STRIDED_INT32": "true" if numel < INT32_LIMIT else "false",
+        "POINTER_FIELDS": "\n".join(
+            [f"  const {t}* in{k};" for k, t in enumerate(types[:len(operands)])]
+            + [f"  {t}* out{k};" for k, t in enumerate(types[len(operands):])]),
+        "POINTER_INIT": ", ".join(
+            [f"static_cast<const {t}*>(in[{k}])" for k, t in enumerate(types[:len(operands)])]
+            + [f"static_cast<{t}*>(out[{k}])" for k, t in enumerate(types[len(operands):])]),
+        "COMPUTE_PARAMS": ", ".join(
+            [f"const {t} a{k}" for k, t in enumerate(types[:len(operands)])]
+            + [f"{t}& r{k}" for k, t in enumerate(types[len(operands):])]),
+        "COMPUTE_BODY": "\n".join(f"  {line}" for line in body.lines)
+                        + "\n" + "\n".join(f"  r{k} = {res};" for k, res in enumerate(results)),
+        "OPERAND_SIZES": ", ".join(f"sizeof({t})" for t in types[:len(operands)]),
+        "VEC_LOADS": "\n".join(
+            f"    const kw::Vec<{t}, V> x{k} = bcast[{k}] ? kw::splat<{t}, V>(kw::load(p.in{k})) "
+            f": kw::load_vec<{t}, V>(p.in{k} + v * V);" for k, t in enumerate(types[:len(operands)])),
+        "VEC_RESULTS": "\n".join(f"    kw::Vec<{t}, V> y{k};" for k, t in enumerate(types[len(operands):])),
+        "VEC_CALL": ", ".join([f"x{k}.v[j]" for k in range(len(operands))]
+                              + [f"y{k}.v[j]" for k in range(len(group.outputs))]),
+        "VEC_STORES": "\n".join(f"    kw::store_vec<{t}, V>(p.out{k} + v * V, y{k});"
+                                for k, t in enumerate(types[len(operands):])),
+        "FLAT_CALL": ", ".join([f"kw::load(p.in{k} + (bcast[{k}] ? 0 : i))" for k in range(len(operands))]
+                               + [f"p.out{k}[i]" for k in range(len(group.outputs))]),
+        "STRIDED_CALL": ", ".join([f"kw::load(p.in{k} + off[{k}])" for k in range(len(operands))]
+                                  + [f"p.out{k}[i]" for k in range(len(group.outputs))]),
+    }
+    cuda = string.Template(CUDA_TEMPLATE).substitute(holes)
+    cpp = _binding(group, name, operands, domain, kernel_shape)
+    return KernelSource(name=name, cuda=cuda, cpp=cpp, ir_comment=describe_group(group))
+
+
+def _binding(group: FusedGroup, name: str, operands: list[Operand], domain: tuple,
+             kernel_shape: tuple) -> str:
+    checks = []
+    for k, inp in enumerate(group.inputs):
+        checks.append(f'  kw_check_input(inputs[{k}], {AT_SCALAR_TYPES[inp.dtype]}, {_int_list(inp.shape)}, '
+                      f'"{name}", {k});')
+    views = ",\n".join(f"      inputs[{o.input_index}]" + "".join(_cpp_view(v) for v in o.views)
+                       for o in operands)
+    outputs = ",\n".join(
+        f"      at::empty({_int_list(domain)}, inputs[0].options().dtype({AT_SCALAR_TYPES[o.dtype]}))"
+        for o in group.outputs)
+    return string.Template(CPP_TEMPLATE).substitute(
+        NAME=name, NUM_INPUTS=len(group.inputs), CHECKS="\n".join(checks), OPERAND_VIEWS=views,
+        OPERANDS=len(operands), RANK=len(kernel_shape), OUTPUTS=outputs)
+
+
+def kernel_name(group: FusedGroup) -> str:
+    """A C identifier that says what the kernel computes and is unique per group content."""
+    ops = "_".join(dict.fromkeys(n.op for n in group.nodes if n.op not in VIEW_OPS))[:48]
+    digest = hashlib.sha1(describe_group(group).encode()).hexdigest()[:8]
+    return f"pw_{ops}_{digest}"
+
+
+def describe_group(group: FusedGroup) -> str:
+    """The group's IR, one node per line, naming inputs `in0..` and values `%0..` (the ir_comment)."""
+    names = {id(n): f"in{k}" for k, n in enumerate(group.inputs)}
+    lines = [f"in{k}: {_type_text(n)}  ({n.op} {n.name})".rstrip() for k, n in enumerate(group.inputs)]
+    for index, node in enumerate(group.nodes):
+        names[id(node)] = f"%{index}"
+        args = ", ".join(names[id(i)] if i.op != "const" else repr(i.attr("value")) for i in node.inputs)
+        attrs = " ".join(f"{k}={v}" for k, v in node.attrs)
+        lines.append(f"%{index}: {_type_text(node)} = {node.op}({args}) {attrs}".rstrip())
+    lines.append("returns " + ", ".join(names[id(n)] for n in group.outputs))
+    return "\n".join(lines)
+
+
+def _type_text(node: Node) -> str:
+    return f"{str(node.dtype).replace('torch.', '')}{list(node.shape)}"
+
+
+# ------------------------------------------------------------------------------------------- templates
+
+CUDA_TEMPLATE = r"""
+namespace $NAME {
+
+constexpr int kRank = $RANK;
+constexpr int kOperands = $OPERANDS;
+constexpr long long kNumel = $NUMEL;
+constexpr int kVec = $VEC;
+constexpr int kBlock = $BLOCK;
+constexpr bool kInt32Domain = $STRIDED_INT32;
+
+struct Pointers {
+$POINTER_FIELDS
+};
+
+template <typename IndexT>
+struct Strides {
+  IndexT v[kOperands][kRank];
+};
+
+__device__ __forceinline__ void compute($COMPUTE_PARAMS) {
+$COMPUTE_BODY
+}
+
+struct Broadcast {
+  bool v[kOperands];
+};
+
+// Every operand contiguous over the domain (or one broadcast element, bcast[k]): V elements per access.
+template <int V>
+__global__ void __launch_bounds__(kBlock) flat_kernel(const Pointers p, const Broadcast broadcast) {
+  using IndexT = $FLAT_INDEX;
+  const bool* bcast = broadcast.v;
+  constexpr IndexT kVecs = kNumel / V;
+  for (IndexT v = kw::global_thread<IndexT>(); v < kVecs; v += kw::grid_threads<IndexT>()) {
+$VEC_LOADS
+$VEC_RESULTS
+#pragma unroll
+    for (int j = 0; j < V; ++j) compute($VEC_CALL);
+$VEC_STORES
+  }
+  for (IndexT i = kVecs * V + kw::global_thread<IndexT>(); i < kNumel; i += kw::grid_threads<IndexT>()) {
+    compute($FLAT_CALL);
+  }
+}
+
+template <typename IndexT>
+__global__ void __launch_bounds__(kBlock) strided_kernel(const Pointers p, const Strides<IndexT> s) {
+  constexpr IndexT sizes[kRank] = {$SIZES};
+  for (IndexT i = kw::global_thread<IndexT>(); i < kNumel; i += kw::grid_threads<IndexT>()) {
+    IndexT off[kOperands] = {};
+    IndexT rest = i;
+#pragma unroll
+    for (int d = kRank - 1; d >= 0; --d) {
+      const IndexT coord = rest % sizes[d];
+      rest /= sizes[d];
+#pragma unroll
+      for (int k = 0; k < kOperands; ++k) off[k] += coord * s.v[k][d];
+    }
+    compute($STRIDED_CALL);
+  }
+}
+
+}  // namespace $NAME
+
+int ${NAME}_launch(const void* const* in, const long long* strides, void* const* out, cudaStream_t stream) {
+  using namespace $NAME;
+  const Pointers p{$POINTER_INIT};
+  constexpr long long sizes[kRank] = {$SIZES};
+  constexpr int operand_bytes[kOperands] = {$OPERAND_SIZES};
+  Broadcast bcast;
+  bool flat = true;
+  long long max_offset = 0;
+  for (int k = 0; k < kOperands; ++k) {
+    const long long* st = strides + k * kRank;
+    bool contiguous = true, scalar = true;
+    long long expected = 1;
+    for (int d = kRank - 1; d >= 0; --d) {
+      if (sizes[d] != 1) {
+        contiguous = contiguous && st[d] == expected;
+        scalar = scalar && st[d] == 0;
+      }
+      expected *= sizes[d];
+      max_offset += (sizes[d] - 1) * st[d];
+    }
+    bcast.v[k] = scalar;
+    const bool aligned = reinterpret_cast<uintptr_t>(in[k]) % (operand_bytes[k] * kVec) == 0;
+    flat = flat && (scalar || (contiguous && aligned));
+  }
+  const long long work = flat ? kNumel / kVec + kNumel % kVec : kNumel;
+  const int grid = kw::grid_size(work, kBlock, $BLOCKS_PER_SM);
+  if (flat) {
+    flat_kernel<kVec><<<grid, kBlock, 0, stream>>>(p, bcast);
+  } else if (kInt32Domain && max_offset < (1LL << 31)) {
+    Strides<int> s;
+    for (int k = 0; k < kOperands; ++k)
+      for (int d = 0; d < kRank; ++d) s.v[k][d] = static_cast<int>(strides[k * kRank + d]);
+    strided_kernel<int><<<grid, kBlock, 0, stream>>>(p, s);
+  } else {
+    Strides<long long> s;
+    for (int k = 0; k < kOperands; ++k)
+      for (int d = 0; d < kRank; ++d) s.v[k][d] = strides[k * kRank + d];
+    strided_kernel<long long><<<grid, kBlock, 0, stream>>>(p, s);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+"""
+
+CPP_TEMPLATE = r"""
+int ${NAME}_launch(const void* const* in, const long long* strides, void* const* out, cudaStream_t stream);
+
+std::vector<at::Tensor> $NAME(std::vector<at::Tensor> inputs) {
+  TORCH_CHECK(inputs.size() == $NUM_INPUTS, "$NAME expects $NUM_INPUTS tensors, got ", inputs.size());
+$CHECKS
+  const c10::cuda::CUDAGuard guard(inputs[0].device());
+  // Views of the inputs over the kernel's domain (views and broadcasts folded into strides).
+  const at::Tensor operands[] = {
+$OPERAND_VIEWS
+  };
+  const void* in[$OPERANDS];
+  long long strides[$OPERANDS * $RANK];
+  for (int k = 0; k < $OPERANDS; ++k) {
+    in[k] = operands[k].data_ptr();
+    for (int d = 0; d < $RANK; ++d) strides[k * $RANK + d] = operands[k].stride(d);
+  }
+  std::vector<at::Tensor> outputs = {
+$OUTPUTS
+  };
+  std::vector<void*> out;
+  for (auto& t : outputs) out.push_back(t.data_ptr());
+  kw_check_launch(${NAME}_launch(in, strides, out.data(), c10::cuda::getCurrentCUDAStream()), "$NAME");
+  return outputs;
+}
+"""

@@ -1,0 +1,104 @@
+"""Assembles the kernels of one ModelNew into the two translation units of one extension.
+
+CUDA side: our device headers (inlined text, so the emitted file stays self-contained) followed by each
+kernel and its launcher; no torch header reaches nvcc. C++ side: a small prelude with only the headers the
+bindings need (ATen's Tensor and `empty`, c10's CUDA stream and guard, torch's pybind type casters; not
+`torch/extension.h`, which drags in autograd, nn and optim and roughly doubles the host compile) and
+our own `PYBIND11_MODULE`, because `load_inline(no_implicit_headers=True)` adds nothing for us.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelwright.codegen.kernel import KernelSource
+
+HEADER_DIR = Path(__file__).parent / "cuda"
+INCLUDE_RE = re.compile(r'^\s*#include\s+"([\w./-]+)"\s*$', re.MULTILINE)
+
+CPP_PRELUDE = r"""#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <vector>
+
+// Every kernel binding checks its inputs the same way: a clear message naming the kernel and the input
+// instead of a wild memory access.
+static void kw_check_input(const at::Tensor& t, at::ScalarType dtype, at::IntArrayRef sizes,
+                           const char* kernel, int index) {
+  TORCH_CHECK(t.is_cuda(), kernel, ": input ", index, " must be a CUDA tensor");
+  TORCH_CHECK(t.scalar_type() == dtype, kernel, ": input ", index, " must be ", dtype,
+              ", got ", t.scalar_type());
+  TORCH_CHECK(t.sizes() == sizes, kernel, ": input ", index, " must have shape ", sizes,
+              ", got ", t.sizes());
+}
+
+static void kw_check_launch(int error, const char* kernel) {
+  TORCH_CHECK(error == 0, kernel, ": kernel launch failed: ",
+              cudaGetErrorString(static_cast<cudaError_t>(error)));
+}
+"""
+
+
+@dataclass(frozen=True)
+class ExtensionSources:
+    """The pieces of one extension, kept apart so the emitted file can show each kernel with its IR.
+    `load_inline` joins each list with newlines."""
+
+    headers: str                      # device headers, inlined
+    kernels: tuple[KernelSource, ...]
+
+    @property
+    def cuda_sources(self) -> list[str]:
+        return [self.headers] + [_strip_includes(k.cuda) for k in self.kernels]
+
+    @property
+    def cpp_sources(self) -> list[str]:
+        return [CPP_PRELUDE] + [k.cpp for k in self.kernels] + [module_definition(self.kernels)]
+
+    @property
+    def cuda_text(self) -> str:
+        return "\n".join(self.cuda_sources)
+
+    @property
+    def cpp_text(self) -> str:
+        return "\n".join(self.cpp_sources)
+
+
+def assemble(kernels: Sequence[KernelSource]) -> ExtensionSources:
+    """Resolve the `#include "x.cuh"` lines of every kernel against codegen/cuda/ (kw_common.cuh always
+    first), each header once, in order of first use."""
+    order: list[str] = []
+    _collect("kw_common.cuh", order)
+    for kernel in kernels:
+        for name in INCLUDE_RE.findall(kernel.cuda):
+            _collect(name, order)
+    texts = [_strip_includes((HEADER_DIR / name).read_text()).replace("#pragma once\n", "") for name in order]
+    headers = "#include <cuda_runtime.h>\n#include <stdint.h>\n" + "\n".join(
+        f"// ======== {name}\n{text}" for name, text in zip(order, texts, strict=True))
+    return ExtensionSources(headers, tuple(kernels))
+
+
+def _collect(name: str, order: list[str]) -> None:
+    if name in order:
+        return
+    path = HEADER_DIR / name
+    if not path.is_file():
+        raise FileNotFoundError(f"kernel source includes {name!r}, which is not in {HEADER_DIR}")
+    for inner in INCLUDE_RE.findall(path.read_text()):
+        _collect(inner, order)
+    order.append(name)
+
+
+def _strip_includes(text: str) -> str:
+    return INCLUDE_RE.sub("", text)
+
+
+def module_definition(kernels: Sequence[KernelSource]) -> str:
+    lines = "\n".join(f'  m.def("{k.name}", &{k.name});' for k in kernels)
+    return f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{lines}\n}}\n"
