@@ -33,39 +33,44 @@ LOG_TAIL_CHARS = 20000
 
 
 class SubprocessExecutor:
-    """Runs one task in `python -m kernelwright.bench.tasks` under a wall-clock limit."""
+    """Runs one task in `python -m kernelwright.bench.tasks` under a wall-clock limit of
+    `per_system_timeout_s` per system (twice that for kernelwright, whose optimize step comes first)."""
 
-    def __init__(self, store: ResultsStore, options: JudgeOptions, task_timeout_s: float):
+    def __init__(self, store: ResultsStore, options: JudgeOptions, per_system_timeout_s: float):
         self.store = store
         self.options = options
-        self.task_timeout_s = task_timeout_s
+        self.per_system_timeout_s = per_system_timeout_s
         self._live: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
         self._stopped = False
 
     def __call__(self, task: BenchTask, worker: Worker) -> list[dict]:
-        if task.kind == "candidates" and task.candidate is None:
-            return [missing_row(task, s) for s in task.systems]
+        if all(run.kind == "candidates" and run.candidate is None for run in task.runs):
+            return [missing_row(task, run) for run in task.runs]
         env = dict(os.environ)
         if worker.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = worker.gpu
+        steps = len(task.runs) + sum(run.kind == "kernelwright" for run in task.runs)
+        timeout = self.per_system_timeout_s * steps
         with tempfile.TemporaryDirectory(prefix="kernelwright-bench-") as scratch:
-            spec, out = Path(scratch) / "spec.json", Path(scratch) / "rows.json"
+            spec, out = Path(scratch) / "spec.json", Path(scratch) / "rows.jsonl"
             spec.write_text(json.dumps({"task": dataclasses.asdict(task),
-                                        "options": dataclasses.asdict(self.options)}))
+                                        "options": dataclasses.asdict(self.options),
+                                        "optimize_timeout_s": self.per_system_timeout_s}))
             command = [sys.executable, "-m", "kernelwright.bench.tasks", str(spec), str(out)]
-            timeout = self.task_timeout_s * (2 if task.kind == "kernelwright" else 1)
             returncode, output = self._run(command, env, timeout)
-            rows = json.loads(out.read_text()) if returncode == 0 and out.is_file() else None
+            rows = _read_rows(out)
+        done = {row["system"] for row in rows}
         if returncode is None:
-            rows = [failure_row(task, s, "timeout", f"the bench task ran past its {timeout:.0f} s limit "
-                                "and was killed") for s in task.systems]
-        elif rows is None:
+            status, detail = "timeout", f"the bench task ran past its {timeout:.0f} s limit and was killed"
+        else:
             reason = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
-            rows = [failure_row(task, s, "bench_error", f"the bench task process failed ({reason}): "
-                                f"{output.strip()[-400:]}") for s in task.systems]
-        if any(row["status"] != "correct" for row in rows):
-            self._write_log(task, command, output)
+            status = "bench_error"
+            detail = f"the bench task process failed ({reason}): {output.strip()[-400:]}"
+        rows += [failure_row(task, run, status, detail) for run in task.runs if run.system not in done]
+        for row in rows:
+            if row["status"] != "correct":
+                self._write_log(row, command, output)
         return rows
 
     def _run(self, command: list[str], env: dict, timeout: float) -> tuple[int | None, str]:
@@ -94,11 +99,22 @@ class SubprocessExecutor:
             for process in list(self._live):
                 _kill_group(process)
 
-    def _write_log(self, task: BenchTask, command: list[str], output: str) -> None:
-        for system in task.systems:
-            path = self.store.log_path(system, task.problem_id)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(f"$ {' '.join(command)}\n{output[-LOG_TAIL_CHARS:]}")
+    def _write_log(self, row: dict, command: list[str], output: str) -> None:
+        path = self.store.log_path(row["system"], row["problem"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        header = f"{row['status']}: {row['detail']}\n\n$ {' '.join(command)}\n"
+        path.write_text(header + output[-LOG_TAIL_CHARS:])
+
+
+def _read_rows(path: Path) -> list[dict]:
+    """The rows a task wrote before it ended (a torn last line, from a killed task, is dropped)."""
+    rows = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -131,7 +147,7 @@ def run_pool(tasks: list[BenchTask], workers: list[Worker], execute: Execute,
                 rows = execute(task, worker)
             except Exception as exc:  # the bench's own failure: recorded, retried by --resume
                 detail = f"{type(exc).__name__}: {exc}"
-                rows = [failure_row(task, s, "bench_error", detail) for s in task.systems]
+                rows = [failure_row(task, run, "bench_error", detail) for run in task.runs]
             for row in rows:
                 finish(row, worker.device, worker.gpu, time.monotonic() - started)
             finished.put((task, rows))

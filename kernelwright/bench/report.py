@@ -12,6 +12,7 @@ from kernelwright.bench.store import ResultsStore
 from kernelwright.bench.summary import FAST_P, ordered_systems, summarize, with_derived_speedups
 
 NOTE_CHARS = 90
+NOTABLE_FLAGS = ("no_custom_kernel", "nondeterministic", "fallback_detected", "timing_disagreement")
 
 
 def write_report(store: ResultsStore) -> dict:
@@ -118,13 +119,20 @@ def _problem_table(rows: list[dict]) -> list[str]:
     order = {s: i for i, s in enumerate(ordered_systems(rows))}
     for row in sorted(rows, key=lambda r: (r["problem"], order[r["system"]])):
         note = "" if row["status"] == "correct" else _cell(row.get("detail") or "")[:NOTE_CHARS]
-        if row.get("flags"):
-            note = "; ".join(filter(None, [", ".join(map(str, row["flags"])), note]))
+        note = "; ".join(filter(None, [*flag_notes(row.get("flags") or {}), note]))
         cells = [row["problem"], row["category"], row["system"], row["status"], fmt_ms(row["time_ms"]),
                  fmt_ms(row["eager_ms"]), fmt_ms(row["compile_ms"]), fmt_speedup(row["speedup_vs_eager"]),
                  fmt_speedup(row["speedup_vs_compile"]), row["device"] or "-", note]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def flag_notes(flags: dict) -> list[str]:
+    """The judge's flags worth a reader's attention (DESIGN.md §4: reported, not hidden)."""
+    notes = [name.replace("_", " ") for name in NOTABLE_FLAGS if flags.get(name)]
+    if flags.get("precision") not in (None, "fp32"):
+        notes.append(f"precision: {flags['precision']}")
+    return notes
 
 
 def _cell(text: str) -> str:

@@ -1,5 +1,6 @@
 """`kernelwright bench` end to end: pick the problems and systems, plan what is not done yet, run it on
-the workers with a live progress bar, append rows as they finish, and render the report."""
+the workers with a live progress bar, and append rows as they finish (the command then renders the
+report from them)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from rich.progress import (
 from kernelwright.bench.devices import Worker, gpu_properties, resolve_workers
 from kernelwright.bench.plan import BenchTask, plan_tasks
 from kernelwright.bench.pool import Execute, SubprocessExecutor, run_pool
-from kernelwright.bench.report import fmt_ms, fmt_speedup, write_report
+from kernelwright.bench.report import fmt_ms, fmt_speedup
 from kernelwright.bench.store import ResultsStore, default_results_dir, open_results
 from kernelwright.bench.suite import discover_suite
 from kernelwright.bench.systems import parse_systems
@@ -43,7 +44,7 @@ class BenchConfig:
     out: str | None = None            # None: bench/results/<date>-<gpu>/
     resume: bool = False
     options: JudgeOptions = JudgeOptions()
-    task_timeout_s: float = 900.0     # wall clock of one task (kernelwright's: twice this, optimize included)
+    system_timeout_s: float = 900.0   # wall clock per (problem, system); as much again for optimize
     time_budget_s: float | None = None  # start no task after this many seconds
 
 
@@ -51,21 +52,20 @@ class BenchConfig:
 class BenchOutcome:
     store: ResultsStore
     ran: int           # tasks run now
-    left: int          # tasks not started (time budget): `--resume` runs them
-    report: dict       # the JSON report written with report.md
+    left: int          # tasks (problems) not started (time budget): `--resume` runs them
 
 
-def judge_options_for(config_options: JudgeOptions, task_timeout_s: float) -> JudgeOptions:
-    """The judge's own limits sit inside the task's, so a hang becomes the judge's `timeout` verdict
-    (with its detail) before the bench has to kill the task."""
-    half = max(task_timeout_s / 2 - 15, 1.0)
+def judge_options_for(config_options: JudgeOptions, system_timeout_s: float) -> JudgeOptions:
+    """The judge's own limits sit inside the bench's, so a hang becomes the judge's `timeout` verdict
+    (with its detail) for that system, before the bench has to kill the whole task."""
+    half = max(system_timeout_s / 2 - 15, 1.0)
     return dataclasses.replace(config_options, build_timeout_s=min(config_options.build_timeout_s, half),
                                run_timeout_s=min(config_options.run_timeout_s, half))
 
 
 def run_bench(config: BenchConfig, execute: Execute | None = None,
               console: Console | None = None) -> BenchOutcome:
-    """Run (or resume) a bench and render its report. `execute` runs one task on a worker; the default
+    """Run (or resume) a bench. `execute` runs one task on a worker; the default
     runs it in a subprocess through the judge (tests inject fakes)."""
     console = console or Console(stderr=True)
     problems = discover_suite(config.suite, config.level, config.pattern)
@@ -74,15 +74,16 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     out = config.out or default_results_dir("cpu" if config.device == "cpu" else workers[0].device)
     store = open_results(out, config.resume)
     options = dataclasses.replace(config.options, device=config.device)
-    options = judge_options_for(options, config.task_timeout_s)
+    options = judge_options_for(options, config.system_timeout_s)
     done = store.done_keys() if config.resume else set()
     tasks = plan_tasks(problems, systems, done, str(store.candidates_dir().resolve()))
     store.add_run(_run_info(config, options, problems, workers, len(tasks)))
     devices = ", ".join(f"{w.device}" + (f" (GPU {w.gpu})" if w.gpu is not None else "") for w in workers)
-    console.print(f"bench: {len(problems)} problems × {len(systems)} systems → {len(tasks)} tasks to run "
+    runs = sum(len(task.runs) for task in tasks)
+    console.print(f"bench: {len(problems)} problems × {len(systems)} systems: {runs} to run "
                   f"({len(done)} done) on {escape(devices)}; results in {store.directory}")
     if execute is None:
-        executor = SubprocessExecutor(store, options, config.task_timeout_s)
+        executor = SubprocessExecutor(store, options, config.system_timeout_s)
         execute, stop = executor, executor.stop
     else:
         stop = None
@@ -94,10 +95,9 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
 
         left = run_pool(tasks, workers, execute, on_rows, deadline=deadline, stop=stop)
     if left:
-        console.print(f"[yellow]time budget spent:[/] {len(left)} tasks not started; rerun with --resume "
+        console.print(f"[yellow]time budget spent:[/] {len(left)} problems not started; rerun with --resume "
                       f"--out {store.directory} to finish")
-    report = write_report(store)
-    return BenchOutcome(store, ran=len(tasks) - len(left), left=len(left), report=report)
+    return BenchOutcome(store, ran=len(tasks) - len(left), left=len(left))
 
 
 def _run_info(config: BenchConfig, options: JudgeOptions, problems: list, workers: list[Worker],
@@ -110,7 +110,7 @@ def _run_info(config: BenchConfig, options: JudgeOptions, problems: list, worker
         "problems": len(problems),
         "tasks": tasks,
         "options": {**dataclasses.asdict(options), "systems": config.systems,
-                    "timeout_s": config.task_timeout_s, "time_budget_s": config.time_budget_s},
+                    "timeout_s": config.system_timeout_s, "time_budget_s": config.time_budget_s},
         "gpus": [{"index": w.gpu, **gpu_properties(w.gpu)} for w in workers if w.gpu is not None],
         "device_name": workers[0].device,
         "environment": environment,
@@ -124,7 +124,8 @@ class LiveProgress:
         self.console = console
         self.counts = {"judged": 0, "correct": 0, "faster": 0, "failed": 0}
         self.progress = Progress(
-            TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
+            TextColumn("[bold]problems"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[counts]}"),
             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
         )
         self.bar = self.progress.add_task("bench", total=total, counts=self._counts_text())

@@ -1,77 +1,120 @@
-"""Runs one bench task: inside its own process (`python -m kernelwright.bench.tasks SPEC OUT`), so that
-whatever a candidate or the judge does to that process, the bench itself goes on.
+"""Runs one bench task (a problem and the systems still to run on it) inside its own process:
+`python -m kernelwright.bench.tasks SPEC.json ROWS.jsonl`. Whatever happens to that process, the bench
+goes on; rows are written as each system finishes, so a crash loses only the systems not yet done.
 
-The judge and the compiler are reached only through their entry points: `kernelwright.judge.evaluate` /
-`evaluate_reference`, and the `kernelwright optimize` command line.
+The judge and the compiler are reached only through their entry points: `kernelwright.judge.Judge`
+(one per problem: the reference is loaded and timed once, each candidate runs in its own judge
+subprocess) and the `kernelwright optimize` command line.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from kernelwright.bench.plan import BenchTask
-from kernelwright.bench.rows import candidate_row, failure_row, missing_row, reference_rows, trim
+from kernelwright.bench.plan import BenchTask, SystemRun
+from kernelwright.bench.rows import candidate_row, failure_row, missing_row, reference_row, trim
+from kernelwright.errors import KernelwrightError
 from kernelwright.judge.options import JudgeOptions
 
-Evaluate = Callable[..., dict]
+# `Judge(problem_path, options)`: a context manager with `reference_report()` and `evaluate(candidate)`.
+JudgeFactory = Callable[[str, JudgeOptions], Any]
 
 
-def run_task(task: BenchTask, options: JudgeOptions, evaluate: Evaluate | None = None,
-             evaluate_reference: Evaluate | None = None) -> list[dict]:
-    """The rows of one task. `evaluate`/`evaluate_reference` default to the judge's (tests inject fakes)."""
-    if evaluate is None or evaluate_reference is None:
-        from kernelwright import judge
+def run_task(task: BenchTask, options: JudgeOptions, optimize_timeout_s: float,
+             judge_factory: JudgeFactory | None = None,
+             emit: Callable[[dict], None] | None = None) -> list[dict]:
+    """The rows of one task, each passed to `emit` as soon as it exists. `judge_factory` defaults to
+    the judge's `Judge` (tests inject fakes)."""
+    if judge_factory is None:
+        from kernelwright.judge import Judge as judge_factory
+    compile_baseline = options.compile_baseline and task.compile_baseline
+    options = dataclasses.replace(options, compile_baseline=compile_baseline)
+    rows: list[dict] = []
 
-        evaluate = evaluate or judge.evaluate
-        evaluate_reference = evaluate_reference or judge.evaluate_reference
-    if task.kind == "reference":
-        return reference_rows(task, evaluate_reference(task.problem_path, options))
-    system = task.systems[0]
+    def add(row: dict, started: float) -> None:
+        row["seconds"] = round(time.monotonic() - started, 2)
+        rows.append(row)
+        if emit:
+            emit(row)
+
+    started = time.monotonic()
+    try:
+        judge = judge_factory(task.problem_path, options)
+    except KernelwrightError as exc:  # the problem itself does not load: every system fails alike
+        for run in task.runs:
+            add(failure_row(task, run, "problem_error", str(exc)), started)
+        return rows
+    with judge:
+        reference: dict | None = None
+        for run in task.runs:
+            started = time.monotonic()
+            try:
+                if run.kind == "reference":
+                    reference = reference or judge.reference_report()
+                    row = reference_row(task, run, reference)
+                else:
+                    row = _judge_candidate(judge, task, run, optimize_timeout_s)
+            except KernelwrightError as exc:  # the reference Model failed (e.g. out of memory)
+                row = failure_row(task, run, "problem_error", str(exc))
+            add(row, started)
+    return rows
+
+
+def _judge_candidate(judge, task: BenchTask, run: SystemRun, optimize_timeout_s: float) -> dict:
     optimize_seconds = None
-    if task.kind == "kernelwright":
+    if run.kind == "kernelwright":
         started = time.monotonic()
-        error = optimize(task, options)
+        error = optimize(task.problem_path, Path(run.candidate), optimize_timeout_s)
         optimize_seconds = round(time.monotonic() - started, 2)
         if error:
-            row = failure_row(task, system, "optimize_error", error)
+            row = failure_row(task, run, "optimize_error", error)
             row["optimize_seconds"] = optimize_seconds
-            return [row]
-    if task.candidate is None:
-        return [missing_row(task, system)]
-    compile_baseline = task.compile_baseline and options.compile_baseline
-    options = dataclasses.replace(options, compile_baseline=compile_baseline)
-    row = candidate_row(task, evaluate(task.problem_path, task.candidate, options))
+            return row
+    if run.candidate is None:
+        return missing_row(task, run)
+    row = candidate_row(task, run, judge.evaluate(run.candidate))
     row["optimize_seconds"] = optimize_seconds
-    return [row]
+    return row
 
 
-def optimize(task: BenchTask, options: JudgeOptions) -> str | None:
-    """Run `kernelwright optimize` for the task's problem; None when it wrote the candidate file, else
-    what went wrong. The caller's wall-clock limit (the bench kills the whole task) bounds it."""
-    output = Path(task.candidate)
+def optimize(problem_path: str, output: Path, timeout_s: float) -> str | None:
+    """Run `kernelwright optimize`; None when it wrote `output`, else what went wrong."""
     output.parent.mkdir(parents=True, exist_ok=True)
     output.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "kernelwright.cli", "optimize", task.problem_path, "-o", str(output)]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0 or not output.is_file():
-        tail = (result.stderr or result.stdout).strip()
-        return f"`kernelwright optimize` exited with {result.returncode}: {trim(tail[-2000:])}"
+    command = [sys.executable, "-m", "kernelwright.cli", "optimize", problem_path, "-o", str(output)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               errors="replace", start_new_session=True)
+    try:
+        log, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        return f"`kernelwright optimize` ran past {timeout_s:.0f} s and was killed"
+    if process.returncode != 0 or not output.is_file():
+        return f"`kernelwright optimize` exited with {process.returncode}: {trim(log.strip()[-2000:])}"
     return None
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m kernelwright.bench.tasks SPEC.json ROWS.json`: SPEC holds {"task", "options"}."""
+    """SPEC.json holds {"task", "options", "optimize_timeout_s"}; rows are appended to ROWS.jsonl."""
     spec_path, rows_path = argv if argv is not None else sys.argv[1:]
     spec = json.loads(Path(spec_path).read_text())
     task = BenchTask.from_json(json.dumps(spec["task"]))
-    rows = run_task(task, JudgeOptions(**spec["options"]))
-    Path(rows_path).write_text(json.dumps(rows))
+    with open(rows_path, "a") as out:
+        def emit(row: dict) -> None:
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+
+        run_task(task, JudgeOptions(**spec["options"]), spec["optimize_timeout_s"], emit=emit)
     return 0
 
 

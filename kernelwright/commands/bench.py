@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from kernelwright.bench.report import summary_tables
+from kernelwright.bench.report import summary_tables, write_report
 from kernelwright.bench.runner import BenchConfig, run_bench
 from kernelwright.errors import UsageError
 from kernelwright.judge.options import JudgeOptions
@@ -37,8 +37,9 @@ def register(subparsers) -> None:
                         help="timing: at least this many runs (default: %(default)s)")
     parser.add_argument("--min-time", type=float, default=defaults.min_time_s, metavar="S",
                         help="timing: and at least this many seconds (default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=BenchConfig.task_timeout_s, metavar="S",
-                        help="wall clock of one task; kernelwright's gets twice this (default: %(default)s)")
+    parser.add_argument("--timeout", type=float, default=BenchConfig.system_timeout_s, metavar="S",
+                        help="wall clock per (problem, system); kernelwright's optimize step gets as much "
+                             "again (default: %(default)s)")
     parser.add_argument("--time-budget", type=float, metavar="S",
                         help="start no task after S seconds and report what is done (finish it later "
                              "with --resume)")
@@ -55,10 +56,10 @@ def run(args) -> int:
                            min_time_s=args.min_time, shrink=args.shrink)
     config = BenchConfig(suite=args.suite, systems=args.systems, level=args.level, pattern=args.filter,
                          device=args.device, gpus=args.gpus, out=args.out, resume=args.resume,
-                         options=options, task_timeout_s=args.timeout, time_budget_s=args.time_budget)
+                         options=options, system_timeout_s=args.timeout, time_budget_s=args.time_budget)
     outcome = run_bench(config)
     console = Console()
-    for table in summary_tables(outcome.report):
+    for table in summary_tables(write_report(outcome.store)):
         console.print(table)
     console.print(f"report: {outcome.store.directory / 'report.md'}")
     return 0

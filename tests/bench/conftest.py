@@ -1,5 +1,5 @@
 """Fixtures of the bench tests: a tiny suite copied from the bundled one, a candidates folder, and a
-fake executor that produces judge-shaped verdicts without running anything."""
+fake judge that returns verdicts shaped like the real one's without running anything."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 
 from kernelwright.bench.devices import Worker
 from kernelwright.bench.plan import BenchTask
-from kernelwright.bench.rows import candidate_row, missing_row, reference_rows
-from kernelwright.problem import resolve_problem_path
+from kernelwright.bench.tasks import run_task
+from kernelwright.judge.options import JudgeOptions
+from kernelwright.problem import problem_id_for, resolve_problem_path
 
 TINY_SUITE = ["level1/01_ReLU", "level1/06_Sigmoid", "level1/23_Softmax"]
 
@@ -46,31 +47,54 @@ def make_answers(root: Path) -> Path:
     return root
 
 
-def fake_verdict(task: BenchTask, scale: float = 1.0) -> dict:
-    """Deterministic timings per problem: eager 2 ms × (index + 1), compile 20% faster, the candidate
-    `scale` times eager; Sigmoid's candidate is wrong."""
-    eager = 2.0 * (TINY_SUITE.index(task.problem_id) + 1)
-    timings = {"eager": {"median_ms": eager, "iqr_ms": 0.01, "n": 100},
-               "compile": {"median_ms": eager * 0.8, "iqr_ms": 0.01, "n": 100}}
-    if task.kind == "reference":
-        return {"status": "correct", "detail": "", "timings": timings}
-    if task.problem_id.endswith("Sigmoid"):
-        return {"status": "mismatch", "detail": "max abs error 0.5 at (0, 1)", "timings": {}}
-    candidate = eager * scale
-    timings["candidate"] = {"median_ms": candidate, "iqr_ms": 0.02, "n": 100}
-    return {"status": "correct", "detail": "", "timings": timings, "speedup_vs_eager": eager / candidate,
-            "speedup_vs_compile": None, "build_seconds": 1.5, "flags": []}
+class FakeJudge:
+    """Deterministic timings per problem: eager 2 ms × (index + 1), torch.compile 20% faster, a candidate
+    `scale` times eager; every Sigmoid candidate is wrong."""
+
+    scale = 0.5
+
+    def __init__(self, problem_path: str, options: JudgeOptions):
+        self.problem_id = problem_id_for(Path(problem_path))
+        self.eager = 2.0 * (TINY_SUITE.index(self.problem_id) + 1)
+        self.compile_baseline = options.compile_baseline
+
+    def __enter__(self) -> FakeJudge:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        pass
+
+    def _timings(self) -> dict:
+        eager = {"median_ms": self.eager, "iqr_ms": 0.01, "n": 100}
+        compiled = {"median_ms": self.eager * 0.8, "iqr_ms": 0.01, "n": 100}
+        compiled = compiled if self.compile_baseline else None
+        return {"candidate": None, "eager": eager, "compile": compiled}
+
+    def reference_report(self) -> dict:
+        return {"status": "reference", "detail": "", "timings": self._timings(), "warnings": []}
+
+    def evaluate(self, candidate: str) -> dict:
+        timings = self._timings()
+        if self.problem_id.endswith("Sigmoid"):
+            return {"status": "mismatch", "detail": "max abs error 0.5 at (0, 1)", "timings": timings,
+                    "flags": {"precision": "fp32"}}
+        time_ms = self.eager * self.scale
+        timings["candidate"] = {"median_ms": time_ms, "iqr_ms": 0.02, "n": 100}
+        compiled = timings["compile"]
+        return {"status": "correct", "detail": "", "timings": timings,
+                "speedup_vs_eager": self.eager / time_ms,
+                "speedup_vs_compile": compiled["median_ms"] / time_ms if compiled else None,
+                "build_seconds": 1.5, "flags": {"no_custom_kernel": False, "precision": "fp32"}}
 
 
 class FakeExecutor:
+    """Runs tasks in this process (no subprocess) with `FakeJudge`, recording what it was asked."""
+
     def __init__(self, scale: float = 0.5):
         self.scale = scale
         self.calls: list[tuple[BenchTask, Worker]] = []
 
     def __call__(self, task: BenchTask, worker: Worker) -> list[dict]:
         self.calls.append((task, worker))
-        if task.kind == "reference":
-            return reference_rows(task, fake_verdict(task))
-        if task.candidate is None:
-            return [missing_row(task, task.systems[0])]
-        return [candidate_row(task, fake_verdict(task, self.scale))]
+        judge = type("ScaledJudge", (FakeJudge,), {"scale": self.scale})
+        return run_task(task, JudgeOptions(device="cpu"), 60.0, judge_factory=judge)

@@ -11,8 +11,8 @@ import pytest
 from conftest import TINY_SUITE, FakeExecutor, make_answers, make_tiny_suite
 
 from kernelwright.bench.compare import render_comparison
-from kernelwright.bench.plan import BenchTask
-from kernelwright.bench.report import fmt_fraction, fmt_ms, fmt_speedup
+from kernelwright.bench.plan import BenchTask, SystemRun
+from kernelwright.bench.report import fmt_fraction, fmt_ms, fmt_speedup, write_report
 from kernelwright.bench.rows import finish
 from kernelwright.bench.runner import BenchConfig, run_bench
 from kernelwright.bench.store import ResultsStore
@@ -27,19 +27,18 @@ def store(tmp_path_factory) -> ResultsStore:
     suite, answers = make_tiny_suite(root / "suite"), make_answers(root / "answers")
     config = BenchConfig(suite=str(suite), systems=f"eager,compile,{answers}", device="cpu",
                          out=str(root / "out"))
-    return run_bench(config, execute=FakeExecutor()).store
+    store = run_bench(config, execute=FakeExecutor()).store
+    write_report(store)
+    return store
 
 
 def fake_results(directory, scale: float) -> ResultsStore:
     """A results folder with the fake executor's rows for eager and the answers, without rendering."""
     store, executor = ResultsStore(directory), FakeExecutor(scale)
     for problem_id in TINY_SUITE:
-        common = dict(problem_id=problem_id, problem_path="p.py", level="1", category="activation")
-        store.append(executor(BenchTask(kind="reference", systems=("eager",), **common), None))
-        candidate = BenchTask(kind="candidates", systems=("answers",), candidate="c.py", **common)
-        store.append(executor(candidate, None))
-    rows = [finish(row, "GPU-A", "0", 1.0) for row in store.rows()]
-    store.results_path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        runs = (SystemRun("eager", "reference"), SystemRun("answers", "candidates", "c.py"))
+        task = BenchTask(problem_id, f"{problem_id}.py", "1", "activation", runs)
+        store.append([finish(row, "GPU-A", "0", 1.0) for row in executor(task, None)])
     return store
 
 

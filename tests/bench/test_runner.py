@@ -10,7 +10,7 @@ import pytest
 from conftest import FakeExecutor
 
 from kernelwright.bench.devices import Worker
-from kernelwright.bench.plan import BenchTask
+from kernelwright.bench.plan import BenchTask, SystemRun
 from kernelwright.bench.pool import run_pool
 from kernelwright.bench.runner import BenchConfig, run_bench
 from kernelwright.bench.store import ResultsStore
@@ -26,8 +26,8 @@ def test_rows_for_every_problem_and_system(tiny_suite, answers, tmp_path):
     outcome = run_bench(config(tiny_suite, tmp_path / "out", f"eager,compile,{answers}"), execute=executor)
     rows = {(r["problem"], r["system"]): r for r in outcome.store.rows()}
     assert len(rows) == 9 and outcome.left == 0
-    # eager and compile share one reference task per problem
-    assert sum(task.kind == "reference" for task, _ in executor.calls) == 3
+    # one task per problem, each running every system
+    assert [task.systems for task, _ in executor.calls] == [("eager", "compile", "answers")] * 3
     assert rows[("level1/01_ReLU", "answers")]["status"] == "correct"
     assert rows[("level1/06_Sigmoid", "answers")]["status"] == "mismatch"
     assert rows[("level1/23_Softmax", "answers")]["status"] == "missing"
@@ -35,9 +35,8 @@ def test_rows_for_every_problem_and_system(tiny_suite, answers, tmp_path):
     assert eager["time_ms"] == 4.0 and eager["speedup_vs_eager"] == 1.0
     assert compiled["speedup_vs_eager"] == pytest.approx(1.25)
     assert rows[("level1/01_ReLU", "answers")]["device"] and rows[("level1/01_ReLU", "answers")]["finished"]
-    # candidates are judged without their own torch.compile timing when the compile system runs
-    assert all(not task.compile_baseline for task, _ in executor.calls if task.kind == "candidates")
-    assert (outcome.store.directory / "report.md").is_file()
+    # the candidates' speedup vs compile comes from the same reference timing as the compile row
+    assert rows[("level1/01_ReLU", "answers")]["speedup_vs_compile"] == pytest.approx(1.6)
     assert json.loads((outcome.store.directory / "run.json").read_text())["runs"][0]["problems"] == 3
 
 
@@ -56,6 +55,7 @@ def test_resume_skips_done_and_retries_bench_errors(tiny_suite, answers, tmp_pat
     outcome = run_bench(config(tiny_suite, out, f"eager,{answers}", resume=True), execute=executor)
     redone = [(t.problem_id, t.systems) for t, _ in executor.calls]
     assert redone == [(broken["problem"], (broken["system"],))]
+    assert executor.calls[0][0].compile_baseline  # compile is not in this bench: the judge times it
     assert outcome.ran == 1
     assert {(r["problem"], r["system"]): r["status"] for r in store.latest_rows()}[
         (broken["problem"], broken["system"])] == "correct"
@@ -83,8 +83,18 @@ def test_unknown_system_is_a_usage_error(tiny_suite, tmp_path):
         run_bench(config(tiny_suite, tmp_path / "out", "eager,nonsense"), execute=FakeExecutor())
 
 
+def test_resume_without_compile_row_needs_no_compile_timing(tiny_suite, tmp_path):
+    out = tmp_path / "out"
+    run_bench(config(tiny_suite, out, "compile", pattern="*ReLU"), execute=FakeExecutor())
+    executor = FakeExecutor()
+    run_bench(config(tiny_suite, out, "eager,compile", pattern="*ReLU", resume=True), execute=executor)
+    (task, _), = executor.calls
+    assert task.systems == ("eager",) and not task.compile_baseline
+
+
 def test_pool_spreads_tasks_over_workers_and_survives_a_failing_task():
-    tasks = [BenchTask(f"level1/{i}_X", "x.py", "1", "c", "candidates", (f"s{i}",), "c.py") for i in range(8)]
+    tasks = [BenchTask(f"level1/{i}_X", "x.py", "1", "c", (SystemRun(f"s{i}", "candidates", "c.py"),))
+             for i in range(8)]
     workers = [Worker("0", "GPU-A"), Worker("1", "GPU-A")]
     used: dict[str, set] = {}
     lock = threading.Lock()
