@@ -1,0 +1,242 @@
+// kw_reduce.cuh — accumulators and warp / block / cluster reductions shared by the reduction,
+// softmax, normalization and scan kernel families.
+//
+// An accumulator is a small value type with
+//   static Acc init();                 the identity
+//   void update(float x[, long long i])  fold in one element (i: its index along the reduction)
+//   void combine(const Acc& o)          merge another partial result
+//   Acc shfl_xor(int mask) const        the same accumulator read from lane (lane ^ mask)
+// Generated kernels pack the accumulators of one pass into a struct with the same four members, so
+// one warp_reduce / group_reduce / cluster_combine reduces all of them with one set of barriers.
+#pragma once
+#include <cuda_runtime.h>
+#include <math.h>
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#include <cooperative_groups.h>
+#endif
+
+namespace kw {
+
+constexpr unsigned FULL_MASK = 0xffffffffu;
+
+// NaN-propagating max/min, as torch.amax/amin (fmaxf would drop a NaN).
+__device__ __forceinline__ float nan_max(float a, float b) { return (a > b || a != a) ? a : b; }
+__device__ __forceinline__ float nan_min(float a, float b) { return (a < b || a != a) ? a : b; }
+
+struct SumAcc {
+    float v;
+    __device__ static SumAcc init() { return {0.f}; }
+    __device__ void update(float x) { v += x; }
+    __device__ void combine(const SumAcc& o) { v += o.v; }
+    __device__ SumAcc shfl_xor(int m) const { return {__shfl_xor_sync(FULL_MASK, v, m)}; }
+};
+
+struct ProdAcc {
+    float v;
+    __device__ static ProdAcc init() { return {1.f}; }
+    __device__ void update(float x) { v *= x; }
+    __device__ void combine(const ProdAcc& o) { v *= o.v; }
+    __device__ ProdAcc shfl_xor(int m) const { return {__shfl_xor_sync(FULL_MASK, v, m)}; }
+};
+
+struct MaxAcc {
+    float v;
+    __device__ static MaxAcc init() { return {-INFINITY}; }
+    __device__ void update(float x) { v = nan_max(v, x); }
+    __device__ void combine(const MaxAcc& o) { v = nan_max(v, o.v); }
+    __device__ MaxAcc shfl_xor(int m) const { return {__shfl_xor_sync(FULL_MASK, v, m)}; }
+};
+
+struct MinAcc {
+    float v;
+    __device__ static MinAcc init() { return {INFINITY}; }
+    __device__ void update(float x) { v = nan_min(v, x); }
+    __device__ void combine(const MinAcc& o) { v = nan_min(v, o.v); }
+    __device__ MinAcc shfl_xor(int m) const { return {__shfl_xor_sync(FULL_MASK, v, m)}; }
+};
+
+// Welford's running mean and sum of squared deviations: one read of the data, and no catastrophic
+// cancellation (E[x^2] - E[x]^2 loses all digits when |mean| >> std). Counts are floats: exact up
+// to 2^24 per thread and accurate beyond, and they keep the shuffle to 32-bit words.
+struct WelfordAcc {
+    float mean, m2, n;
+    __device__ static WelfordAcc init() { return {0.f, 0.f, 0.f}; }
+    __device__ void update(float x) {
+        n += 1.f;
+        const float d = x - mean;
+        mean += d / n;
+        m2 += d * (x - mean);
+    }
+    __device__ void combine(const WelfordAcc& o) {
+        const float total = n + o.n;
+        if (total == 0.f) return;
+        const float d = o.mean - mean;
+        const float wo = o.n / total;
+        mean += d * wo;
+        m2 += o.m2 + d * d * n * wo;
+        n = total;
+    }
+    __device__ WelfordAcc shfl_xor(int m) const {
+        return {__shfl_xor_sync(FULL_MASK, mean, m), __shfl_xor_sync(FULL_MASK, m2, m),
+                __shfl_xor_sync(FULL_MASK, n, m)};
+    }
+};
+
+// Online softmax state (Milakov & Gimelshein): running max m and sum of exp(x - m), so max and sum
+// need one read. exp of (-inf) - (-inf) is NaN, so a partial whose max is -inf (nothing but -inf
+// seen) contributes zero instead; equal infinite maxima contribute exp(0) = 1, which keeps
+// logsumexp([inf, inf]) = inf as torch does.
+__device__ __forceinline__ float exp_shift(float x, float m) { return x == m ? 1.f : expf(x - m); }
+
+struct SoftmaxAcc {
+    float m, s;
+    __device__ static SoftmaxAcc init() { return {-INFINITY, 0.f}; }
+    __device__ void update(float x) {
+        if (x == -INFINITY) return;
+        if (x > m) {
+            s = s * exp_shift(m, x) + 1.f;
+            m = x;
+        } else {
+            s += exp_shift(x, m);
+        }
+    }
+    __device__ void combine(const SoftmaxAcc& o) {
+        const float mx = nan_max(m, o.m);
+        if (mx == -INFINITY) return;
+        s = (m == -INFINITY ? 0.f : s * exp_shift(m, mx)) + (o.m == -INFINITY ? 0.f : o.s * exp_shift(o.m, mx));
+        m = mx;
+    }
+    __device__ SoftmaxAcc shfl_xor(int k) const {
+        return {__shfl_xor_sync(FULL_MASK, m, k), __shfl_xor_sync(FULL_MASK, s, k)};
+    }
+};
+
+// Arg-reductions follow torch: NaN counts as the extreme value, and ties go to the first index.
+template <bool IS_MAX>
+struct ArgAcc {
+    float v;
+    long long i;
+    __device__ static ArgAcc init() { return {IS_MAX ? -INFINITY : INFINITY, -1}; }
+    __device__ bool beats(float ov, long long oi) const {
+        if (oi < 0) return true;
+        if (i < 0) return false;
+        const bool nan_a = v != v, nan_b = ov != ov;
+        if (nan_a != nan_b) return nan_a;
+        if (nan_a || v == ov) return i < oi;
+        return IS_MAX ? v > ov : v < ov;
+    }
+    __device__ void update(float x, long long idx) {
+        if (!beats(x, idx)) { v = x; i = idx; }
+    }
+    __device__ void combine(const ArgAcc& o) {
+        if (!beats(o.v, o.i)) { v = o.v; i = o.i; }
+    }
+    __device__ ArgAcc shfl_xor(int m) const {
+        return {__shfl_xor_sync(FULL_MASK, v, m), (long long)__shfl_xor_sync(FULL_MASK, i, m)};
+    }
+};
+using ArgMaxAcc = ArgAcc<true>;
+using ArgMinAcc = ArgAcc<false>;
+
+// Butterfly reduction: every lane ends with the combination of all 32 lanes.
+template <class Acc>
+__device__ __forceinline__ Acc warp_reduce(Acc a) {
+#pragma unroll
+    for (int m = 16; m > 0; m >>= 1) a.combine(a.shfl_xor(m));
+    return a;
+}
+
+// Reduce over the WARPS consecutive warps that share one row (a block may hold several rows).
+// `scratch` holds one Acc per warp of the block. Every thread of the block must call it (it has
+// block-wide barriers); every thread of the group gets the same result, combined in the same order.
+template <int WARPS, class Acc>
+__device__ __forceinline__ Acc group_reduce(Acc a, Acc* scratch) {
+    a = warp_reduce(a);
+    if (WARPS == 1) return a;
+    const int warp = threadIdx.x >> 5, first = warp - warp % WARPS;
+    if ((threadIdx.x & 31) == 0) scratch[warp] = a;
+    __syncthreads();
+    Acc r = scratch[first];
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w) r.combine(scratch[first + w]);
+    __syncthreads();  // the scratch is reused by the next reduction
+    return r;
+}
+
+// Whole-block reduction (one row per block).
+template <int WARPS, class Acc>
+__device__ __forceinline__ Acc block_reduce(Acc a, Acc* scratch) {
+    return group_reduce<WARPS, Acc>(a, scratch);
+}
+
+// Column layout: lane l of every warp holds a partial for column l; warp w covered rows w, w+W, ...
+// `scratch` holds WARPS * 32 Accs. Every thread gets its column's total.
+template <int WARPS, class Acc>
+__device__ __forceinline__ Acc column_reduce(Acc a, Acc* scratch) {
+    if (WARPS == 1) return a;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    scratch[warp * 32 + lane] = a;
+    __syncthreads();
+    Acc r = scratch[lane];
+#pragma unroll 4
+    for (int w = 1; w < WARPS; ++w) r.combine(scratch[w * 32 + lane]);
+    __syncthreads();
+    return r;
+}
+
+// Online-softmax and Welford merges as free functions, for templates that hold raw fields.
+__device__ __forceinline__ SoftmaxAcc online_softmax_combine(SoftmaxAcc a, const SoftmaxAcc& b) {
+    a.combine(b);
+    return a;
+}
+__device__ __forceinline__ WelfordAcc welford_combine(WelfordAcc a, const WelfordAcc& b) {
+    a.combine(b);
+    return a;
+}
+
+// Inclusive scan across a warp (Hillis-Steele over shuffles): lane l gets op(x_0, ..., x_l).
+template <class Op>
+__device__ __forceinline__ float warp_scan_inclusive(float x, Op op) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const float y = __shfl_up_sync(FULL_MASK, x, o);
+    if (lane >= o) x = op(y, x);
+  }
+  return x;
+}
+
+struct ScanSum {
+  static constexpr float identity = 0.f;
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct ScanProd {
+  static constexpr float identity = 1.f;
+  __device__ float operator()(float a, float b) const { return a * b; }
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Merge per-block partials across a thread-block cluster through distributed shared memory.
+// `slots` (in this block's shared memory) holds SLOTS partials (1 per row or 32 per column tile),
+// already reduced within the block; thread t < SLOTS owns slot t. Every block combines the ranks in
+// rank order, so all blocks of a cluster get bitwise identical results.
+template <int SLOTS, class Acc>
+__device__ __forceinline__ void cluster_combine(Acc* slots) {
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's partial is written
+    Acc r = Acc::init();
+    if (threadIdx.x < SLOTS) {
+        r = *cluster.map_shared_rank(slots + threadIdx.x, 0);
+        for (unsigned b = 1; b < cluster.num_blocks(); ++b)
+            r.combine(*cluster.map_shared_rank(slots + threadIdx.x, b));
+    }
+    cluster.sync();  // no block overwrites its slots (or exits) while another block still reads them
+    if (threadIdx.x < SLOTS) slots[threadIdx.x] = r;
+    __syncthreads();
+}
+
+__device__ __forceinline__ unsigned cluster_rank() { return cooperative_groups::this_cluster().block_rank(); }
+#endif
+
+}  // namespace kw

@@ -1,0 +1,471 @@
+"""The reduction family's renderer: one kernel per group computing its reductions, softmaxes and norms
+over each row in passes, with the pointwise prologue inlined into every pass that needs it and the
+epilogue fused into the last pass.
+
+`fuse/reduction.py` decided the members, their levels (per element or per row), the passes and the
+launch shape; this module only prints them into `cuda/kw_row_kernel.cu.in`. Per pass, the generated code
+is: a loop over this thread's chunks of the row (VEC consecutive elements, one 16-byte load per input
+where aligned), the elementwise statements, the accumulator updates; then one reduction of the pass's
+packed accumulators; then the per-row scalars. The last pass writes the elementwise outputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from string import Template
+
+import torch
+
+from kernelwright.codegen.kernel import KernelSource
+from kernelwright.codegen.pointwise import op_expression
+from kernelwright.codegen.reduction_binding import binding_source
+from kernelwright.codegen.reduction_index import (
+    decompose,
+    domain_strides,
+    index_type,
+    merge_layout,
+    offset,
+)
+from kernelwright.codegen.reduction_ops import accumulation, param_operands, render_scalars
+from kernelwright.fuse.plan import FusedGroup
+from kernelwright.fuse.reduction import (
+    ELEM_ANCHORS,
+    REDUCE_OPS,
+    ReductionSpec,
+    cached_inputs,
+    operand_shape,
+    reduction_passes,
+)
+from kernelwright.ir.graph import Node, format_graph
+
+TEMPLATE = Template((Path(__file__).parent / "cuda" / "kw_row_kernel.cu.in").read_text())
+# Shared memory a block may use when a cluster is not available and the row must fit in one block.
+SINGLE_BLOCK_SMEM = 220 * 1024
+
+
+def render(group: FusedGroup) -> KernelSource:
+    return _RowKernel(group, group.config[0]).source()
+
+
+class _RowKernel:
+    def __init__(self, group: FusedGroup, spec: ReductionSpec):
+        self.group, self.spec = group, spec
+        space = spec.space
+        self.level = {id(n): lv for n, lv in zip(group.nodes, spec.levels, strict=True)}
+        self.index = {id(n): i for i, n in enumerate(group.nodes)}
+        self.input_pos = {id(n): k for k, n in enumerate(group.inputs)}
+        self.pass_of = reduction_passes(group)
+        self.reduction_passes = max(self.pass_of.values()) + 1
+        self.elem_outputs = [o for o in group.outputs if self.level[id(o)] == "elem"]
+        self.row_outputs = [o for o in group.outputs if self.level[id(o)] != "elem"]
+        self.name = "kw_reduce_" + _digest(group)
+        # accesses: (input position or -1 for the output, view shape, context) -> strides over the domain
+        self.access_keys: list[tuple[int, tuple[int, ...], str]] = []
+        self.frozen = False
+        for node in group.nodes:
+            for k, inp in enumerate(node.inputs):
+                if id(inp) in self.input_pos:
+                    self._access(self.input_pos[id(inp)], operand_shape(node, k), self._context(node))
+        if self.elem_outputs:
+            self._access(-1, space.shape, "elem")
+        ir_all = tuple(range(len(space.shape)))
+        ir_kept = tuple(d for d in ir_all if d not in space.ir_reduced)
+        strides = []
+        for _, view, context in self.access_keys:
+            dims = ir_kept if context == "rowsq" else ir_all
+            ctx_shape = tuple(space.shape[d] for d in dims)
+            strides.append(domain_strides(view, ctx_shape, dims, space.split, space.domain))
+        self.layout = merge_layout(space.domain, space.reduce, strides)
+        vec_ok = all(self.layout.innermost_stride(a) in (0, 1) for a in range(len(strides)))
+        self.vec = spec.vec if vec_ok else 1
+        self.frozen = True      # every access is known: the layout above covers them all
+        self.readers = {k: self._passes_reading(k) for k in range(len(group.inputs))}
+        self.cached = [k for k in cached_inputs(group, space) if len(self.readers[k]) > 1] \
+            if spec.cache else []
+        extents = [space.rows * space.row_length] + [i.numel for i in group.inputs]
+        self.idx_t = index_type(*extents)
+
+    # ------------------------------------------------------------------ accesses and levels
+
+    def _context(self, node: Node) -> str:
+        if node.op in REDUCE_OPS or node.op in ELEM_ANCHORS:
+            return "elem"
+        return self.level[id(node)]
+
+    def _access(self, position: int, view: tuple[int, ...], context: str) -> int:
+        key = (position, tuple(view), context)
+        if key not in self.access_keys:
+            assert not self.frozen, f"access {key} was not registered before the layout was merged"
+            self.access_keys.append(key)
+        return self.access_keys.index(key)
+
+    def _passes_reading(self, position: int) -> set[int]:
+        """The passes whose elementwise statements read input `position`."""
+        found = set()
+        for p in range(self.reduction_passes + 1):
+            env = _PassEnv(self, p)
+            for root in self._pass_roots(p):
+                env.elem(root)
+            if any(self.access_keys[a][0] == position for a in env.loads):
+                found.add(p)
+        return found
+
+    def _pass_roots(self, p: int) -> list[Node]:
+        if p < self.reduction_passes:
+            return [n.inputs[0] for n in self.group.nodes if self.pass_of.get(id(n)) == p]
+        return list(self.elem_outputs)
+
+    # ------------------------------------------------------------------ code
+
+    def source(self) -> KernelSource:
+        spec, space = self.spec, self.spec.space
+        column = spec.layout == "column"
+        rows_per_block = 32 if column else spec.threads // 32 // spec.warps_per_row
+        params = self._params()
+        body, structs, row_lines = [], [], _RowScalars(self)
+        for p in range(self.reduction_passes):
+            structs.append(self._struct(p))
+            body += self._reduction_pass(p, column)
+            body += row_lines.after_pass(p)
+        if self.elem_outputs:
+            body += self._output_pass()
+        if self.row_outputs:
+            writes = [f"    out{self._out_pos(o)}[row] = {row_lines.value(o)};" for o in self.row_outputs]
+            body += ["  if (live && leader) {", *writes, "  }"]
+        cuda = TEMPLATE.substitute(
+            name=self.name,
+            summary=", ".join(n.op for n in self.group.nodes),
+            row_owner="lane l of a 32-row tile, the warps splitting the row" if column
+            else f"{spec.warps_per_row} warp(s)",
+            idx_t=self.idx_t, rows=space.rows, length=space.row_length, threads=spec.threads,
+            warps=spec.warps_per_row, rows_per_block=rows_per_block, cached=max(1, len(self.cached)),
+            structs="\n\n".join(structs), params=", ".join(params),
+            mapping=self._mapping(column), row_offsets="\n".join(self._row_offsets()),
+            body="\n".join(body), vec=self.vec, **self._launcher(params, rows_per_block),
+        )
+        cpp = binding_source(self.name, self.group.inputs, self.group.outputs)
+        return KernelSource(self.name, cuda, cpp, _ir_comment(self.group))
+
+    def _params(self) -> list[str]:
+        ins = [f"const float* __restrict__ in{k}" for k in range(len(self.group.inputs))]
+        outs = [f"{'long long' if o.dtype == torch.int64 else 'float'}* __restrict__ out{k}"
+                for k, o in enumerate(self.group.outputs)]
+        return ins + outs
+
+    def _out_pos(self, node: Node) -> int:
+        return next(k for k, o in enumerate(self.group.outputs) if o is node)
+
+    def _mapping(self, column: bool) -> str:
+        if column:
+            lines = ["  const int slot = threadIdx.x & 31;            // the kept position this lane owns",
+                     "  const int t = threadIdx.x >> 5;",
+                     "  const idx_t row = static_cast<idx_t>(blockIdx.x / CL) * 32 + slot;",
+                     "  constexpr int STEP = WARPS;"]
+        else:
+            lines = ["  const int slot = threadIdx.x / (32 * WARPS);    // the row within the block",
+                     "  const int t = threadIdx.x % (32 * WARPS);",
+                     "  const idx_t row = static_cast<idx_t>(blockIdx.x / CL) * ROWS_PER_BLOCK + slot;",
+                     "  constexpr int STEP = 32 * WARPS;"]
+        return "\n".join(lines + ["  const bool leader = t == 0 && rank == 0;", "  (void)leader;"])
+
+    def _row_offsets(self) -> list[str]:
+        layout = self.layout
+        lines = ["  // kept coordinates of this row, and each tensor's offset to the row's start"]
+        lines += ["  " + s for s in decompose("krow", layout.kept_dims, layout.sizes, "kd", "idx_t")]
+        for a, strides in enumerate(layout.accesses):
+            lines.append(f"  const idx_t kb{a} = {offset(layout.kept_dims, strides, 'kd')};")
+            lines.append(f"  (void)kb{a};")
+        return lines
+
+    def _struct(self, p: int) -> str:
+        members = [n for n in self.group.nodes if self.pass_of.get(id(n)) == p]
+        name = f"Pass{p}"
+        fields = [(f"a{self.index[id(n)]}", accumulation(n, self.spec.space.row_length).acc) for n in members]
+        decl = "\n".join(f"  {acc} {f};" for f, acc in fields)
+        init = ", ".join(f"{acc}::init()" for _, acc in fields)
+        combine = " ".join(f"{f}.combine(o.{f});" for f, _ in fields)
+        shuffle = ", ".join(f"{f}.shfl_xor(m)" for f, _ in fields)
+        return (f"// pass {p}: {', '.join(n.op for n in members)}\nstruct {name} {{\n{decl}\n"
+                f"  __device__ static {name} init() {{ return {{{init}}}; }}\n"
+                f"  __device__ void combine(const {name}& o) {{ {combine} }}\n"
+                f"  __device__ {name} shfl_xor(int m) const {{ return {{{shuffle}}}; }}\n}};")
+
+    def _loop(self, env: _PassEnv, inner: list[str], before_store: list[str]) -> list[str]:
+        """The chunk loop of one pass: coordinates, loads (from global or the row cache), the per-element
+        statements, then `before_store` after the element loop."""
+        layout = self.layout
+        # unrolled so that several independent 16-byte loads per thread are in flight (the accumulator
+        # chain is serial, the loads are not)
+        lines = ["  if (live) {",
+                 "    #pragma unroll 4",
+                 "    for (idx_t c = c_begin + t; c < c_end; c += STEP) {",
+                 "      const idx_t p0 = c * VEC;   // first element of this chunk, along the row",
+                 "      (void)p0;"]
+        if env.loads or env.stores:
+            lines += ["      " + s for s in decompose("p0", layout.reduced_dims, layout.sizes, "rd", "idx_t")]
+        for a in env.loads:
+            lines.append("      " + self._load(a, env.p))
+        lines += ["      #pragma unroll", "      for (int j = 0; j < VEC; ++j) {"]
+        lines += ["        " + s for s in env.lines + inner]
+        lines += ["      }"] + ["      " + s for s in before_store] + ["    }", "  }"]
+        return lines
+
+    def _from_cache(self, access: int, p: int) -> bool:
+        position = self.access_keys[access][0]
+        return position in self.cached and min(self.readers[position]) < p
+
+    def _load(self, a: int, p: int) -> str:
+        position = self.access_keys[a][0]
+        vec = "kw::Vec<float, VEC>"
+        address = f"in{position} + kb{a} + {offset(self.layout.reduced_dims, self.layout.accesses[a], 'rd')}"
+        if self.layout.innermost_stride(a) == 0 and self.layout.reduced[-1]:
+            load = f"kw::splat<float, VEC>(kw::load({address}))"
+        else:
+            load = f"kw::load_vec<float, VEC>({address})"
+        if position not in self.cached:
+            return f"const {vec} x{a} = {load};"
+        slot = self.cached.index(position)
+        where = f"reinterpret_cast<{vec}*>(cache + ({slot} * PER_BLOCK + (c - c_begin)) * VEC)"
+        if self._from_cache(a, p):
+            return f"const {vec} x{a} = CACHE ? *{where} : {load};"
+        return f"const {vec} x{a} = {load};\n      if (CACHE) *{where} = x{a};"
+
+    def _reduction_pass(self, p: int, column: bool) -> list[str]:
+        env = _PassEnv(self, p)
+        updates = []
+        for node in self.group.nodes:
+            if self.pass_of.get(id(node)) != p:
+                continue
+            x = env.elem(node.inputs[0])
+            field = f"acc{p}.a{self.index[id(node)]}"
+            entry = accumulation(node, self.spec.space.row_length)
+            updates.append(f"{field}.update({x}, p0 + j);" if entry.indexed else f"{field}.update({x});")
+        scratch = "THREADS" if column else "THREADS / 32"
+        reduce = "column_reduce" if column else "group_reduce"
+        slots = "32" if column else "ROWS_PER_BLOCK"
+        lines = [f"  // ---- pass {p}", f"  Pass{p} acc{p} = Pass{p}::init();"]
+        lines += self._loop(env, updates, [])
+        lines += ["  {",
+                  f"    __shared__ Pass{p} scratch[{scratch}];",
+                  f"    acc{p} = kw::{reduce}<WARPS>(acc{p}, scratch);",
+                  "  }",
+                  "  if constexpr (CL > 1) {",
+                  "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900",
+                  f"    __shared__ Pass{p} slots[{slots}];",
+                  f"    if (t == 0) slots[slot] = acc{p};",
+                  f"    kw::cluster_combine<{slots}>(slots);",
+                  f"    acc{p} = slots[slot];",
+                  "#else",
+                  "    __trap();  // clusters need sm_90; the launcher never starts this variant elsewhere",
+                  "#endif",
+                  "  }"]
+        return lines
+
+    def _output_pass(self) -> list[str]:
+        p = self.reduction_passes
+        env = _PassEnv(self, p)
+        inner, stores = [], []
+        for node in self.elem_outputs:
+            k = self._out_pos(node)
+            value = env.elem(node)
+            inner.append(f"y{k}.v[j] = {value};")
+            along = offset(self.layout.reduced_dims, self.layout.accesses[env.out_access], "rd")
+            stores.append(f"kw::store_vec<float, VEC>(out{k} + kb{env.out_access} + {along}, y{k});")
+        env.stores = [env.out_access]
+        decls = [f"kw::Vec<float, VEC> y{self._out_pos(n)};" for n in self.elem_outputs]
+        lines = ["  // ---- output pass"]
+        loop = self._loop(env, inner, stores)
+        # the output vectors live in the chunk loop, declared before the element loop
+        at = loop.index("      #pragma unroll")
+        return lines + loop[:at] + ["      " + d for d in decls] + loop[at:]
+
+    def _launcher(self, params: list[str], rows_per_block: int) -> dict[str, str]:
+        spec = self.spec
+        args = ", ".join(p.rsplit(" ", 1)[1] for p in params)
+        pointers = [f"in{k}" for k in range(len(self.group.inputs))] + \
+            [f"out{k}" for k in range(len(self.group.outputs))]
+        aligned = " && ".join(f"kw::is_aligned<float4>({p})" for p in pointers) or "true"
+        full_row = rows_per_block * max(1, len(self.cached)) * spec.space.row_length * 4
+        fields = dict(name=self.name, params=", ".join(params), args=args, cluster=spec.cluster,
+                      cache="true" if self.cached else "false",
+                      fallback_cache="true" if self.cached and full_row <= SINGLE_BLOCK_SMEM else "false",
+                      vec_pick=f"({aligned})" if self.vec == 4 else "false")
+        return {"launch": _LAUNCH.substitute(fields), "entry": _ENTRY.substitute(fields)}
+
+
+class _PassEnv:
+    """The elementwise statements of one pass: each member evaluated once per element, in dependency
+    order; outside tensors become loads (`loads`, access ids), row values their scalar names."""
+
+    def __init__(self, kernel: _RowKernel, p: int):
+        self.k, self.p = kernel, p
+        self.lines: list[str] = []
+        self.names: dict[int, str] = {}
+        self.loads: list[int] = []
+        self.stores: list[int] = []
+        self.out_access = kernel.access_keys.index((-1, kernel.spec.space.shape, "elem")) \
+            if kernel.elem_outputs else -1
+
+    def operand(self, consumer: Node, k: int) -> str | None:
+        inp = consumer.inputs[k]
+        if inp.op == "const":
+            return None
+        if id(inp) in self.k.input_pos:
+            a = self.k._access(self.k.input_pos[id(inp)], operand_shape(consumer, k), "elem")
+            if a not in self.loads:
+                self.loads.append(a)
+            return f"x{a}.v[j]"
+        return self.elem(inp)
+
+    def elem(self, node: Node) -> str:
+        if id(node) in self.k.input_pos:
+            # a reduction reading an outside tensor directly
+            a = self.k._access(self.k.input_pos[id(node)], node.shape, "elem")
+            if a not in self.loads:
+                self.loads.append(a)
+            return f"x{a}.v[j]"
+        if self.k.level[id(node)] != "elem":
+            return _RowScalars.name(self.k, node)
+        if id(node) in self.names:
+            return self.names[id(node)]
+        i = self.k.index[id(node)]
+        if node.op in ELEM_ANCHORS:
+            entry = accumulation(node, self.k.spec.space.row_length)
+            params = {name: self.operand(node, pos) for name, pos in param_operands(node).items()}
+            scalars = {f"s{j}": f"r{i}_{j}" for j in range(len(entry.scalars))}
+            expr = entry.elem.format(x=self.operand(node, 0), **params, **scalars)
+        else:
+            expr = op_expression(node, [self.operand(node, k) for k in range(len(node.inputs))])
+        self.lines.append(f"const float e{i} = {expr};")
+        self.names[id(node)] = f"e{i}"
+        return f"e{i}"
+
+
+class _RowScalars:
+    """Per-row values: each reduction's results right after its pass, then every row-level pointwise
+    member as soon as its inputs are known."""
+
+    def __init__(self, kernel: _RowKernel):
+        self.k = kernel
+        self.done: set[int] = set()
+
+    @staticmethod
+    def name(kernel: _RowKernel, node: Node) -> str:
+        return f"r{kernel.index[id(node)]}"
+
+    def value(self, node: Node) -> str:
+        return self.name(self.k, node)
+
+    def after_pass(self, p: int) -> list[str]:
+        lines = []
+        length = self.k.spec.space.row_length
+        for node in self.k.group.nodes:
+            if self.k.pass_of.get(id(node)) != p:
+                continue
+            i = self.k.index[id(node)]
+            entry = accumulation(node, length)
+            values = render_scalars(entry, f"acc{p}.a{i}", length)
+            ctype = "long long" if node.dtype == torch.int64 else "float"
+            if entry.elem is None:
+                lines.append(f"  const {ctype} r{i} = {values[0]};")
+            else:
+                lines += [f"  const float r{i}_{j} = {v};" for j, v in enumerate(values)]
+            self.done.add(id(node))
+        progress = True
+        while progress:
+            progress = False
+            for node in self.k.group.nodes:
+                if id(node) in self.done or self.k.level[id(node)] == "elem" or id(node) in self.k.pass_of:
+                    continue
+                members = [i for i in node.inputs if id(i) in self.k.level]
+                if not all(id(m) in self.done for m in members):
+                    continue
+                operands = []
+                for k, inp in enumerate(node.inputs):
+                    if inp.op == "const":
+                        operands.append(None)
+                    elif id(inp) in self.k.input_pos:
+                        position = self.k.input_pos[id(inp)]
+                        a = self.k._access(position, operand_shape(node, k), self.k.level[id(node)])
+                        operands.append(f"kw::load(in{position} + kb{a})")
+                    else:
+                        operands.append(self.name(self.k, inp))
+                i = self.k.index[id(node)]
+                lines.append(f"  const float r{i} = {op_expression(node, operands)};")
+                self.done.add(id(node))
+                progress = True
+        return lines
+
+
+_LAUNCH = Template("""\
+template <int VEC, int CL, bool CACHE>
+static cudaError_t launch($params, cudaStream_t stream) {
+  auto fn = kernel<VEC, CL, CACHE>;
+  const size_t smem = CACHE ? sizeof(float) * ROWS_PER_BLOCK * CACHED * ((LEN / VEC + CL - 1) / CL) * VEC : 0;
+  const unsigned blocks = static_cast<unsigned>((ROWS + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK * CL);
+  if (smem > 48 * 1024) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err != cudaSuccess) return err;
+  }
+  if (CL == 1) {
+    fn<<<blocks, THREADS, smem, stream>>>($args);
+    return cudaGetLastError();
+  }
+  if (CL > 8) cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(THREADS);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = CL;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  static int active_clusters = -1;  // whether a cluster of this shape fits on the device at all
+  if (active_clusters < 0) {
+    if (cudaOccupancyMaxActiveClusters(&active_clusters, fn, &config) != cudaSuccess) active_clusters = 0;
+    cudaGetLastError();
+  }
+  if (active_clusters == 0) return cudaErrorNotSupported;
+  return cudaLaunchKernelEx(&config, fn, $args);
+}""")
+
+_ENTRY = Template("""\
+int ${name}_launch($params, cudaStream_t stream) {
+  using namespace $name;
+  const bool vec = $vec_pick;
+  cudaError_t err = cudaErrorNotSupported;
+  if ($cluster > 1) {
+    int device = 0, major = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (major >= 9) {
+      err = vec ? launch<VEC_MAX, $cluster, $cache>($args, stream)
+                : launch<1, $cluster, $cache>($args, stream);
+      if (err != cudaSuccess) cudaGetLastError();
+    }
+  }
+  if (err != cudaSuccess) {
+    // one block per row; the row cache only when a whole row fits in one block's shared memory
+    err = vec ? launch<VEC_MAX, 1, $fallback_cache>($args, stream)
+              : launch<1, 1, $fallback_cache>($args, stream);
+  }
+  return static_cast<int>(err);
+}""")
+
+
+def _digest(group: FusedGroup) -> str:
+    import hashlib
+
+    text = "|".join(f"{n.op}{n.shape}{n.attrs}" for n in group.nodes) + repr(group.config)
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def _ir_comment(group: FusedGroup) -> str:
+    from kernelwright.ir.graph import Graph
+
+    return format_graph(Graph(inputs=(), params=(), outputs=group.outputs))

@@ -1,0 +1,37 @@
+"""The scan family's renderer: prints the `ScanSpec` that `fuse/scan.py` chose into
+`cuda/kw_scan_kernel.cu.in` (block scan with a carried total along contiguous rows; a sequential walk per
+column otherwise)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from string import Template
+
+from kernelwright.codegen.kernel import KernelSource
+from kernelwright.codegen.reduction_binding import binding_source
+from kernelwright.codegen.reduction_index import index_type
+from kernelwright.fuse.plan import FusedGroup
+from kernelwright.fuse.scan import ScanSpec
+from kernelwright.ir.graph import Graph, format_graph
+
+TEMPLATE = Template((Path(__file__).parent / "cuda" / "kw_scan_kernel.cu.in").read_text())
+
+
+def render(group: FusedGroup) -> KernelSource:
+    spec: ScanSpec = group.config[0]
+    name = "kw_scan_" + hashlib.sha1(repr(spec).encode()).hexdigest()[:10]
+    kind = ("exclusive " if spec.exclusive else "") + ("reverse " if spec.reverse else "") + spec.op
+    cuda = TEMPLATE.substitute(
+        name=name, summary=f"{kind} over [{spec.outer}, {spec.length}, {spec.inner}] ({spec.layout})",
+        idx_t=index_type(spec.outer * spec.length * spec.inner + spec.threads * spec.vec),
+        op="kw::ScanSum" if spec.op == "cumsum" else "kw::ScanProd",
+        outer=spec.outer, length=spec.length, inner=spec.inner, reverse=_bool(spec.reverse),
+        exclusive=_bool(spec.exclusive), threads=spec.threads, vec=spec.vec)
+    cpp = binding_source(name, group.inputs, group.outputs)
+    comment = format_graph(Graph(inputs=(), params=(), outputs=group.outputs))
+    return KernelSource(name, cuda, cpp, comment)
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"

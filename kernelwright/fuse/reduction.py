@@ -1,0 +1,376 @@
+"""The reduction family's matcher: reductions with their pointwise prologue and epilogue, and
+reduce-then-pointwise patterns over the same rows (softmax, log_softmax, logsumexp, layer/group/batch/
+instance norm, RMS norm and x / ||x|| written out by hand, mean-centering) as ONE kernel.
+
+A group iterates over one *space*: the shape of the values its reductions read, with a set of reduced
+dims. Every member is either
+- elementwise ("elem"): a value per element of the space (pointwise ops, softmax, the norms), or
+- per row ("row"): a value per kept position (the reductions and pointwise ops on their results), in
+  keepdim form (size 1 on the reduced dims, so it broadcasts against elem values) or squeezed form.
+Reductions whose input depends on another reduction's result run in a later pass over the row (the
+kernel keeps the row in shared memory between passes when it fits, so HBM is still read once).
+
+Growth, to a fixpoint: pointwise producers whose every user is in the group (prologue, recomputed per
+element, never an extra output); other reductions and norm/softmax anchors over the same space (siblings:
+BatchNorm's output, its batch mean and its batch variance read x once); pointwise consumers (epilogue),
+elem when they have the space's shape, row when they combine row values only. Every candidate keeps the
+group convex (`Partition.is_convex`).
+
+The launch shape (row or column layout, threads, cluster size, caching) is decided here from the sizes,
+for an H100-class device (`DEVICE`); the generated launcher re-checks cluster support at run time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernelwright.fuse.plan import FusedGroup, Partition, make_group
+from kernelwright.fuse.pointwise import POINTWISE_OPS
+from kernelwright.ir.graph import Graph, Node
+
+REDUCE_OPS = frozenset({"sum", "mean", "amax", "amin", "prod", "var", "std", "logsumexp", "argmax", "argmin"})
+ELEM_ANCHORS = frozenset({"softmax", "log_softmax", "layer_norm", "group_norm", "batch_norm"})
+ARG_OPS = frozenset({"argmax", "argmin"})
+
+
+@dataclass(frozen=True)
+class Device:
+    """The limits the launch shape is planned for. Kernels are compiled for the GPU present; these are
+    H100 SXM figures (the launcher falls back when a cluster does not fit)."""
+
+    sms: int = 132
+    smem_per_block: int = 227 * 1024
+    max_cluster: int = 16        # 16 needs the non-portable cluster size attribute (sm_90)
+
+
+DEVICE = Device()
+
+
+@dataclass(frozen=True)
+class Space:
+    """`shape`: the IR shape the reductions read. `split[d]`: how many domain dims IR dim d becomes (2 for
+    the channel dim of group_norm: (groups, channels per group)). `domain`, `reduce`: the iteration space
+    and its reduced dims."""
+
+    shape: tuple[int, ...]
+    split: tuple[int, ...]
+    domain: tuple[int, ...]
+    reduce: tuple[int, ...]
+
+    @property
+    def ir_reduced(self) -> tuple[int, ...]:
+        """IR dims that are reduced entirely (empty for group_norm's channel dim, which is only split)."""
+        dims, start = [], 0
+        for d, parts in enumerate(self.split):
+            if all(start + j in self.reduce for j in range(parts)):
+                dims.append(d)
+            start += parts
+        return tuple(dims)
+
+    @property
+    def rows(self) -> int:
+        return _prod(s for d, s in enumerate(self.domain) if d not in self.reduce)
+
+    @property
+    def row_length(self) -> int:
+        return _prod(self.domain[d] for d in self.reduce)
+
+
+@dataclass(frozen=True)
+class ReductionSpec:
+    """The kernel's launch shape. `layout` "row": the innermost domain dim is reduced, the threads of
+    `warps_per_row` warps walk one row (a block holds threads // 32 // warps_per_row rows); "column":
+    the innermost dim is kept, lane l owns kept position l of a 32-wide tile and the warps split the
+    row. `cluster` blocks share a row through distributed shared memory (sm_90; 1 = none). `cache`: the
+    row's loaded inputs stay in shared memory between `passes`. `vec`: elements per load (4 = 16 bytes)."""
+
+    space: Space
+    levels: tuple[str, ...]      # per group node: "elem", "row" (keepdim form) or "rowsq" (squeezed form)
+    layout: str
+    threads: int
+    warps_per_row: int
+    cluster: int
+    cache: bool
+    passes: int
+    vec: int
+
+
+def space_of(node: Node) -> Space | None:
+    """The space an anchor reduces over, or None when the node is no anchor we handle."""
+    if not node.inputs or node.inputs[0].dtype != torch.float32 or node.inputs[0].numel == 0:
+        return None
+    shape = node.inputs[0].shape
+    rank = len(shape)
+    if rank == 0:
+        return None
+    ones = (1,) * rank
+    if node.op in REDUCE_OPS - ARG_OPS:
+        dims = tuple(node.attr("dims") or range(rank))
+    elif node.op in ARG_OPS:
+        dim = node.attr("dim")
+        dims = tuple(range(rank)) if dim is None else (dim,)
+    elif node.op in ("softmax", "log_softmax"):
+        dims = (node.attr("dim"),)
+    elif node.op == "layer_norm":
+        dims = tuple(range(rank - node.attr("normalized_ndim"), rank))
+    elif node.op == "batch_norm" and node.attr("training") and rank >= 2:
+        dims = (0, *range(2, rank))
+    elif node.op == "group_norm" and rank >= 2:
+        groups = node.attr("groups")
+        domain = (shape[0], groups, shape[1] // groups, *shape[2:])
+        return Space(shape, (1, 2) + (1,) * (rank - 2), domain, tuple(range(2, rank + 1)))
+    else:
+        return None
+    return Space(shape, ones, shape, tuple(sorted(dims)))
+
+
+def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
+    users = graph.users()
+    roots = {id(n) for n in graph.roots()}
+    partition = Partition(graph, users)
+    taken = set(claimed)
+    groups = []
+    for anchor in graph.nodes():
+        if id(anchor) in taken:
+            continue
+        space = space_of(anchor)
+        if space is None:
+            continue
+        growth = _Growth(space, anchor, users, roots, taken, partition)
+        members = growth.run()
+        partition.add(members)
+        taken.update(id(n) for n in members)
+        group = make_group(graph, "reduction", members, users=users)
+        levels = tuple(growth.level[id(n)] for n in group.nodes)
+        groups.append(FusedGroup(group.family, group.nodes, group.inputs, group.outputs,
+                                 (plan_launch(space, group, levels),)))
+    return groups
+
+
+class _Growth:
+    """Grows one group from its anchor; `level[id]` is "elem", "row" (keepdim form) or "rowsq"
+    (squeezed form)."""
+
+    def __init__(self, space: Space, anchor: Node, users: dict[int, list[Node]], roots: set[int],
+                 taken: set[int], partition: Partition):
+        self.space, self.users, self.roots, self.taken, self.partition = space, users, roots, taken, partition
+        self.members = [anchor]
+        self.level = {id(anchor): level_of_anchor(anchor)}
+
+    def run(self) -> list[Node]:
+        changed = True
+        while changed:
+            changed = False
+            for candidate, level in self._candidates():
+                if id(candidate) in self.level or not self.partition.is_convex(self.members + [candidate]):
+                    continue
+                self.members.append(candidate)
+                self.level[id(candidate)] = level
+                changed = True
+        return self.members
+
+    def _candidates(self):
+        for member in list(self.members):
+            for inp in member.inputs:
+                level = self._as_producer(inp)
+                if level:
+                    yield inp, level
+            readers = list(self.users[id(member)])
+            if self.level[id(member)] == "elem" or member.op in REDUCE_OPS or member.op in ELEM_ANCHORS:
+                # siblings reading the same values (BatchNorm's batch mean and variance read x too)
+                readers += [u for inp in member.inputs if inp.op != "const" for u in self.users[id(inp)]]
+            for user in readers:
+                level = self._as_consumer(user)
+                if level:
+                    yield user, level
+
+    def _as_producer(self, node: Node) -> str | None:
+        if (id(node) in self.taken or id(node) in self.level or node.op not in POINTWISE_OPS
+                or id(node) in self.roots or not _float_ok(node)):
+            return None
+        readers = self.users[id(node)]
+        if any(id(u) not in self.level for u in readers):
+            return None     # would become an extra output: left to its own kernel
+        if all(self.level[id(u)] == "elem" or _reads_elementwise(u) for u in readers):
+            return "elem" if _broadcasts_to(node.shape, self.space.shape) else None
+        forms = {self.level[id(u)] for u in readers}
+        if len(forms) == 1 and self._row_form(node.shape) == next(iter(forms)) != "elem":
+            return next(iter(forms))
+        return None
+
+    def _as_consumer(self, node: Node) -> str | None:
+        if id(node) in self.taken or id(node) in self.level or not _float_ok(node, allow_index=True):
+            return None
+        if node.op in REDUCE_OPS or node.op in ELEM_ANCHORS:
+            if space_of(node) != self.space or not self._elem_operand(node.inputs[0]):
+                return None
+            if any(not _broadcasts_to(operand_shape(node, k), self.space.shape) or i.dtype != torch.float32
+                   for k, i in enumerate(node.inputs[1:], 1)):
+                return None
+            return level_of_anchor(node)
+        if node.op not in POINTWISE_OPS:
+            return None
+        inside = [(i, self.level[id(i)]) for i in node.inputs if id(i) in self.level]
+        if not inside:
+            return None     # reads no member: not an epilogue
+        if any(self._is_arg(i) for i, _ in inside):
+            return None     # int64 indices stay outputs
+        if all(lv != "elem" for _, lv in inside):
+            form = self._row_form(node.shape)
+            if form is not None and all(lv == form or _is_scalar_like(i) for i, lv in inside):
+                return form
+        if node.shape == self.space.shape and all(lv != "rowsq" or _is_scalar_like(i) for i, lv in inside):
+            return "elem"
+        return None
+
+    def _elem_operand(self, node: Node) -> bool:
+        """An input an elementwise member may read: a member evaluated per element or per row in keepdim
+        form, or an outside value that broadcasts to the space."""
+        level = self.level.get(id(node))
+        if level is not None:
+            return level in ("elem", "row") and not self._is_arg(node)
+        return _broadcasts_to(node.shape, self.space.shape) and (
+            node.op == "const" or node.dtype == torch.float32)
+
+    def _is_arg(self, node: Node) -> bool:
+        return node.op in ARG_OPS and id(node) in self.level
+
+    def _row_form(self, shape: tuple[int, ...]) -> str | None:
+        """'row' when `shape` is a keepdim row shape of the space, 'rowsq' when a squeezed one."""
+        space = self.space
+        if space.split != (1,) * len(space.shape):
+            return None     # group_norm's rows are not an IR shape
+        full = space.shape
+        if len(shape) <= len(full) and _broadcasts_to(shape, full) and all(
+                shape[d - len(full) + len(shape)] == 1 for d in space.reduce if d >= len(full) - len(shape)):
+            return "row"
+        kept = tuple(s for d, s in enumerate(full) if d not in space.reduce)
+        if _broadcasts_to(shape, kept):
+            return "rowsq"
+        return None
+
+
+def level_of_anchor(node: Node) -> str:
+    if node.op in ELEM_ANCHORS:
+        return "elem"
+    return "row" if node.attr("keepdim") else "rowsq"
+
+
+def operand_shape(node: Node, k: int) -> tuple[int, ...]:
+    """The shape input k of a member broadcasts as: BatchNorm's and GroupNorm's per-channel vectors
+    index dim 1, so they broadcast as [C, 1, ..., 1]; every other operand broadcasts as it is."""
+    shape = node.inputs[k].shape
+    if k > 0 and node.op in ("batch_norm", "group_norm"):
+        return shape + (1,) * (len(node.inputs[0].shape) - 2)
+    return shape
+
+
+def _reads_elementwise(node: Node) -> bool:
+    return node.op in REDUCE_OPS or node.op in ELEM_ANCHORS
+
+
+def _float_ok(node: Node, allow_index: bool = False) -> bool:
+    if node.dtype != torch.float32 and not (allow_index and node.op in ARG_OPS):
+        return False
+    return all(i.dtype == torch.float32 or i.op == "const" for i in node.inputs) and not any(
+        i.op == "input" and i.attr("kind") == "scalar" for i in node.inputs)
+
+
+def _is_scalar_like(node: Node) -> bool:
+    return all(s == 1 for s in node.shape)
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False))
+
+
+def _prod(values) -> int:
+    result = 1
+    for v in values:
+        result *= v
+    return result
+
+
+def reduction_passes(group: FusedGroup) -> dict[int, int]:
+    """The pass (0, 1, ...) in which each reduction or norm/softmax anchor accumulates: one more than
+    the latest pass whose results its input depends on."""
+    members = {id(n) for n in group.nodes}
+    ready: dict[int, int] = {}      # node id -> the pass after which its value is known per row
+    passes: dict[int, int] = {}
+    for node in group.nodes:
+        deps = max((ready.get(id(i), 0) for i in node.inputs if id(i) in members), default=0)
+        if node.op in REDUCE_OPS or node.op in ELEM_ANCHORS:
+            passes[id(node)] = deps
+            ready[id(node)] = deps + 1
+        else:
+            ready[id(node)] = deps
+    return passes
+
+
+def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
+                device: Device = DEVICE) -> ReductionSpec:
+    domain, reduce = space.domain, space.reduce
+    live = [d for d, s in enumerate(domain) if s != 1]
+    innermost_reduced = not live or live[-1] in reduce
+    level_of = {id(n): lv for n, lv in zip(group.nodes, levels, strict=True)}
+    has_elem_out = any(level_of[id(o)] == "elem" for o in group.outputs)
+    passes = max(reduction_passes(group).values(), default=0) + 1 + (1 if has_elem_out else 0)
+    rows, length = space.rows, space.row_length
+    if not innermost_reduced:
+        warps = max(1, min(32, length // 64))
+        warps = 1 << (warps.bit_length() - 1)
+        cluster = _cluster_for_parallelism(-(-rows // 32), device)
+        return ReductionSpec(space, levels, "column", 32 * warps, warps, cluster, False, passes, 1)
+
+    vec = 4 if domain[live[-1]] % 4 == 0 else 1
+    chunks = length // vec
+    warps = 1
+    while warps < 32 and chunks > 32 * warps * 4:
+        warps *= 2
+    rows_per_block = max(1, 8 // warps)
+    row_bytes = length * 4 * max(1, len(cached_inputs(group, space)))
+    # Shared memory left after the reduction scratch; half of it lets two blocks share an SM, so one
+    # block's loads overlap the other's reductions and stores.
+    budget = device.smem_per_block - 8 * 1024
+    cache, cluster = passes > 1, 1
+    if cache and row_bytes * rows_per_block > budget // 2:
+        rows_per_block = 1
+        cluster = (_smallest_cluster(row_bytes, budget // 2, device)
+                   or _smallest_cluster(row_bytes, budget, device))
+        if cluster is None:
+            cache = False
+            cluster = _cluster_for_parallelism(rows, device)
+    elif not cache and rows < device.sms and chunks >= 8192:
+        rows_per_block = 1
+        cluster = _cluster_for_parallelism(rows, device)
+    if cluster > 1:
+        warps = min(warps, 16)
+    threads = 32 * warps * rows_per_block
+    return ReductionSpec(space, levels, "row", threads, warps, cluster, cache, passes, vec)
+
+
+def _smallest_cluster(row_bytes: int, budget: int, device: Device) -> int | None:
+    cluster = 1
+    while row_bytes > budget * cluster:
+        cluster *= 2
+        if cluster > device.max_cluster:
+            return None
+    return cluster
+
+
+def _cluster_for_parallelism(blocks: int, device: Device) -> int:
+    """Blocks per row (or column tile) so that there are about two blocks per SM."""
+    cluster = 1
+    while blocks * cluster < 2 * device.sms and cluster < 8:
+        cluster *= 2
+    return cluster
+
+
+def cached_inputs(group: FusedGroup, space: Space) -> list[int]:
+    """Positions (in `group.inputs`) of the inputs a row cache holds: those as large as the space, which
+    differ from row to row; smaller ones (weights) are re-read and hit in L1/L2."""
+    return [k for k, i in enumerate(group.inputs) if i.numel == _prod(space.shape)]

@@ -1,0 +1,181 @@
+"""Hand-built IR graphs for the reduction, softmax, norm and scan families, shared by the matcher tests,
+the nvcc compile test and the GPU tests. Each case builds a graph; `random_inputs` makes its tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from kernelwright.ir.graph import Graph, Node
+from kernelwright.ir.ops import buffer_node, const_node, input_node, make_node, param_node
+
+
+def x_in(*shape: int, name: str = "x", index: int = 0) -> Node:
+    return input_node(name, index, shape)
+
+
+def one(op: str, shape: tuple[int, ...], **attrs) -> Graph:
+    x = x_in(*shape)
+    return Graph((x,), (), (make_node(op, [x], **attrs),))
+
+
+def rms_norm(shape: tuple[int, ...], eps: float = 1e-6) -> Graph:
+    x = x_in(*shape)
+    w = param_node("weight", (shape[-1],))
+    var = make_node("mean", [make_node("pow", [x, const_node(2)])], dims=(-1,), keepdim=True)
+    scale = make_node("rsqrt", [make_node("add", [var, const_node(eps)])])
+    return Graph((x,), (w,), (make_node("mul", [make_node("mul", [x, scale]), w]),))
+
+
+def layer_norm_by_hand(shape: tuple[int, ...], eps: float = 1e-5) -> Graph:
+    x = x_in(*shape)
+    centered = make_node("sub", [x, make_node("mean", [x], dims=(-1,), keepdim=True)])
+    var = make_node("mean", [make_node("mul", [centered, centered])], dims=(-1,), keepdim=True)
+    y = make_node("mul", [centered, make_node("rsqrt", [make_node("add", [var, const_node(eps)])])])
+    return Graph((x,), (), (y,))
+
+
+def l2_normalize(shape: tuple[int, ...]) -> Graph:
+    x = x_in(*shape)
+    norm = make_node("sqrt", [make_node("sum", [make_node("mul", [x, x])], dims=(1,), keepdim=True)])
+    return Graph((x,), (), (make_node("div", [x, norm]),))
+
+
+def mean_center(shape: tuple[int, ...], dims: tuple[int, ...]) -> Graph:
+    x = x_in(*shape)
+    return Graph((x,), (), (make_node("sub", [x, make_node("mean", [x], dims=dims, keepdim=True)]),))
+
+
+def instance_norm_by_hand(shape: tuple[int, ...], eps: float = 1e-5) -> Graph:
+    x = x_in(*shape)
+    dims = tuple(range(2, len(shape)))
+    mean = make_node("mean", [x], dims=dims, keepdim=True)
+    var = make_node("var", [x], dims=dims, correction=0, keepdim=True)
+    scale = make_node("rsqrt", [make_node("add", [var, const_node(eps)])])
+    y = make_node("mul", [make_node("sub", [x, mean]), scale])
+    return Graph((x,), (), (y,))
+
+
+def layer_norm(shape: tuple[int, ...], ndim: int, affine: bool) -> Graph:
+    x = x_in(*shape)
+    params = (param_node("ln.weight", shape[-ndim:]), param_node("ln.bias", shape[-ndim:])) if affine else ()
+    y = make_node("layer_norm", [x, *params], normalized_ndim=ndim, normalized_shape=shape[-ndim:], eps=1e-5,
+                  has_weight=affine, has_bias=affine)
+    return Graph((x,), params, (y,))
+
+
+def group_norm(shape: tuple[int, ...], groups: int) -> Graph:
+    x = x_in(*shape)
+    params = (param_node("gn.weight", (shape[1],)), param_node("gn.bias", (shape[1],)))
+    y = make_node("group_norm", [x, *params], groups=groups, eps=1e-5, has_weight=True, has_bias=True)
+    return Graph((x,), params, (y,))
+
+
+def batch_norm_train(shape: tuple[int, ...], momentum: float = 0.1) -> Graph:
+    """BatchNorm in training mode as capture writes it: the normalization node, and the running-stat
+    updates as ordinary IR (mean, unbiased var) in `mutations`."""
+    x = x_in(*shape)
+    c = shape[1]
+    w, b = param_node("bn.weight", (c,)), param_node("bn.bias", (c,))
+    rm, rv = buffer_node("bn.running_mean", (c,)), buffer_node("bn.running_var", (c,))
+    y = make_node("batch_norm", [x, w, b, rm, rv], training=True, momentum=momentum, eps=1e-5,
+                  has_weight=True, has_bias=True, has_running=True)
+    dims = (0, *range(2, len(shape)))
+    mean = make_node("mean", [x], dims=dims)
+    var = make_node("var", [x], dims=dims, correction=1)
+
+    def update(old: Node, new: Node) -> Node:
+        return make_node("add", [make_node("mul", [old, const_node(1 - momentum)]),
+                                 make_node("mul", [new, const_node(momentum)])])
+
+    return Graph((x,), (w, b, rm, rv), (y,), mutations=(("bn.running_mean", update(rm, mean)),
+                                                         ("bn.running_var", update(rv, var))), training=True)
+
+
+def reverse_cumsum(shape: tuple[int, ...], dim: int) -> Graph:
+    x = x_in(*shape)
+    y = make_node("flip", [make_node("cumsum", [make_node("flip", [x], dims=(dim,))], dim=dim)], dims=(dim,))
+    return Graph((x,), (), (y,))
+
+
+def exclusive_cumsum(shape: tuple[int, ...], dim: int) -> Graph:
+    x = x_in(*shape)
+    return Graph((x,), (), (make_node("sub", [make_node("cumsum", [x], dim=dim), x]),))
+
+
+def sum_of_squares_then_scale(shape: tuple[int, ...]) -> Graph:
+    """A prologue (x*x) and an epilogue on the reduced value (sqrt, * 2)."""
+    x = x_in(*shape)
+    s = make_node("sum", [make_node("mul", [x, x])], dims=(len(shape) - 1,))
+    return Graph((x,), (), (make_node("mul", [make_node("sqrt", [s]), const_node(2.0)]),))
+
+
+# name -> graph builder; the GPU test runs every case, the compile test compiles every case's kernel(s).
+CASES: dict[str, Callable[[], Graph]] = {
+    "softmax_small": lambda: one("softmax", (7, 13), dim=1),
+    "softmax_size1": lambda: one("softmax", (5, 1), dim=1),
+    "softmax_odd": lambda: one("softmax", (33, 1001), dim=1),
+    "softmax_vec": lambda: one("softmax", (9, 12292), dim=-1),
+    "softmax_long_cluster": lambda: one("softmax", (6, 262144), dim=1),
+    "softmax_huge_prime": lambda: one("softmax", (3, 1000003), dim=1),
+    "softmax_dim0": lambda: one("softmax", (1000, 37), dim=0),
+    "softmax_middle": lambda: one("softmax", (5, 17, 33), dim=1),
+    "log_softmax": lambda: one("log_softmax", (31, 2049), dim=1),
+    "log_softmax_middle": lambda: one("log_softmax", (4, 100, 7), dim=1),
+    "logsumexp": lambda: one("logsumexp", (9, 1025), dims=(1,)),
+    "sum_dim0": lambda: one("sum", (2048, 333), dims=(0,)),
+    "sum_last": lambda: one("sum", (6, 35, 17), dims=(2,)),
+    "sum_02_keepdim": lambda: one("sum", (6, 35, 17), dims=(0, 2), keepdim=True),
+    "sum_12": lambda: one("sum", (6, 35, 17), dims=(1, 2)),
+    "sum_all": lambda: one("sum", (64, 1031), dims=None),
+    "sum_long_rows": lambda: one("sum", (3, 3_000_000), dims=(1,)),
+    "mean_1_keepdim": lambda: one("mean", (6, 35, 17), dims=(1,), keepdim=True),
+    "mean_spatial": lambda: one("mean", (4, 6, 28, 28), dims=(2, 3), keepdim=True),
+    "amax_last": lambda: one("amax", (129, 257), dims=(1,)),
+    "amin_dim0": lambda: one("amin", (129, 257), dims=(0,), keepdim=True),
+    "prod_last": lambda: one("prod", (64, 19), dims=(1,)),
+    "var_last": lambda: one("var", (129, 257), dims=(1,), correction=1),
+    "var_02": lambda: one("var", (6, 35, 17), dims=(0, 2), correction=0),
+    "std_last": lambda: one("std", (129, 4100), dims=(1,), correction=1),
+    "argmax_middle": lambda: one("argmax", (8, 513, 40), dim=1),
+    "argmin_last": lambda: one("argmin", (37, 1000), dim=1),
+    "argmax_flat": lambda: one("argmax", (13, 77), dim=None),
+    "layer_norm_affine": lambda: layer_norm((16, 3071), 1, True),
+    "layer_norm_2d": lambda: layer_norm((4, 6, 10, 13), 2, False),
+    "rms_norm": lambda: rms_norm((4, 37, 3071)),
+    "layer_norm_by_hand": lambda: layer_norm_by_hand((65, 1024)),
+    "l2_normalize": lambda: l2_normalize((12, 16384)),
+    "mean_center_dim0": lambda: mean_center((300, 41), (0,)),
+    "instance_norm": lambda: instance_norm_by_hand((4, 6, 37, 29)),
+    "group_norm": lambda: group_norm((4, 12, 9, 11), 3),
+    "group_norm_big": lambda: group_norm((2, 64, 56, 56), 8),
+    "batch_norm_train": lambda: batch_norm_train((8, 6, 13, 11)),
+    "sum_squares_epilogue": lambda: sum_of_squares_then_scale((17, 3000)),
+    "cumsum_rows": lambda: one("cumsum", (7, 1000), dim=1),
+    "cumsum_vec": lambda: one("cumsum", (5, 12288), dim=1),
+    "cumsum_short": lambda: one("cumsum", (3, 5), dim=1),
+    "cumprod_columns": lambda: one("cumprod", (50, 33), dim=0),
+    "reverse_cumsum": lambda: reverse_cumsum((9, 4100), 1),
+    "reverse_cumsum_columns": lambda: reverse_cumsum((20, 6, 7), 1),
+    "exclusive_cumsum": lambda: exclusive_cumsum((6, 999), 1),
+}
+
+
+def random_inputs(graph: Graph, device: str, seed: int = 0) -> tuple[list, dict[str, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(seed)
+
+    def tensor(node: Node) -> torch.Tensor:
+        value = torch.randn(node.shape, generator=generator) * 2 + 0.5
+        if "running_var" in node.name:
+            value = value.abs() + 0.5
+        return value.to(device)
+
+    uses_prod = any(n.op in ("prod", "cumprod") for n in graph.nodes())
+    inputs = []
+    for n in graph.inputs:
+        value = tensor(n)
+        if uses_prod:
+            value = 1 + 0.05 * value      # products of many values stay finite
+        inputs.append(value)
+    return inputs, {p.name: tensor(p) for p in graph.params}
