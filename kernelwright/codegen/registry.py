@@ -13,6 +13,8 @@ from kernelwright.fuse.plan import FusedGroup
 RENDERERS = {
     "gemm": "kernelwright.codegen.gemm",
     "pointwise": "kernelwright.codegen.pointwise",
+    "reduction": "kernelwright.codegen.reduction",
+    "scan": "kernelwright.codegen.scan",
 }
 
 

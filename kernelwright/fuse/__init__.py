@@ -5,11 +5,13 @@ reductions, normalizations, softmax, scans), pointwise chains last, so they only
 absorbed. A matcher is `match(graph, claimed_node_ids) -> list[FusedGroup]`.
 """
 
-from kernelwright.fuse import gemm, pointwise
+from kernelwright.fuse import gemm, pointwise, reduction, scan
 from kernelwright.fuse.plan import AtenStep, FusedGroup, FusionPlan, Partition, make_group, plan_fusion
 
 MATCHERS = [
     gemm.match,
+    reduction.match,
+    scan.match,
     pointwise.match,
 ]
 
