@@ -1,0 +1,138 @@
+"""The GEMM renderer on hand-built groups: the epilogue function, the CUTLASS instantiation and the GEMV
+kernel it prints, the binding's operand plumbing, and (one slow test) nvcc compiling a CUTLASS source."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+
+import pytest
+
+from kernelwright.codegen.gemm import epilogue_function, render
+from kernelwright.codegen.gemm_build import DEVICE_HEADERS
+from kernelwright.environment import cutlass_include_dir, nvcc_path
+from kernelwright.fuse.gemm import GemmConfig, describe, match
+from kernelwright.fuse.plan import FusedGroup
+from kernelwright.ir.graph import Graph
+from kernelwright.ir.ops import const_node, input_node, make_node, param_node
+
+
+def group_of(*outputs, inputs=(), params=()) -> FusedGroup:
+    groups = match(Graph(inputs=tuple(inputs), params=tuple(params), outputs=tuple(outputs),
+                         output_kind="tensor" if len(outputs) == 1 else "tuple"), frozenset())
+    assert len(groups) == 1
+    return groups[0]
+
+
+def epilogue_group() -> FusedGroup:
+    """bmm with a transposed A (column-major), odd N (alignment 1) and every epilogue operand kind."""
+    a, b = input_node("a", 0, (3, 36, 96)), input_node("b", 1, (3, 36, 201))
+    residual, gate = input_node("residual", 2, (96, 201)), input_node("gate", 3, (3, 96, 1))
+    bias = param_node("bias", (201,))
+    y = make_node("bmm", [make_node("permute", [a], dims=(0, 2, 1)), b])
+    y = make_node("mul", [make_node("add", [make_node("add", [y, residual]), bias]), gate])
+    y = make_node("hardswish", [y])
+    return group_of(y, inputs=(a, b, residual, gate), params=(bias,))
+
+
+def test_epilogue_function_folds_linear_bias_then_pointwise_ops():
+    x, w, b = input_node("x", 0, (512, 256)), param_node("w", (128, 256)), param_node("b", (128,))
+    y = make_node("mul", [make_node("silu", [make_node("linear", [x, w, b])]), const_node(0.5)])
+    text = epilogue_function("k", describe(group_of(y, inputs=(x,), params=(w, b))))
+    assert "float k_epilogue(float acc, float e0)" in text
+    assert "const float product = acc + e0;" in text
+    assert "kw::silu(product)" in text and "0.5f" in text
+
+
+@pytest.mark.parametrize(("alpha", "beta", "expected"), [
+    (1.0, 1.0, "acc + e0;"), (2.0, 0.5, "2.0f * acc + 0.5f * e0;"), (1.0, 0.0, "product = acc;"),
+])
+def test_addmm_scalars(alpha, beta, expected):
+    bias, a, b = param_node("bias", (256,)), input_node("a", 0, (256, 128)), input_node("b", 1, (128, 256))
+    y = make_node("addmm", [bias, a, b], alpha=alpha, beta=beta)
+    assert expected in epilogue_function("k", describe(group_of(y, inputs=(a, b), params=(bias,))))
+
+
+def test_cutlass_source_instantiates_the_config():
+    group = epilogue_group()
+    group = dataclasses.replace(group, config=group.config._replace(swizzle="streamk"))
+    source = render(group)
+    assert "#include <torch" not in source.cuda and "cutlass::arch::OpMultiplyAddFastF32" in source.cuda
+    assert "float, cutlass::layout::ColumnMajor, cutlass::ComplexTransform::kNone, kAlignA" in source.cuda
+    assert "kAlignA = 4, kAlignB = 1, kAlignC = 1" in source.cuda
+    assert "ThreadblockSwizzleStreamK" in source.cuda
+    for visitor in ("VisitorAuxLoad", "VisitorRowBroadcast", "VisitorColBroadcast"):
+        assert f"tb::{visitor}<" in source.cuda
+    assert "bmm" in source.ir_comment and "3xTF32" in source.ir_comment
+
+
+def test_binding_maps_inputs_to_roles_and_collapses_operands():
+    group = epilogue_group()
+    assert [n.name for n in group.inputs] == ["a", "b", "residual", "bias", "gate"]
+    cpp = render(group).cpp
+    name = render(group).name
+    assert f"std::vector<at::Tensor> {name}(std::vector<at::Tensor> inputs)" in cpp
+    assert "matrix(inputs[0].reshape({3, 36, 96}), 3, 36, 96, 4)" in cpp     # A's source, [batch, K, M]
+    assert "inputs[2].reshape({1, 96, 201}).contiguous()" in cpp              # residual shared by batches
+    assert "inputs[3].reshape({1, 1, 201}).contiguous()" in cpp               # bias row
+    assert "inputs[4].reshape({3, 96, 1}).contiguous()" in cpp                # per-batch gate column
+    assert "at::empty({3, 96, 201}" in cpp and "getCurrentCUDAStream" in cpp
+
+
+@pytest.mark.parametrize(("a_shape", "b_shape", "transpose_a", "form"), [
+    ((4096, 1024), (1024, 1), False, "dot"),
+    ((1024, 4096), (1024, 1), True, "axpy"),
+    ((1, 1024), (1024, 4096), False, "axpy"),
+])
+def test_gemv_forms(a_shape, b_shape, transpose_a, form):
+    a, b = input_node("a", 0, a_shape), input_node("b", 1, b_shape)
+    lhs = make_node("permute", [a], dims=(1, 0)) if transpose_a else a
+    group = group_of(make_node("mm", [lhs, b]), inputs=(a, b))
+    assert group.config.kernel == "gemv"
+    source = render(group)
+    assert f"({form} form)" in source.cuda and "cutlass" not in source.cuda
+
+
+def test_linear_with_a_single_row_is_a_dot_gemv():
+    x, w, b = input_node("x", 0, (1, 2048)), param_node("w", (4096, 2048)), param_node("b", (4096,))
+    group = group_of(make_node("relu", [make_node("linear", [x, w, b])]), inputs=(x,), params=(w, b))
+    assert "(dot form)" in render(group).cuda
+
+
+def test_gemv_source_compiles():
+    if nvcc_path() is None:
+        pytest.skip("nvcc is not installed")
+    a, v = input_node("a", 0, (4096, 1024)), input_node("v", 1, (1024, 1))
+    scale = input_node("scale", 2, (4096, 1))
+    y = make_node("tanh", [make_node("mul", [make_node("mm", [a, v]), scale])])
+    group = group_of(y, inputs=(a, v, scale))
+    _compile(render(group).cuda, [])
+
+
+def test_cutlass_source_compiles_for_sm90a(tmp_path):
+    """The slow one (~40 s of nvcc): a CUTLASS 3xTF32 EVT instantiation with every operand kind."""
+    if nvcc_path() is None:
+        pytest.skip("nvcc is not installed")
+    include = cutlass_include_dir()
+    if include is None:
+        pytest.skip("CUTLASS headers absent: pip install nvidia-cutlass")
+    group = epilogue_group()
+    group = dataclasses.replace(group, config=GemmConfig(block=(64, 64, 16), warp=(32, 32, 16), stages=4,
+                                                         swizzle="streamk", align_a=4, align_b=1, align_c=1))
+    _compile(render(group).cuda, [f"-I{include}"])
+
+
+def _compile(cuda: str, flags: list[str]) -> None:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as directory:
+        source = Path(directory) / "kernel.cu"
+        source.write_text(cuda)
+        # torch's extension flags, so the headers are checked the way load_inline will build them.
+        command = [nvcc_path(), "-std=c++17", "--expt-relaxed-constexpr", "-D__CUDA_NO_HALF_OPERATORS__",
+                   "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+                   "-D__CUDA_NO_HALF2_OPERATORS__", "-gencode=arch=compute_90a,code=sm_90a",
+                   f"-I{DEVICE_HEADERS}", *flags, "-c", str(source), "-o", str(source.with_suffix(".o"))]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-4000:]
