@@ -1,0 +1,53 @@
+"""Derived weights: the parameter-only subgraphs a rewrite leaves behind (reduced or folded weights),
+which the emitted module computes once and recomputes only when a source parameter changes.
+
+Contract for the emitter (docs/rewrites.md, "Derived weights"):
+- `hoistable_nodes(graph)` lists, in topological order, the roots of the maximal subgraphs whose leaves
+  are only `param`/`buffer`/`const` (and input-free creation ops such as `full`/`arange`/`literal`), that
+  some per-call node reads. Everything under a root is needed only to compute that root.
+- Never listed: graph outputs and mutation values (a cached tensor returned twice would alias across
+  calls), values reading a buffer the graph mutates (it changes every call), pure view chains over a
+  leaf (no work to save), and anything random.
+- `hoist_sources(root)` gives the FQNs of the parameters/buffers it reads: recompute when any of them is
+  a different tensor object or has a different `_version` than when cached.
+"""
+
+from __future__ import annotations
+
+from kernelwright.ir.graph import Graph, Node
+from kernelwright.rewrite.engine import is_param_only
+from kernelwright.rewrite.match import view_of_leaf
+
+
+def hoist_sources(node: Node) -> tuple[str, ...]:
+    """FQNs of the parameters and buffers `node` reads, in first-seen order."""
+    seen: dict[int, None] = {}
+    names: dict[str, None] = {}
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen[id(current)] = None
+        if current.op in ("param", "buffer"):
+            names[current.name] = None
+        stack.extend(reversed(current.inputs))
+    return tuple(names)
+
+
+def hoistable_nodes(graph: Graph) -> list[Node]:
+    """Roots of the parameter-only subgraphs the emitter should cache (see the module docstring)."""
+    mutated = {fqn for fqn, _ in graph.mutations}
+    roots = {id(n) for n in graph.roots()}
+    memo: dict[int, bool] = {}
+    nodes = graph.nodes()
+    cacheable = {
+        id(n) for n in nodes
+        if not n.is_leaf and id(n) not in roots and is_param_only(n, memo)
+        and not mutated.intersection(hoist_sources(n))
+    }
+    read_per_call: set[int] = set()
+    for node in nodes:
+        if id(node) not in cacheable:
+            read_per_call.update(id(i) for i in node.inputs)
+    return [n for n in nodes if id(n) in cacheable and id(n) in read_per_call and not view_of_leaf(n)]
