@@ -218,7 +218,7 @@ class _RowKernel:
         position = self.access_keys[a][0]
         vec = "kw::Vec<float, VEC>"
         address = f"in{position} + kb{a} + {offset(self.layout.reduced_dims, self.layout.accesses[a], 'rd')}"
-        if self.layout.innermost_stride(a) == 0 and self.layout.reduced[-1]:
+        if self.layout.innermost_stride(a) == 0 and self.layout.reduced and self.layout.reduced[-1]:
             load = f"kw::splat<float, VEC>(kw::load({address}))"
         else:
             load = f"kw::load_vec<float, VEC>({address})"

@@ -326,7 +326,7 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
         cluster = _cluster_for_parallelism(-(-rows // 32), device)
         return ReductionSpec(space, levels, "column", 32 * warps, warps, cluster, False, passes, 1)
 
-    vec = 4 if domain[live[-1]] % 4 == 0 else 1
+    vec = 4 if live and domain[live[-1]] % 4 == 0 else 1
     chunks = length // vec
     warps = 1
     while warps < 32 and chunks > 32 * warps * 4:

@@ -1,0 +1,125 @@
+"""The reduction and scan matchers on hand-built graphs: what each group claims, how it is launched,
+and what stays out."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "codegen"))
+from reduction_cases import CASES, batch_norm_train, one, rms_norm  # noqa: E402
+
+from kernelwright.fuse import plan_fusion  # noqa: E402
+from kernelwright.fuse.plan import AtenStep  # noqa: E402
+from kernelwright.ir.graph import Graph  # noqa: E402
+from kernelwright.ir.ops import const_node, input_node, make_node, param_node  # noqa: E402
+
+
+def groups_of(graph: Graph, family: str):
+    return [g for g in plan_fusion(graph).groups if g.family == family]
+
+
+def test_rms_norm_by_hand_is_one_kernel_reading_x_once():
+    graph = rms_norm((4, 37, 3071))
+    (group,) = groups_of(graph, "reduction")
+    assert [n.op for n in group.nodes] == ["pow", "mean", "add", "rsqrt", "mul", "mul"]
+    assert [n.name for n in group.inputs] == ["x", "weight"]
+    spec = group.config[0]
+    assert spec.layout == "row" and spec.cache and spec.passes == 2
+    assert all(isinstance(s, type(group)) for s in plan_fusion(graph).steps)
+
+
+def test_batch_norm_training_fuses_output_and_running_stat_updates():
+    graph = batch_norm_train((8, 6, 13, 11))
+    (group,) = groups_of(graph, "reduction")
+    ops = [n.op for n in group.nodes]
+    assert {"batch_norm", "mean", "var"} <= set(ops) and ops.count("add") == 2
+    assert len(group.outputs) == 3          # y and the two new running stats
+    assert group.config[0].space.reduce == (0, 2, 3)
+    assert not [s for s in plan_fusion(graph).steps if isinstance(s, AtenStep)]
+
+
+def test_layer_norm_by_hand_takes_three_passes():
+    (group,) = groups_of(CASES["layer_norm_by_hand"](), "reduction")
+    assert group.config[0].passes == 3     # mean, then mean of squared deviations, then the output
+
+
+def test_group_norm_splits_channels_into_groups():
+    (group,) = groups_of(CASES["group_norm"](), "reduction")
+    space = group.config[0].space
+    assert space.domain == (4, 3, 4, 9, 11) and space.reduce == (2, 3, 4) and space.rows == 12
+
+
+def test_long_softmax_rows_use_a_cluster_holding_the_row_on_chip():
+    spec = groups_of(one("softmax", (4096, 393216), dim=1), "reduction")[0].config[0]
+    assert spec.cluster == 16 and spec.cache and spec.vec == 4
+    assert 393216 * 4 // spec.cluster <= 227 * 1024 // 2     # two blocks per SM
+
+
+def test_layouts_follow_the_innermost_dim():
+    assert groups_of(one("sum", (2048, 333), dims=(0,)), "reduction")[0].config[0].layout == "column"
+    assert groups_of(one("sum", (2048, 333), dims=(1,)), "reduction")[0].config[0].layout == "row"
+    assert groups_of(one("argmax", (8, 513, 40), dim=1), "reduction")[0].config[0].layout == "column"
+
+
+def test_producer_with_an_outside_user_stays_out():
+    x = input_node("x", 0, (8, 64))
+    sq = make_node("mul", [x, x])
+    graph = Graph((x,), (), (make_node("sum", [sq], dims=(1,)), sq), output_kind="tuple")
+    (group,) = groups_of(graph, "reduction")
+    assert [n.op for n in group.nodes] == ["sum"]
+
+
+def test_squeezed_row_value_does_not_broadcast_into_the_row():
+    # x - x.mean(1) with keepdim=False broadcasts the means along dim 1, not per row: not a row epilogue
+    x = input_node("x", 0, (16, 16))
+    graph = Graph((x,), (), (make_node("sub", [x, make_node("mean", [x], dims=(1,))]),))
+    (group,) = groups_of(graph, "reduction")
+    assert [n.op for n in group.nodes] == ["mean"]
+
+
+def test_keepdim_row_epilogue_and_row_scalar_epilogue_join():
+    x = input_node("x", 0, (16, 16))
+    mean = make_node("mean", [x], dims=(1,), keepdim=True)
+    scaled = make_node("mul", [mean, const_node(3.0)])
+    graph = Graph((x,), (), (make_node("sub", [x, scaled]), scaled), output_kind="tuple")
+    (group,) = groups_of(graph, "reduction")
+    assert [n.op for n in group.nodes] == ["mean", "mul", "sub"]
+    assert group.config[0].levels == ("row", "row", "elem") and len(group.outputs) == 2
+
+
+def test_out_of_scope_ops_are_left_alone():
+    x = input_node("x", 0, (8, 6, 5, 5))
+    w, b = param_node("w", (6,)), param_node("b", (6,))
+    rm, rv = param_node("rm", (6,)), param_node("rv", (6,))
+    eval_bn = make_node("batch_norm", [x, w, b, rm, rv], training=False, momentum=0.1, eps=1e-5,
+                        has_weight=True, has_bias=True, has_running=True)
+    assert not groups_of(Graph((x,), (w, b, rm, rv), (eval_bn,)), "reduction")
+    ints = input_node("i", 0, (8, 16), dtype=torch.int64)
+    assert not groups_of(Graph((ints,), (), (make_node("sum", [ints], dims=(1,)),)), "reduction")
+
+
+def test_matmul_consumer_is_not_absorbed():
+    x, w = input_node("x", 0, (32, 64)), input_node("w", 1, (64, 8))
+    soft = make_node("softmax", [x], dim=1)
+    graph = Graph((x, w), (), (make_node("mm", [soft, w]),))
+    (group,) = groups_of(graph, "reduction")
+    assert [n.op for n in group.nodes] == ["softmax"]
+
+
+def test_scan_patterns():
+    (rev,) = groups_of(CASES["reverse_cumsum"](), "scan")
+    assert [n.op for n in rev.nodes] == ["flip", "cumsum", "flip"] and rev.config[0].reverse
+    (exc,) = groups_of(CASES["exclusive_cumsum"](), "scan")
+    assert exc.config[0].exclusive and [n.op for n in exc.nodes] == ["cumsum", "sub"]
+    (col,) = groups_of(CASES["cumprod_columns"](), "scan")
+    assert col.config[0].layout == "columns" and col.config[0].inner == 33
+
+
+def test_flip_on_another_dim_is_not_a_reverse_scan():
+    x = input_node("x", 0, (6, 10))
+    y = make_node("flip", [make_node("cumsum", [make_node("flip", [x], dims=(0,))], dim=1)], dims=(0,))
+    (group,) = groups_of(Graph((x,), (), (y,)), "scan")
+    assert [n.op for n in group.nodes] == ["cumsum"] and not group.config[0].reverse
