@@ -1,0 +1,148 @@
+"""The reduction, softmax, norm and scan kernels against PyTorch on the GPU: every case of
+`reduction_cases.CASES` (odd sizes, size-1 dims, primes, long rows through the cluster kernel, several
+layouts), non-contiguous inputs, adversarial values (-inf, ties, large magnitudes) and 64-bit indexing.
+All cases are built into one extension (one nvcc run)."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+from reduction_cases import CASES, one, random_inputs
+
+from kernelwright.codegen.binding import assemble
+from kernelwright.codegen.registry import render_group
+from kernelwright.fuse import plan_fusion
+from kernelwright.ir.graph import Graph
+from kernelwright.ir.interpret import interpret
+
+pytestmark = pytest.mark.gpu
+
+# (rtol, atol) against a float64 reference: FP32 accumulation over up to millions of elements
+TOLERANCE = {"default": (1e-4, 1e-5), "prod": (1e-3, 1e-5), "long": (1e-3, 1e-4)}
+
+
+def build(graphs: dict[str, Graph]):
+    """Plan and render every graph, compile all kernels as one extension; return the module and, per
+    case, its reduction/scan group and kernel name."""
+    from torch.utils.cpp_extension import load_inline
+
+    groups, kernels = {}, []
+    for name, graph in graphs.items():
+        plan = plan_fusion(graph)
+        (group,) = [g for g in plan.groups if g.family in ("reduction", "scan")]
+        kernel = render_group(group)
+        groups[name] = (group, kernel.name)
+        if all(k.name != kernel.name for k in kernels):
+            kernels.append(kernel)
+    sources = assemble(kernels)
+    digest = hashlib.sha1((sources.cuda_text + sources.cpp_text).encode()).hexdigest()[:12]
+    module = load_inline(f"kw_reduction_test_{digest}", cpp_sources=sources.cpp_sources,
+                         cuda_sources=sources.cuda_sources, no_implicit_headers=True,
+                         extra_cuda_cflags=["-O3", "-std=c++17"], verbose=False)
+    return module, groups
+
+
+@pytest.fixture(scope="module")
+def built():
+    return build({name: make() for name, make in CASES.items()})
+
+
+def run_case(module, group, kernel_name, graph, inputs, params):
+    leaves = {id(n): v for n, v in zip(graph.inputs, inputs, strict=True)}
+    leaves.update({id(p): params[p.name] for p in graph.params})
+    ours = getattr(module, kernel_name)([leaves[id(n)] for n in group.inputs])
+    sub = Graph(graph.inputs, graph.params, group.outputs, output_kind="tuple")
+    cpu_params = {k: v.double().cpu() for k, v in params.items()}
+    expected, _ = interpret(sub, [x.double().cpu() for x in inputs], cpu_params)
+    return ours, expected
+
+
+def assert_close(name, ours, expected, kind="default"):
+    rtol, atol = TOLERANCE[kind]
+    assert len(ours) == len(expected)
+    for got, want in zip(ours, expected, strict=True):
+        assert got.shape == want.shape, f"{name}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+        if want.dtype == torch.int64:
+            assert torch.equal(got.cpu(), want), f"{name}: indices differ"
+        else:
+            torch.testing.assert_close(got.double().cpu(), want.double(), rtol=rtol, atol=atol,
+                                       equal_nan=True, msg=lambda m: f"{name}: {m}")
+
+
+def tolerance_kind(name: str, group) -> str:
+    if any(n.op in ("prod", "cumprod") for n in group.nodes):
+        return "prod"
+    space = getattr(group.config[0], "space", None)
+    return "long" if space is not None and space.row_length > 100_000 else "default"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_case_matches_pytorch(built, case):
+    module, groups = built
+    graph = CASES[case]()
+    group, kernel_name = groups[case]
+    inputs, params = random_inputs(graph, "cuda", seed=1)
+    ours, expected = run_case(module, group, kernel_name, graph, inputs, params)
+    assert_close(case, ours, expected, tolerance_kind(case, group))
+
+
+@pytest.mark.parametrize("case", ["softmax_odd", "layer_norm_affine", "sum_dim0", "argmax_middle",
+                                  "cumsum_rows", "reverse_cumsum", "batch_norm_train"])
+def test_non_contiguous_inputs(built, case):
+    module, groups = built
+    graph = CASES[case]()
+    group, kernel_name = groups[case]
+    inputs, params = random_inputs(graph, "cuda", seed=2)
+    # same values, transposed memory layout: the binding must read them as the logical tensor
+    strided = [x.transpose(0, -1).contiguous().transpose(0, -1) for x in inputs]
+    assert not strided[0].is_contiguous()
+    ours, expected = run_case(module, group, kernel_name, graph, strided, params)
+    assert_close(case, ours, expected, tolerance_kind(case, group))
+
+
+def test_misaligned_input_takes_the_scalar_path(built):
+    module, groups = built
+    graph = CASES["softmax_vec"]()
+    group, kernel_name = groups["softmax_vec"]
+    base = torch.randn(9 * 12292 + 1, device="cuda")
+    x = base[1:].view(9, 12292)          # 4-byte offset: not 16-byte aligned
+    ours, expected = run_case(module, group, kernel_name, graph, [x], {})
+    assert_close("softmax_vec misaligned", ours, expected)
+
+
+@pytest.mark.parametrize("case", ["softmax_small", "softmax_long_cluster", "log_softmax", "logsumexp",
+                                  "softmax_dim0", "amax_last", "argmin_last"])
+def test_adversarial_values(built, case):
+    module, groups = built
+    graph = CASES[case]()
+    group, kernel_name = groups[case]
+    shape = graph.inputs[0].shape
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(shape, device="cuda", generator=g) * 80.0            # exp overflows without the max shift
+    x[torch.rand(shape, device="cuda", generator=g) < 0.2] = -float("inf")
+    x[0] = -float("inf")                                               # a row (or column) of -inf only
+    ours, expected = run_case(module, group, kernel_name, graph, [x], {})
+    assert_close(case + " adversarial", ours, expected, tolerance_kind(case, group))
+
+
+@pytest.mark.parametrize("case", ["argmax_middle", "argmin_last", "argmax_flat"])
+def test_arg_reductions_pick_the_first_of_ties(built, case):
+    module, groups = built
+    graph = CASES[case]()
+    group, kernel_name = groups[case]
+    x = torch.randint(0, 3, graph.inputs[0].shape, device="cuda").float()
+    ours, expected = run_case(module, group, kernel_name, graph, [x], {})
+    assert_close(case + " ties", ours, expected)
+
+
+def test_64bit_indexing():
+    """2^31 + 8 elements: offsets past int32 (8.6 GB input)."""
+    graph = one("sum", (2, 2**30 + 4), dims=(1,))
+    module, groups = build({"huge": graph})
+    group, kernel_name = groups["huge"]
+    assert "long long" in render_group(group).cuda
+    x = torch.rand(graph.inputs[0].shape, device="cuda")
+    (ours,) = getattr(module, kernel_name)([x])
+    torch.testing.assert_close(ours.double(), x.double().sum(dim=1), rtol=1e-4, atol=0)
