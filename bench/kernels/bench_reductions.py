@@ -1,0 +1,145 @@
+"""Benchmark of the reduction-family kernels: achieved GB/s beside the device's measured copy bandwidth
+(a large device-to-device copy in the same run), and eager / torch.compile times of the same op.
+
+    python bench/kernels/bench_reductions.py OUT.json [--only NAME ...]
+
+Bytes moved = the bytes our kernel must read and write at least once (inputs + outputs), so GB/s =
+bytes / time and `of_copy` = that bandwidth / the copy's bandwidth (a copy also reads and writes once).
+Times: CUDA events, median of repeated runs with the L2 flushed between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "codegen"))
+
+from reduction_cases import batch_norm_train, group_norm, layer_norm, one, rms_norm  # noqa: E402
+
+from kernelwright.codegen.binding import assemble  # noqa: E402
+from kernelwright.codegen.registry import render_group  # noqa: E402
+from kernelwright.fuse import plan_fusion  # noqa: E402
+from kernelwright.ir.graph import Graph  # noqa: E402
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+
+
+# name -> (graph, eager function of (first input, params)); None: no eager counterpart timed
+WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
+    "softmax_4096x393216": (lambda: one("softmax", (4096, 393216), dim=1),
+                            lambda x, p: torch.softmax(x, dim=1)),
+    "softmax_256x262144": (lambda: one("softmax", (256, 262144), dim=1),
+                           lambda x, p: torch.softmax(x, dim=1)),
+    "softmax_768x262144": (lambda: one("softmax", (768, 262144), dim=1),
+                           lambda x, p: torch.softmax(x, dim=1)),
+    "layernorm_4096x65536": (lambda: layer_norm((4096, 65536), 1, True),
+                             lambda x, p: torch.nn.functional.layer_norm(x, x.shape[-1:], p["ln.weight"],
+                                                                         p["ln.bias"])),
+    "rmsnorm_16x4096x3071": (lambda: rms_norm((16, 4096, 3071)), lambda x, p: _rms(x, p["weight"])),
+    "rmsnorm_4096x65536": (lambda: rms_norm((4096, 65536)), lambda x, p: _rms(x, p["weight"])),
+    "groupnorm_32x128x224x224_g8": (lambda: group_norm((32, 128, 224, 224), 8),
+                                    lambda x, p: torch.nn.functional.group_norm(x, 8, p["gn.weight"],
+                                                                                p["gn.bias"])),
+    "batchnorm_train_32x96x256x256": (lambda: batch_norm_train((32, 96, 256, 256)), None),
+    "sum_dim0_20480x16384": (lambda: one("sum", (20480, 16384), dims=(0,)), lambda x, p: x.sum(0)),
+    "sum_last_20480x16384": (lambda: one("sum", (20480, 16384), dims=(1,)), lambda x, p: x.sum(1)),
+    "sum_last_8x16777216": (lambda: one("sum", (8, 16777216), dims=(1,)), lambda x, p: x.sum(1)),
+    "cumsum_8192x16384": (lambda: one("cumsum", (8192, 16384), dim=1), lambda x, p: x.cumsum(1)),
+}
+
+
+def time_ms(fn: Callable[[], object], flush: torch.Tensor, runs: int = 30) -> float:
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(runs):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def copy_bandwidth(flush: torch.Tensor) -> float:
+    """GB/s of a 2 GiB device-to-device copy (read + write counted)."""
+    src = torch.empty(2**29, device="cuda")
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src), flush)
+    return 2 * src.numel() * 4 / ms / 1e6
+
+
+def build(graph: Graph):
+    from torch.utils.cpp_extension import load_inline
+
+    plan = plan_fusion(graph)
+    (group,) = [g for g in plan.groups if g.family in ("reduction", "scan")]
+    kernel = render_group(group)
+    sources = assemble([kernel])
+    digest = hashlib.sha1((sources.cuda_text + sources.cpp_text).encode()).hexdigest()[:12]
+    module = load_inline(f"kw_bench_{digest}", cpp_sources=sources.cpp_sources,
+                         cuda_sources=sources.cuda_sources, no_implicit_headers=True,
+                         extra_cuda_cflags=["-O3", "-std=c++17"])
+    return getattr(module, kernel.name), group
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--only", nargs="*", default=None)
+    args = parser.parse_args()
+    flush = torch.empty(64 * 2**20, dtype=torch.int8, device="cuda")     # larger than the 50 MB L2
+    copy_gbs = copy_bandwidth(flush)
+    print(f"{torch.cuda.get_device_name()}: device-to-device copy {copy_gbs:.0f} GB/s")
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_gbs": copy_gbs,
+               "workloads": {}}
+    for name, (make, eager) in WORKLOADS.items():
+        if args.only and name not in args.only:
+            continue
+        graph = make()
+        kernel, group = build(graph)
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        inputs = [torch.randn(n.shape, device="cuda", generator=gen) for n in graph.inputs]
+        params = {p.name: torch.rand(p.shape, device="cuda", generator=gen) + 0.5 for p in graph.params}
+        leaves = {id(n): v for n, v in zip(graph.inputs, inputs, strict=True)}
+        leaves.update({id(p): params[p.name] for p in graph.params})
+        args_in = [leaves[id(n)] for n in group.inputs]
+        moved = sum(t.numel() * t.element_size() for t in args_in) + sum(
+            o.numel * (8 if o.dtype == torch.int64 else 4) for o in group.outputs)
+        ours_ms = time_ms(lambda k=kernel, a=args_in: k(a), flush)
+        row = {"ours_ms": ours_ms, "bytes": moved, "ours_gbs": moved / ours_ms / 1e6}
+        row["of_copy"] = row["ours_gbs"] / copy_gbs
+        if eager is not None:
+            x = inputs[0]
+            row["eager_ms"] = time_ms(lambda f=eager, x=x, p=params: f(x, p), flush)
+            compiled = torch.compile(eager)
+            row["compile_ms"] = time_ms(lambda f=compiled, x=x, p=params: f(x, p), flush)
+            reference = eager(x, params)
+            (ours,) = kernel(args_in)[:1]
+            # error relative to the output's scale (entries near zero make per-element ratios meaningless)
+            row["max_err_vs_scale"] = float((ours - reference).abs().max() / reference.abs().max())
+        results["workloads"][name] = row
+        extra = "".join(f"  {k} {row[k]:.3f} ms" for k in ("eager_ms", "compile_ms") if k in row)
+        print(f"{name:34s} ours {ours_ms:8.3f} ms  {row['ours_gbs']:7.0f} GB/s "
+              f"({100 * row['of_copy']:5.1f}% of copy){extra}", flush=True)
+        del inputs, params, leaves, args_in
+        torch.cuda.empty_cache()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
