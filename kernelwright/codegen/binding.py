@@ -55,11 +55,12 @@ class ExtensionSources:
 
     @property
     def cuda_sources(self) -> list[str]:
-        return [self.headers] + [_strip_includes(k.cuda) for k in self.kernels]
+        return [normalized(t) for t in [self.headers] + [_strip_includes(k.cuda) for k in self.kernels]]
 
     @property
     def cpp_sources(self) -> list[str]:
-        return [CPP_PRELUDE] + [k.cpp for k in self.kernels] + [module_definition(self.kernels)]
+        texts = [CPP_PRELUDE] + [k.cpp for k in self.kernels] + [module_definition(self.kernels)]
+        return [normalized(t) for t in texts]
 
     @property
     def cuda_text(self) -> str:
@@ -93,6 +94,12 @@ def _collect(name: str, order: list[str]) -> None:
     for inner in INCLUDE_RE.findall(path.read_text()):
         _collect(inner, order)
     order.append(name)
+
+
+def normalized(text: str) -> str:
+    """One leading and one trailing newline: the exact strings the emitted file holds, so the extension
+    the compiler builds for verification is the one the emitted file loads from the cache."""
+    return "\n" + text.strip("\n") + "\n"
 
 
 def _strip_includes(text: str) -> str:

@@ -1,0 +1,85 @@
+"""`kernelwright optimize PROBLEM`: compile a problem into a verified, self-contained ModelNew file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from kernelwright.compiler import OptimizeOptions, OptimizeResult, optimize
+from kernelwright.errors import UsageError
+from kernelwright.fuse.plan import describe_plan
+from kernelwright.problem import load_problem
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "optimize", help="compile a problem into a ModelNew file with fused CUDA kernels",
+        description="Capture, rewrite, fuse, generate CUDA kernels and emit a self-contained ModelNew file. "
+                    "On a GPU every kernel is checked and timed against ATen and the file is judged; "
+                    "without one the CUDA sources are compile-checked and verification is skipped.")
+    parser.add_argument("problem", help="problem file or bundled id (e.g. level1/01_ReLU)")
+    parser.add_argument("-o", "--output", help="the ModelNew file to write (default: ./<problem>_new.py)")
+    parser.add_argument("--no-verify", action="store_true", help="emit without building or judging on a GPU")
+    parser.add_argument("--explain", action="store_true", help="print the IR, rewrite log and fusion plan")
+    parser.add_argument("--allow-tf32", action="store_true",
+                        help="allow TF32 in GEMM/conv kernels (recorded in the header; off by default)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    problem = load_problem(args.problem)
+    output = Path(args.output) if args.output else Path(f"{Path(problem.path).stem}_new.py")
+    if output.resolve() == Path(problem.path).resolve():
+        raise UsageError(f"-o {output} would overwrite the problem file")
+    console = Console(stderr=True, highlight=False)
+    options = OptimizeOptions(verify=not args.no_verify, allow_tf32=args.allow_tf32)
+    console.print(f"[bold]optimize[/] {escape(problem.id)}")
+    with console.status("starting") as status:
+        def on_stage(stage: str, event: str, detail: str, seconds: float | None) -> None:
+            if event == "start":
+                status.update(f"{stage} ...")
+            elif event == "done":
+                console.print(f"  [green]✓[/] {stage:<11} {escape(detail)} [dim]{seconds:.1f} s[/]")
+            else:
+                console.print(f"  [yellow]-[/] {stage:<11} skipped: {escape(detail)}")
+
+        result = optimize(problem, options, on_stage)
+    output.write_text(result.source)
+    _summary(console, result, output)
+    if args.explain:
+        _explain(Console(highlight=False), result)
+    return 0
+
+
+def _summary(console: Console, result: OptimizeResult, output: Path) -> None:
+    for line in result.dropped:
+        console.print(f"  [yellow]fell back to ATen:[/] {escape(line)}")
+    if result.fallback_reason:
+        console.print(f"[yellow]whole-model fallback:[/] {escape(result.fallback_reason)}")
+    elif result.verification.startswith("NOT verified"):
+        console.print(f"[bold yellow]verification skipped:[/] {escape(result.verification)}")
+    else:
+        console.print(f"[bold]verification:[/] {escape(result.verification)}")
+    if result.build_seconds is not None:
+        console.print(f"compile: {result.build_seconds:.1f} s")
+    console.print(f"wrote [bold]{escape(str(output))}[/]")
+
+
+def _explain(console: Console, result: OptimizeResult) -> None:
+    if result.graph is not None:
+        console.rule("IR after rewrites")
+        console.print(escape(str(result.graph)))
+    if result.rewrite_log is not None:
+        console.rule("rewrite log")
+        console.print(escape(str(result.rewrite_log)))
+    if result.plan is not None:
+        console.rule("fusion plan")
+        console.print(escape(describe_plan(result.plan)))
+    if result.group_reports:
+        console.rule("kernels measured on the GPU")
+        for report in result.group_reports:
+            timing = (f"{report.kernel_ms:.3f} ms vs ATen {report.aten_ms:.3f} ms"
+                      if report.kernel_ms is not None else report.detail)
+            console.print(f"{'keep' if report.keep else 'drop'}  {report.kernel}: {escape(timing)}")

@@ -1,0 +1,96 @@
+"""Per-group verification on the GPU: each kernel against the ATen execution of the same nodes, on the
+values the model really produces, then both timed. A group is kept only if it is correct on every seed
+and not slower than ATen; the others fall back to ATen calls (the emitted file never loses to eager
+because of one bad kernel)."""
+
+from __future__ import annotations
+
+import functools
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kernelwright.codegen.kernel import KernelSource
+from kernelwright.fuse.plan import FusionPlan, execute_plan, run_group_with_aten
+from kernelwright.judge.compare import compare_outputs
+from kernelwright.problem import Problem
+
+# A kernel within this fraction of ATen's time counts as a tie and is kept (one launch instead of several
+# also saves host time that per-kernel timing does not see).
+NOISE = 0.03
+
+
+@dataclass(frozen=True)
+class GroupReport:
+    kernel: str
+    correct: bool
+    detail: str
+    kernel_ms: float | None = None
+    aten_ms: float | None = None
+
+    @property
+    def keep(self) -> bool:
+        return self.correct and self.kernel_ms is not None and self.kernel_ms <= self.aten_ms * (1 + NOISE)
+
+    @property
+    def speedup(self) -> float | None:
+        return self.aten_ms / self.kernel_ms if self.kernel_ms else None
+
+
+def measure_groups(plan: FusionPlan, kernels: Sequence[KernelSource], module: object, problem: Problem,
+                   seeds: Sequence[int] = (0, 1, 2), tolerance: str = "default") -> list[GroupReport]:
+    """One report per group of `plan` (kernels in `plan.groups` order, built into `module`)."""
+    device = torch.device("cuda")
+    groups = plan.groups
+    calls = {id(g): getattr(module, k.name) for g, k in zip(groups, kernels, strict=True)}
+    failures: dict[int, str] = {}
+    last_inputs: dict[int, list] = {}
+    for seed in seeds:
+        model = problem.build_model(seed, device)
+        inputs = problem.inputs(seed, device)
+        with torch.no_grad():
+            _, _, values = execute_plan(plan, inputs, model, device)
+            for group in groups:
+                if id(group) in failures:
+                    continue
+                args = [values[id(i)] for i in group.inputs]
+                reference = [values[id(n)] for n in group.outputs]
+                try:
+                    result = list(calls[id(group)](args))
+                    torch.cuda.synchronize()
+                except RuntimeError as exc:
+                    failures[id(group)] = f"seed {seed}: {str(exc).splitlines()[0]}"
+                    continue
+                verdict = compare_outputs(reference, result, tolerance)
+                if verdict["status"] != "correct":
+                    failures[id(group)] = f"seed {seed}: {verdict['status']}: {verdict['detail']}"
+                last_inputs[id(group)] = args
+    reports = []
+    for group, kernel in zip(groups, kernels, strict=True):
+        if id(group) in failures:
+            reports.append(GroupReport(kernel.name, False, failures[id(group)]))
+            continue
+        args = last_inputs[id(group)]
+        with torch.no_grad():
+            ours = time_ms(functools.partial(calls[id(group)], args))
+            aten = time_ms(functools.partial(run_group_with_aten, group, args, device))
+        reports.append(GroupReport(kernel.name, True, "", ours, aten))
+    return reports
+
+
+def time_ms(fn: Callable[[], object], runs: int = 30, warmup: int = 3) -> float:
+    """Median time of one call on the current stream (CUDA events around each call)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
