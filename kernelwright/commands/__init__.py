@@ -5,6 +5,7 @@
 COMMAND_MODULES = [
     "kernelwright.commands.problems",
     "kernelwright.commands.capture",
+    "kernelwright.commands.optimize",
     "kernelwright.commands.prompt",
     "kernelwright.commands.generate",
     "kernelwright.commands.bench",
