@@ -13,8 +13,9 @@ import torch
 from kernelwright.errors import UsageError
 
 if TYPE_CHECKING:
+    from kernelwright.judge import JudgeOptions
     from kernelwright.llm.client import ChatClient
-    from kernelwright.llm.loop import ExtractCode, Judge, ProblemTask
+    from kernelwright.llm.loop import ProblemTask
 
 
 def register(subparsers) -> None:
@@ -55,6 +56,8 @@ def run(args) -> int:
     from rich.console import Console
 
     from kernelwright.environment import gpu_info
+    from kernelwright.judge import extract_code
+    from kernelwright.llm.judging import JudgeSessions
     from kernelwright.llm.loop import GenerationLoop, LoopSettings
     from kernelwright.llm.records import RunRecords
     from kernelwright.llm.start import optimize_with_kernelwright
@@ -68,7 +71,7 @@ def run(args) -> int:
                          "pure-PyTorch answers for correctness on the CPU")
     tasks = load_tasks(args.problems)
     client = make_client(args)
-    judge, extract_code = real_judge(args.device, args.shrink)
+    options = judge_options(args.device, args.shrink)
     out_dir = args.out or Path("runs") / f"generate-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.model)}"
     records = RunRecords(out_dir)
     gpu = gpu_info() if args.device == "cuda" else None
@@ -79,8 +82,9 @@ def run(args) -> int:
     view = LiveView(tasks, records, settings, console=console)
     client.on_retry = lambda reason, delay: view.note(f"{reason}: retrying in {delay:.1f} s")
     start = optimize_with_kernelwright if args.start_from == "kernelwright" else None
-    loop = GenerationLoop(client, judge, extract_code, records, settings, observer=view, starting_point=start)
-    with view:
+    with JudgeSessions(options) as judge, view:
+        loop = GenerationLoop(client, judge, extract_code, records, settings, observer=view,
+                              starting_point=start)
         summary = loop.run(tasks)
     usage, candidates = summary["usage"], out_dir / "candidates"
     solved = [pid for pid, entry in summary["problems"].items() if entry["best"]]
@@ -119,17 +123,10 @@ def make_client(args) -> ChatClient:
                       retry=RetryPolicy(retries=args.max_retries))
 
 
-def real_judge(device: str, shrink: bool) -> tuple[Judge, ExtractCode]:
-    """The judge bound to this run's options, and its code extractor."""
-    from kernelwright.judge import JudgeOptions, evaluate, extract_code
+def judge_options(device: str, shrink: bool) -> JudgeOptions:
+    from kernelwright.judge import JudgeOptions
 
     if device == "cpu":
         # CPU runs check correctness only: CPU timings say nothing about a CUDA kernel.
-        options = JudgeOptions(device="cpu", timing=False, compile_baseline=False, shrink=shrink)
-    else:
-        options = JudgeOptions(device="cuda", shrink=shrink)
-
-    def judge(problem_path: Path, candidate_path: Path) -> dict:
-        return evaluate(problem_path, candidate_path, options)
-
-    return judge, extract_code
+        return JudgeOptions(device="cpu", timing=False, compile_baseline=False, shrink=shrink)
+    return JudgeOptions(device="cuda", shrink=shrink)

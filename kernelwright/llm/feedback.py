@@ -55,7 +55,7 @@ def feedback_message(verdict: dict, require_speedup: bool) -> str:
     timing = timing_line(verdict)
     if timing:
         parts.append(timing)
-    if verdict.get("no_custom_kernel"):
+    if (verdict.get("flags") or {}).get("no_custom_kernel"):
         parts.append(
             "Note: your ModelNew uses only PyTorch operators; the task is to write custom CUDA kernels."
         )

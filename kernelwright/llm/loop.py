@@ -2,9 +2,8 @@
 to `turns` turns, stopping a sample at its first success. Every turn is recorded before the next starts, so a
 run killed at any point resumes from its records.
 
-The judge and the code extractor are parameters (the command passes the real judge; unit tests pass
-fakes). Answers are requested in parallel; judging is one at a time by default, because timings taken
-while another candidate runs on the same GPU are not worth having.
+The judge and the code extractor are parameters (the command passes the real judge, which judges one
+candidate at a time; unit tests pass fakes). Answers are requested in parallel.
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ class LoopSettings:
     parallel: int = 4
     temperature: float | None = None
     require_speedup: bool = True  # success = correct and faster than eager; False: correct suffices
-    exclusive_judge: bool = True  # judge one candidate at a time
     include_example: bool = True
     hardware: str | None = None  # GPU name for the prompt
 
@@ -75,7 +73,6 @@ class GenerationLoop:
         self.settings = settings
         self.observer = observer or LoopObserver()
         self.starting_point = starting_point
-        self._judge_lock = threading.Lock() if settings.exclusive_judge else None
         self._stop = threading.Event()
 
     def run(self, tasks: list[ProblemTask]) -> dict:
@@ -149,7 +146,7 @@ class GenerationLoop:
         else:
             code_path = self.records.write_attempt(task.id, f"s{sample}-t{turn}", code)
             self.observer.turn_stage(task.id, sample, turn, "judging")
-            verdict = self._judge(task.path, self.records.out_dir / code_path)
+            verdict = self.judge(task.path, self.records.out_dir / code_path)
         success = is_success(verdict, self.settings.require_speedup)
         last_turn = turn >= self.settings.turns
         event = self.records.append(
@@ -205,12 +202,6 @@ class GenerationLoop:
         ]
         return messages, last["turn"] + 1
 
-    def _judge(self, problem_path: Path, candidate_path: Path) -> dict:
-        if self._judge_lock is None:
-            return self.judge(problem_path, candidate_path)
-        with self._judge_lock:
-            return self.judge(problem_path, candidate_path)
-
     # ---------------------------------------------------------------------------------------- starting point
 
     def _start_message(self, task: ProblemTask) -> str | None:
@@ -235,7 +226,7 @@ class GenerationLoop:
             return self.records.append(
                 {"event": "start", "problem": task.id, "code_path": None, "verdict": None, "error": str(exc)}
             )
-        verdict = self._judge(task.path, self.records.out_dir / relative)
+        verdict = self.judge(task.path, self.records.out_dir / relative)
         event = self.records.append(
             {"event": "start", "problem": task.id, "code_path": str(relative), "verdict": verdict}
         )

@@ -32,7 +32,7 @@ def test_mismatch_structured_detail_and_timing():
 
 
 def test_correct_but_slow_and_pytorch_only():
-    verdict = {"status": "correct", "speedup_vs_eager": 0.5, "no_custom_kernel": True,
+    verdict = {"status": "correct", "speedup_vs_eager": 0.5, "flags": {"no_custom_kernel": True},
                "timings": {"candidate": {"median_ms": 2.0}, "eager": {"median_ms": 1.0}}}
     message = feedback_message(verdict, require_speedup=True)
     assert "not faster than eager" in message and "(0.50x vs eager)" in message

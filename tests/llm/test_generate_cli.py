@@ -63,7 +63,7 @@ def generate(*args: str, key: str | None = None) -> subprocess.CompletedProcess:
                           text=True, timeout=600, env=env)
 
 
-def test_generate_runs_judges_feeds_back_and_resumes(replay_server, tmp_path):
+def test_generate_runs_judges_feeds_back_and_resumes(replay_server, tmp_path, capsys, monkeypatch):
     problem = tmp_path / "level1" / "1_DoubleReLU.py"
     problem.parent.mkdir()
     problem.write_text(PROBLEM)
@@ -80,7 +80,8 @@ def test_generate_runs_judges_feeds_back_and_resumes(replay_server, tmp_path):
     events = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     turns = [e for e in events if e["event"] == "turn"]
     assert [t["verdict"]["status"] for t in turns] == ["mismatch", "correct"]
-    assert turns[0]["feedback"] == feedback
+    assert turns[0]["feedback"] == feedback and turns[0]["verdict"]["detail"].strip() in feedback
+    assert "max abs" in feedback
     candidate = (out / "candidates/level1/1_DoubleReLU.py").read_text()
     assert "clamp_min" in candidate and "def unused" not in candidate
     assert "1/1 problem(s) with a correct candidate" in result.stdout
@@ -88,12 +89,12 @@ def test_generate_runs_judges_feeds_back_and_resumes(replay_server, tmp_path):
     assert replay_server.authorizations[0] == "Bearer sk-cli-secret"
     assert all("sk-cli-secret" not in p.read_text() for p in out.rglob("*") if p.is_file())
 
-    again = generate(*args)
-    assert again.returncode == 0, again.stdout + again.stderr
+    code, _ = generate_in_process(capsys, monkeypatch, *args)
+    assert code == 0
     assert len(replay_server.requests) == 2, "a finished run resumes without asking again"
 
 
-# The error cases run the CLI in-process (`main`, the same code path as the `kernelwright` script): each
+# The other runs call the CLI in-process (`main`, the same code path as the `kernelwright` script): each
 # subprocess costs seconds of interpreter start-up in CI.
 
 
