@@ -1,10 +1,15 @@
-"""The live view shows the run state; a failing `--start-from kernelwright` costs only the starting point."""
+"""The live view; `--start-from kernelwright`: a failure costs only the starting point, and (GPU) the
+compiler's ModelNew is put in the prompt and kept when the model does no better."""
 
 from __future__ import annotations
 
 import io
+import json
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 from test_loop import answer, make_loop, make_tasks
 
@@ -46,3 +51,21 @@ def test_failed_starting_point_is_noted_and_the_run_goes_on(replay_server, tmp_p
     assert "automatic compiler" not in replay_server.requests[0]["messages"][0]["content"]
     assert summary["problems"]["level1/1_A"]["best"]["source"] == "sample 1 turn 1"
 
+
+
+@pytest.mark.gpu
+def test_start_from_kernelwright_on_the_gpu(replay_server, tmp_path):
+    replay_server.answers = {"": ["I cannot improve on that."]}  # "" is in every prompt
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "kernelwright.cli", "generate", "level1/01_ReLU", "--turns", "1",
+               "--start-from", "kernelwright", "--model", replay_server.model,
+               "--base-url", replay_server.base_url, "--out", str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    print(result.stdout[-4000:], result.stderr[-4000:])
+    assert result.returncode == 0, "the compiler's ModelNew is a correct candidate"
+    prompt = replay_server.requests[0]["messages"][0]["content"]
+    assert "An automatic compiler already produced" in prompt and "class ModelNew" in prompt
+    summary = json.loads((out / "summary.json").read_text())["problems"]["level1/01_ReLU"]
+    assert summary["best"]["source"] == "kernelwright"
+    kept = (out / "candidates/level1/01_ReLU.py").read_text()
+    assert kept == (out / summary["best"]["code_path"]).read_text()
