@@ -101,9 +101,10 @@ class CompileCheck:
     log: str
 
 
-def nvcc_check(cuda_text: str, arch: str = DEFAULT_CHECK_ARCH) -> CompileCheck:
+def nvcc_check(cuda_text: str, arch: str = DEFAULT_CHECK_ARCH, ptxas_level: int = 3) -> CompileCheck:
     """Compile the CUDA translation unit only (no GPU needed): catches every error in generated kernels
-    in about a second, without the binding's host compile."""
+    in about a second, without the binding's host compile. `ptxas_level=0` skips the assembler's
+    optimizations (faster; errors are all caught before that stage)."""
     nvcc = nvcc_path()
     if nvcc is None:
         raise KernelwrightError("nvcc not found (set CUDA_HOME or put nvcc on PATH) for the compile check")
@@ -113,6 +114,7 @@ def nvcc_check(cuda_text: str, arch: str = DEFAULT_CHECK_ARCH) -> CompileCheck:
         source = Path(tmp) / "kernels.cu"
         source.write_text(cuda_text)
         command = [nvcc, "-O3", f"-gencode=arch=compute_{arch},code=sm_{arch}", *TORCH_NVCC_FLAGS,
+                   "-Xptxas", f"-O{ptxas_level}",
                    "-c", str(source), "-o", str(Path(tmp) / "kernels.o")]
         start = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True)

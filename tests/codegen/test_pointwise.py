@@ -1,0 +1,247 @@
+"""The pointwise family on the CPU: the op → CUDA table, literals, and every kernel variant compiling with
+nvcc in one translation unit. `CASES` (hand-built graphs with input makers) is shared with the GPU tests
+in test_pointwise_gpu.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from kernelwright.codegen.binding import assemble
+from kernelwright.codegen.build import nvcc_check
+from kernelwright.codegen.pointwise import EXPRESSIONS, c_literal, emit_statements, op_expression, render
+from kernelwright.environment import nvcc_path
+from kernelwright.fuse import pointwise
+from kernelwright.fuse.plan import FusionPlan, plan_fusion
+from kernelwright.ir.graph import Graph
+from kernelwright.ir.ops import OPS, const_node, input_node, make_node, param_node
+
+POSITIVE_OPS = {"log", "log2", "log1p", "sqrt", "rsqrt", "reciprocal"}
+UNARY_ATTRS = {"gelu": {"approximate": "none"}, "softplus": {"beta": 2.0, "threshold": 5.0},
+               "elu": {"alpha": 1.5, "scale": 1.0507, "input_scale": 1.0},
+               "leaky_relu": {"negative_slope": 0.1},
+               "clamp": {"min": -0.5, "max": 0.75}, "cast": {"dtype": torch.float64}}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    graph: Graph
+    make_inputs: Callable[[torch.device], tuple[list, dict]]   # (forward args, params by FQN)
+
+
+def _x(shape, name="x", index=0, dtype=torch.float32):
+    return input_node(name, index, shape, dtype)
+
+
+def _randn(*shape, positive=False, scale=3.0):
+    def make(device):
+        t = torch.randn(*shape, device=device) * scale
+        return t.abs() + 0.05 if positive else t
+    return make
+
+
+def unary_case(op: str, shape=(13, 17)) -> Case:
+    x = _x(shape)
+    y = make_node(op, [x], **UNARY_ATTRS.get(op, {}))
+    make = _randn(*shape, positive=op in POSITIVE_OPS)
+    return Case(f"unary_{op}", Graph((x,), (), (y,)), lambda d: ([make(d)], {}))
+
+
+def binary_case(op: str) -> Case:
+    # [5, 1, 7] op [3, 1]: broadcast both ways into [5, 3, 7].
+    a, b = _x((5, 1, 7)), _x((3, 1), "y", 1)
+    y = make_node(op, [a, b])
+
+    def make(device):
+        left, right = torch.randn(5, 1, 7, device=device) * 3, torch.randn(3, 1, device=device) * 3
+        if op == "pow":
+            left = left.abs() + 0.1
+        if op in ("div", "fmod", "remainder"):
+            right = right.sign() * (right.abs() + 0.5)
+        return [left, right], {}
+    return Case(f"binary_{op}", Graph((a, b), (), (y,)), make)
+
+
+def chain_with_views() -> Case:
+    """bias add, permute, slice and an expand of a computed value, then a second same-shape output."""
+    x, bias = _x((6, 10)), param_node("bias", (10,))
+    a = make_node("tanh", [make_node("add", [x, bias])])
+    t = make_node("slice", [make_node("permute", [a], dims=(1, 0))], dim=0, start=1, end=9, step=2)   # [4, 6]
+    y = _x((4, 6), "y", 1)
+    out = make_node("mul", [make_node("sigmoid", [t]), make_node("exp", [y])])
+    also = make_node("neg", [y])
+    graph = Graph((x, y), (bias,), (out, make_node("amax", [also], dims=(0,)), also), output_kind="tuple")
+    return Case("chain_with_views", graph,
+                lambda d: ([torch.randn(6, 10, device=d), torch.randn(4, 6, device=d)],
+                           {"bias": torch.randn(10, device=d)}))
+
+
+def select_expand_reshape() -> Case:
+    x = _x((3, 4, 5))
+    row = make_node("select", [x], dim=1, index=2)                             # [3, 5]
+    grid = make_node("expand", [make_node("reshape", [row], shape=(3, 1, 5))], shape=(3, 4, 5))
+    out = make_node("sub", [x, make_node("relu", [grid])])
+    return Case("select_expand_reshape", Graph((x,), (), (out,)),
+                lambda d: ([torch.randn(3, 4, 5, device=d)], {}))
+
+
+def integer_and_bool() -> Case:
+    i, j = _x((9, 11), "i", 0, torch.int64), _x((11,), "j", 1, torch.int64)
+    q = make_node("div", [i, j], rounding_mode="floor")
+    r = make_node("remainder", [i, j])
+    positive, not_three = make_node("gt", [q, const_node(0)]), make_node("ne", [r, const_node(3)])
+    mask = make_node("logical_and", [positive, not_three])
+    picked = make_node("where", [mask, make_node("abs", [i]), make_node("mul", [r, const_node(-2)])])
+    ratio = make_node("div", [picked, const_node(4)])                            # int / int -> float
+    graph = Graph((i, j), (), (mask, picked, ratio), output_kind="tuple")
+
+    def make(device):
+        numerator = torch.randint(-50, 50, (9, 11), device=device)
+        sign = torch.randint(0, 2, (11,), device=device) * 2 - 1
+        denominator = torch.randint(1, 7, (11,), device=device) * sign
+        return [numerator, denominator], {}
+    return Case("integer_and_bool", graph, make)
+
+
+def double_and_casts() -> Case:
+    x = _x((7, 3), dtype=torch.float64)
+    y = make_node("cast", [make_node("mul", [make_node("erf", [x]), const_node(0.3)])], dtype=torch.float32)
+    z = make_node("cast", [make_node("round", [make_node("mul", [y, const_node(10.0)])])], dtype=torch.int32)
+    return Case("double_and_casts", Graph((x,), (), (y, z), output_kind="tuple"),
+                lambda d: ([torch.randn(7, 3, dtype=torch.float64, device=d)], {}))
+
+
+def rank_zero() -> Case:
+    s, x = param_node("scale", ()), _x(())
+    out = make_node("mul", [make_node("exp", [x]), s])
+    return Case("rank_zero", Graph((x,), (s,), (out,)),
+                lambda d: ([torch.randn((), device=d)], {"scale": torch.randn((), device=d)}))
+
+
+def special_values() -> Case:
+    x = _x((4, 8))
+    out = make_node("mul", [make_node("clamp", [x], min=None, max=1.0), const_node(float("-inf"))])
+    nan = make_node("isnan", [make_node("add", [x, const_node(float("nan"))])])
+    return Case("special_values", Graph((x,), (), (out, nan), output_kind="tuple"),
+                lambda d: ([torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0] * 8,
+                                         device=d).reshape(4, 8)], {}))
+
+
+def pointwise_ops() -> list[str]:
+    return sorted(name for name, op in OPS.items() if op.category == "pointwise")
+
+
+UNARY = sorted(pointwise.UNARY_OPS - {"logical_not", "isnan", "isinf"})
+BINARY = sorted(pointwise.BINARY_OPS - {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"})
+CASES = ([unary_case(op) for op in UNARY] + [binary_case(op) for op in BINARY]
+         + [chain_with_views(), select_expand_reshape(), integer_and_bool(), double_and_casts(), rank_zero(),
+            special_values()])
+
+
+def plan_of(case: Case) -> FusionPlan:
+    return plan_fusion(case.graph, [pointwise.match])
+
+
+# ------------------------------------------------------------------------------------------- tests
+
+
+def test_every_pointwise_ir_op_has_a_cuda_expression():
+    assert set(pointwise_ops()) == pointwise.POINTWISE_OPS
+    for op in pointwise.POINTWISE_OPS - {"gelu"}:
+        assert op in EXPRESSIONS
+
+
+@pytest.mark.parametrize("value, dtype, text", [
+    (0.1, torch.float32, "0.1f"), (3, torch.float32, "3.0f"), (-2.5, torch.float32, "(-2.5f)"),
+    (1e-5, torch.float32, "1e-05f"), (0.1, torch.float64, "0.1"), (7, torch.int64, "7LL"),
+    (-7, torch.int32, "(-7)"), (True, torch.bool, "true"),
+    (float("inf"), torch.float32, "__int_as_float(0x7f800000)"),
+    (float("-inf"), torch.float32, "(-__int_as_float(0x7f800000))"),
+])
+def test_literals(value, dtype, text):
+    assert c_literal(value, dtype) == text
+
+
+def test_expressions_follow_aten_semantics():
+    x = _x((4,))
+    assert op_expression(make_node("pow", [x, const_node(2)]), ["a", None]) == "(a * a)"
+    assert op_expression(make_node("pow", [x, const_node(0.5)]), ["a", None]) == "sqrt(a)"
+    assert op_expression(make_node("clamp", [x], min=0.0, max=None), ["a"]) == "kw::clamp_min(a, 0.0f)"
+    assert op_expression(make_node("gelu", [x], approximate="tanh"), ["a"]) == "kw::gelu_tanh(a)"
+    i = _x((4,), "i", 0, torch.int64)
+    assert op_expression(make_node("div", [i, const_node(2)]), ["a", None]) == \
+        "(static_cast<float>(a) / 2.0f)"
+    assert op_expression(make_node("remainder", [i, const_node(3)]), ["a", None]) == "kw::iremainder(a, 3LL)"
+    assert op_expression(make_node("cast", [x], dtype=torch.bool), ["a"]) == "(a != 0)"
+    # Comparisons compute in the promoted type: int tensor vs float scalar compares as float.
+    assert op_expression(make_node("lt", [i, const_node(0.5)]), ["a", None]) == \
+        "(static_cast<float>(a) < 0.5f)"
+
+
+def test_emit_statements_names_values_and_inlines_consts():
+    x = _x((4,))
+    a = make_node("add", [x, const_node(1.0)])
+    b = make_node("mul", [a, x])
+    env = {id(x): "in"}
+    lines = emit_statements([a, b], env, prefix="e")
+    assert lines == ["const float e1 = (in + 1.0f);", "const float e2 = (e1 * in);"]
+    assert env[id(b)] == "e2"
+
+
+def test_each_case_is_one_group_and_renders():
+    for case in CASES:
+        plan = plan_of(case)
+        assert plan.groups, case.name
+        for group in plan.groups:
+            source = render(group)
+            assert source.name in source.cpp and f"{source.name}_launch" in source.cuda
+            assert "#include <torch" not in source.cuda
+
+
+def test_huge_domains_use_64_bit_flat_indexing():
+    x = _x((2**31 + 13,), dtype=torch.int8)
+    group = plan_of(Case("huge", Graph((x,), (), (make_node("add", [x, const_node(1)]),)), None)).groups[0]
+    cuda = render(group).cuda
+    assert "using IndexT = long long;" in cuda and "kInt32Domain = false" in cuda
+    small = plan_of(CASES[0]).groups[0]
+    assert "using IndexT = int;" in render(small).cuda
+
+
+def every_op_in_one_kernel() -> Case:
+    """Sum of every unary and binary op of two inputs: one kernel covering the whole table (the GPU
+    tests check each op alone)."""
+    x, y = _x((5, 7)), _x((7,), "y", 1)
+    terms = [make_node(op, [x], **UNARY_ATTRS.get(op, {})) for op in UNARY]
+    terms += [make_node(op, [x, y]) for op in BINARY]
+    total = terms[0]
+    for term in terms[1:]:
+        total = make_node("add", [total, term])
+    return Case("every_op", Graph((x, y), (), (total,)), lambda d: ([], {}))
+
+
+def all_case_sources():
+    structural = [c for c in CASES if not c.name.startswith(("unary_", "binary_"))]
+    kernels = []
+    for case in [every_op_in_one_kernel(), *structural]:
+        kernels += [render(g) for g in plan_of(case).groups]
+    x = _x((2**31 + 13,), dtype=torch.int8)
+    kernels.append(render(plan_of(Case("huge", Graph((x,), (), (make_node("add", [x, const_node(1)]),)),
+                                       None)).groups[0]))
+    return assemble(kernels)
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+def test_all_pointwise_variants_compile_with_nvcc():
+    # Many kernels in one unit; ptxas -O0 because only front-end errors matter here.
+    check = nvcc_check(all_case_sources().cuda_text, ptxas_level=0)
+    assert check.ok, check.log
+
+
+def test_views_become_operand_strides_in_the_binding():
+    cpp = render(plan_of(chain_with_views()).groups[0]).cpp
+    assert ".permute(at::IntArrayRef{1, 0}).slice(0, 1, 9, 2)" in cpp
+    assert ".expand(at::IntArrayRef{6, 10})" in cpp
