@@ -35,13 +35,17 @@ class Rule:
     fn: RuleFn
     summary: str
     assume_finite: bool = False  # only valid when no input holds NaN or Inf; off unless asked for
+    # Reassociates products so that, on inputs with heavy cancellation, the result leaves the FP32
+    # tolerance: off unless asked for (like --allow-tf32).
+    reassociates: bool = False
 
 
-def rule(*ops: str, summary: str, assume_finite: bool = False) -> Callable[[RuleFn], Rule]:
+def rule(*ops: str, summary: str, assume_finite: bool = False, reassociates: bool = False
+         ) -> Callable[[RuleFn], Rule]:
     """Decorator turning a replacement function into a `Rule` matching nodes whose op is in `ops`."""
 
     def wrap(fn: RuleFn) -> Rule:
-        return Rule(fn.__name__, frozenset(ops), fn, summary, assume_finite)
+        return Rule(fn.__name__, frozenset(ops), fn, summary, assume_finite, reassociates)
 
     return wrap
 
@@ -166,10 +170,11 @@ def _cse_key(node: Node) -> tuple | None:
     return key
 
 
-def _index_rules(rules: Iterable[Rule], assume_finite: bool) -> dict[str, list[Rule]]:
+def _index_rules(rules: Iterable[Rule], assume_finite: bool,
+                 allow_reassociation: bool) -> dict[str, list[Rule]]:
     by_op: dict[str, list[Rule]] = {}
     for r in rules:
-        if r.assume_finite and not assume_finite:
+        if (r.assume_finite and not assume_finite) or (r.reassociates and not allow_reassociation):
             continue
         for op in r.ops:
             by_op.setdefault(op, []).append(r)
@@ -229,10 +234,12 @@ def _one_pass(graph: Graph, by_op: dict[str, list[Rule]], assume_finite: bool,
 
 
 def graph_rewrite(graph: Graph, rules: Iterable[Rule], *, assume_finite: bool = False,
+                  allow_reassociation: bool = False,
                   log: RewriteLog | None = None) -> tuple[Graph, RewriteLog]:
-    """Apply `rules` (in order, first match wins) and CSE to a fixpoint."""
+    """Apply `rules` (in order, first match wins) and CSE to a fixpoint. Rules that assume finite
+    values or reassociate products run only when the matching flag is set."""
     log = RewriteLog() if log is None else log
-    by_op = _index_rules(rules, assume_finite)
+    by_op = _index_rules(rules, assume_finite, allow_reassociation)
     for _ in range(MAX_PASSES):
         graph, changed = _one_pass(graph, by_op, assume_finite, log)
         if not changed:

@@ -28,11 +28,14 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def rewrite_graph(graph: Graph, *, assume_finite: bool = False) -> tuple[Graph, RewriteLog]:
+def rewrite_graph(graph: Graph, *, assume_finite: bool = False,
+                  allow_reassociation: bool = False) -> tuple[Graph, RewriteLog]:
     """`graph` simplified by every rule to a fixpoint, with CSE and DCE, and the log of what fired where.
-    Rules marked `assume_finite` (valid only when no value is nan or inf) run only when asked for."""
+    Rules marked `assume_finite` (valid only when no value is nan or inf) and `reassociates` (may leave
+    the FP32 tolerance on inputs with heavy cancellation) run only when asked for."""
     log = RewriteLog(nodes_before=_compute_nodes(graph))
-    result, log = graph_rewrite(graph, RULES, assume_finite=assume_finite, log=log)
+    result, log = graph_rewrite(graph, RULES, assume_finite=assume_finite,
+                                allow_reassociation=allow_reassociation, log=log)
     result = _fresh_outputs(graph, result, log)
     log.notes.extend(fusion_notes(result))
     log.nodes_after = _compute_nodes(result)

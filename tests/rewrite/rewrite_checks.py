@@ -17,6 +17,8 @@ ATOL = RTOL = 1e-4
 # Value distributions: ordinary, large magnitudes, massive cancellation (alternating +-1000 with small
 # noise, so sums of neighbours cancel), and magnitudes spread over six decades.
 KINDS = ("normal", "large", "cancel", "spread")
+# Rules that claim IEEE exactness are also run with nan and +-inf sprinkled in.
+EXACT_KINDS = (*KINDS, "nonfinite")
 
 
 def graph_of(outputs: Sequence[Node], *, training: bool = False) -> Graph:
@@ -47,6 +49,12 @@ def values(shape: Sequence[int], kind: str, gen: torch.Generator) -> torch.Tenso
         return sign.reshape(tuple(shape)) * 1e3 + base * 1e-2
     if kind == "spread":
         return base * torch.pow(10.0, torch.empty(tuple(shape)).uniform_(-3, 3, generator=gen))
+    if kind == "nonfinite":
+        flat = base.flatten()
+        specials = (float("nan"), float("inf"), -float("inf"))
+        for i, position in enumerate(range(0, flat.numel(), 5)):
+            flat[position] = specials[i % 3]
+        return flat.reshape(tuple(shape))
     return base
 
 
@@ -54,15 +62,17 @@ def leaf_values(graph: Graph, kind: str, seed: int, positive: Iterable[str] = ()
     """Forward arguments and parameters for `graph`; parameters named in `positive` are made > 0
     (variances)."""
     gen = torch.Generator().manual_seed(seed)
-    inputs = [values(n.shape, kind, gen) for n in graph.inputs]
+    by_index = {n.attr("index"): values(n.shape, kind, gen) for n in graph.inputs}
+    inputs = [by_index.get(i, torch.zeros(())) for i in range(max(by_index, default=-1) + 1)]
     params = {n.name: values(n.shape, kind, gen) for n in graph.params}
     for name in positive:
         params[name] = params[name].abs() + 0.5
     return inputs, params
 
 
-def apply(graph: Graph, *rules: Rule, assume_finite: bool = False) -> tuple[Graph, RewriteLog]:
-    return graph_rewrite(graph, rules, assume_finite=assume_finite)
+def apply(graph: Graph, *rules: Rule, assume_finite: bool = False,
+          allow_reassociation: bool = False) -> tuple[Graph, RewriteLog]:
+    return graph_rewrite(graph, rules, assume_finite=assume_finite, allow_reassociation=allow_reassociation)
 
 
 def fired(log: RewriteLog, rule: Rule | str) -> int:

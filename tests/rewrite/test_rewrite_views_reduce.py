@@ -1,0 +1,120 @@
+"""View-chain and reduction rules: positive, negative, property checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rewrite_checks import EXACT_KINDS, KINDS, apply, assert_honest, fired, graph_of, x_in
+
+from kernelwright.ir.ops import const_node, make_node
+from kernelwright.rewrite.rules_reduce import minmax_of_monotone, reduce_of_expand, reduce_of_scaled
+from kernelwright.rewrite.rules_views import (
+    cancel_flips,
+    full_slice,
+    merge_expands,
+    merge_permutes,
+    merge_reshapes,
+    same_dtype_cast,
+)
+
+
+def check(out, rule, *, fires: bool, kinds=EXACT_KINDS, extra=()):
+    before = graph_of([out, *extra])
+    after, log = apply(before, rule)
+    if not fires:
+        assert fired(log, rule) == 0 and after.outputs[0] is out
+        return after
+    assert fired(log, rule) >= 1
+    assert_honest(before, after, kinds=kinds)
+    return after
+
+
+def test_permute_chains_compose_and_identities_vanish():
+    x = x_in((2, 3, 4))
+    twice = make_node("permute", [make_node("permute", [x], dims=(2, 0, 1))], dims=(1, 0, 2))
+    after = check(twice, merge_permutes, fires=True)
+    assert after.outputs[0].op == "permute" and after.outputs[0].inputs[0] is x
+    back = make_node("permute", [make_node("permute", [x], dims=(2, 0, 1))], dims=(1, 2, 0))
+    assert check(back, merge_permutes, fires=True).outputs[0] is x
+    check(make_node("permute", [make_node("exp", [x])], dims=(1, 0, 2)), merge_permutes, fires=False)
+
+
+def test_reshape_expand_flip_cast_slice_chains():
+    x = x_in((4, 6))
+    r = make_node("reshape", [make_node("reshape", [x], shape=(2, 12))], shape=(8, 3))
+    assert check(r, merge_reshapes, fires=True).outputs[0].inputs[0] is x
+    assert check(make_node("reshape", [x], shape=(4, 6)), merge_reshapes, fires=True).outputs[0] is x
+    v = x_in((1, 6), 1)
+    e = make_node("expand", [make_node("expand", [v], shape=(3, 6))], shape=(2, 3, 6))
+    assert check(e, merge_expands, fires=True).outputs[0].inputs[0] is v
+    f = make_node("flip", [make_node("flip", [x], dims=(1,))], dims=(1,))
+    assert check(f, cancel_flips, fires=True).outputs[0] is x
+    check(make_node("flip", [make_node("flip", [x], dims=(0,))], dims=(1,)), cancel_flips, fires=False)
+    assert check(make_node("cast", [x], dtype=torch.float32), same_dtype_cast, fires=True).outputs[0] is x
+    check(make_node("cast", [x], dtype=torch.float64), same_dtype_cast, fires=False)
+    whole = make_node("slice", [x], dim=1, start=0, end=6, step=1)
+    assert check(whole, full_slice, fires=True).outputs[0] is x
+    check(make_node("slice", [x], dim=1, start=1, end=6, step=1), full_slice, fires=False)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean"])
+@pytest.mark.parametrize("scale_kind", ["const", "div", "neg", "per_row"])
+def test_reduce_of_scaled(op, scale_kind):
+    x = x_in((5, 7))
+    if scale_kind == "const":
+        inner = make_node("mul", [const_node(3.5), x])
+    elif scale_kind == "div":
+        inner = make_node("div", [x, const_node(7.0)])
+    elif scale_kind == "neg":
+        inner = make_node("neg", [x])
+    else:
+        inner = make_node("mul", [x, x_in((5, 1), 1)])  # one value per row: constant along dim 1
+    after = check(make_node(op, [inner], dims=(1,), keepdim=True), reduce_of_scaled, fires=True, kinds=KINDS)
+    assert after.outputs[0].op == inner.op
+
+
+def test_reduce_of_scaled_negative():
+    x = x_in((5, 7))
+    varying = make_node("mul", [x, x_in((1, 7), 1)])  # varies along the reduced dim
+    check(make_node("sum", [varying], dims=(1,)), reduce_of_scaled, fires=False)
+    shared = make_node("mul", [x, const_node(2.0)])  # the scaled tensor is needed anyway
+    check(make_node("sum", [shared], dims=(1,)), reduce_of_scaled, fires=False, extra=[shared])
+    reciprocal = make_node("div", [const_node(1.0), x])
+    check(make_node("sum", [reciprocal], dims=(1,)), reduce_of_scaled, fires=False)
+
+
+@pytest.mark.parametrize("build, reduced_op", [
+    (lambda x: make_node("sigmoid", [x]), "amax"),
+    (lambda x: make_node("clamp", [x], min=-0.5, max=0.5), "amax"),
+    (lambda x: make_node("leaky_relu", [x], negative_slope=0.1), "amax"),
+    (lambda x: make_node("neg", [x]), "amin"),
+    (lambda x: make_node("mul", [x, const_node(-2.0)]), "amin"),
+    (lambda x: make_node("add", [x, const_node(3.0)]), "amax"),
+])
+def test_minmax_of_monotone(build, reduced_op):
+    f = build(x_in((4, 9)))
+    after = check(make_node("amax", [f], dims=(1,)), minmax_of_monotone, fires=True)
+    out = after.outputs[0]
+    assert out.op == f.op and out.inputs[0].op == reduced_op and out.shape == (4,)
+
+
+@pytest.mark.parametrize("build", [
+    lambda x: make_node("gelu", [x], approximate="none"),  # not monotone
+    lambda x: make_node("log", [x]),  # nan for negative elements
+    lambda x: make_node("mul", [x, x]),
+])
+def test_minmax_of_monotone_negative(build):
+    check(make_node("amin", [build(x_in((4, 9)))], dims=(1,)), minmax_of_monotone, fires=False)
+    shared = make_node("tanh", [x_in((4, 9))])
+    check(make_node("amin", [shared], dims=(1,)), minmax_of_monotone, fires=False, extra=[shared])
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "amax", "amin"])
+@pytest.mark.parametrize("dims, keepdim", [((0,), False), ((0, 2), True), ((1,), False), ((0, 1), False)])
+def test_reduce_of_expand(op, dims, keepdim):
+    x = x_in((5, 1))
+    out = make_node(op, [make_node("expand", [x], shape=(3, 5, 4))], dims=dims, keepdim=keepdim)
+    repeated = any(d in (0, 2) for d in dims)
+    after = check(out, reduce_of_expand, fires=repeated, kinds=KINDS)
+    if repeated:
+        assert not any(n.op == op and n.inputs[0].op == "expand" for n in after.nodes())
