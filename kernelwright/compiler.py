@@ -259,7 +259,10 @@ def _judge(problem: Problem, source: str, options: OptimizeOptions) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".py", dir=folder, delete=False) as handle:
         handle.write(source)
     try:
-        return evaluate(problem.path, handle.name, JudgeOptions(trials=options.judge_trials))
+        # No torch.compile baseline: the decision is against eager, and compiling the reference costs
+        # tens of seconds per problem.
+        judge_options = JudgeOptions(trials=options.judge_trials, compile_baseline=False)
+        return evaluate(problem.path, handle.name, judge_options)
     finally:
         Path(handle.name).unlink(missing_ok=True)
 

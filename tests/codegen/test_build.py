@@ -1,0 +1,59 @@
+"""Assembling one extension from kernel sources, naming it, the build recipe the emitted files carry, and
+the nvcc compile check."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelwright.codegen.binding import CPP_PRELUDE, assemble
+from kernelwright.codegen.build import BUILD_SOURCE, extension_name, nvcc_check
+from kernelwright.codegen.kernel import KernelSource
+from kernelwright.environment import nvcc_path
+
+
+def kernel(name: str, body: str = "") -> KernelSource:
+    cuda = f'#include "kw_common.cuh"\n__global__ void {name}_k(float* p) {{ {body} }}\n'
+    return KernelSource(name, cuda, f"// binding of {name}\n", f"IR of {name}")
+
+
+def test_headers_are_inlined_once_and_torch_stays_out_of_the_cuda_unit():
+    sources = assemble([kernel("a"), kernel("b")])
+    text = sources.cuda_text
+    assert text.count("namespace kw {") == 1
+    assert '#include "kw_common.cuh"' not in text and "#include <torch" not in text
+    assert "#include <ATen" not in text
+    assert sources.cpp_sources[0].strip() == CPP_PRELUDE.strip()
+    assert 'm.def("a", &a);' in sources.cpp_text and 'm.def("b", &b);' in sources.cpp_text
+
+
+def test_sources_are_normalized_exactly_as_emitted():
+    for text in assemble([kernel("a")]).cuda_sources + assemble([kernel("a")]).cpp_sources:
+        assert text.startswith("\n") and text.endswith("\n") and not text.startswith("\n\n")
+
+
+def test_extension_name_is_a_hash_of_the_sources():
+    a, b = assemble([kernel("a")]), assemble([kernel("a", "p[0] = 1;")])
+    assert extension_name(a) == extension_name(assemble([kernel("a")]))
+    assert extension_name(a) != extension_name(b)
+    assert extension_name(a).startswith("kw_") and extension_name(a).isidentifier()
+
+
+def test_unknown_header_is_reported():
+    bad = KernelSource("x", '#include "nope.cuh"\n', "", "")
+    with pytest.raises(FileNotFoundError, match="nope.cuh"):
+        assemble([bad])
+
+
+def test_build_recipe_needs_only_torch():
+    namespace = {"torch": torch}
+    exec(BUILD_SOURCE, namespace)
+    assert callable(namespace["_kw_build"])
+    assert "import kernelwright" not in BUILD_SOURCE and "from kernelwright" not in BUILD_SOURCE
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+def test_nvcc_check_reports_the_first_error():
+    broken = assemble([kernel("a", "p[0] = undefined_thing;")]).cuda_text
+    check = nvcc_check(broken, ptxas_level=0)
+    assert not check.ok and "undefined_thing" in check.log and check.seconds > 0
