@@ -46,7 +46,11 @@ def build(graphs: dict[str, Graph]):
 
 @pytest.fixture(scope="module")
 def built():
-    return build({name: make() for name, make in CASES.items()})
+    """The module, and per case its graph, group and kernel name: groups hold the very node objects of
+    the graph they were planned from, so tests must use that graph, not a rebuilt one."""
+    graphs = {name: make() for name, make in CASES.items()}
+    module, groups = build(graphs)
+    return module, {name: (graphs[name], *groups[name]) for name in graphs}
 
 
 def run_case(module, group, kernel_name, graph, inputs, params):
@@ -80,9 +84,8 @@ def tolerance_kind(name: str, group) -> str:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_case_matches_pytorch(built, case):
-    module, groups = built
-    graph = CASES[case]()
-    group, kernel_name = groups[case]
+    module, cases = built
+    graph, group, kernel_name = cases[case]
     inputs, params = random_inputs(graph, "cuda", seed=1)
     ours, expected = run_case(module, group, kernel_name, graph, inputs, params)
     assert_close(case, ours, expected, tolerance_kind(case, group))
@@ -91,9 +94,8 @@ def test_case_matches_pytorch(built, case):
 @pytest.mark.parametrize("case", ["softmax_odd", "layer_norm_affine", "sum_dim0", "argmax_middle",
                                   "cumsum_rows", "reverse_cumsum", "batch_norm_train"])
 def test_non_contiguous_inputs(built, case):
-    module, groups = built
-    graph = CASES[case]()
-    group, kernel_name = groups[case]
+    module, cases = built
+    graph, group, kernel_name = cases[case]
     inputs, params = random_inputs(graph, "cuda", seed=2)
     # same values, transposed memory layout: the binding must read them as the logical tensor
     strided = [x.transpose(0, -1).contiguous().transpose(0, -1) for x in inputs]
@@ -103,9 +105,8 @@ def test_non_contiguous_inputs(built, case):
 
 
 def test_misaligned_input_takes_the_scalar_path(built):
-    module, groups = built
-    graph = CASES["softmax_vec"]()
-    group, kernel_name = groups["softmax_vec"]
+    module, cases = built
+    graph, group, kernel_name = cases["softmax_vec"]
     base = torch.randn(9 * 12292 + 1, device="cuda")
     x = base[1:].view(9, 12292)          # 4-byte offset: not 16-byte aligned
     ours, expected = run_case(module, group, kernel_name, graph, [x], {})
@@ -115,9 +116,8 @@ def test_misaligned_input_takes_the_scalar_path(built):
 @pytest.mark.parametrize("case", ["softmax_small", "softmax_long_cluster", "log_softmax", "logsumexp",
                                   "softmax_dim0", "amax_last", "argmin_last"])
 def test_adversarial_values(built, case):
-    module, groups = built
-    graph = CASES[case]()
-    group, kernel_name = groups[case]
+    module, cases = built
+    graph, group, kernel_name = cases[case]
     shape = graph.inputs[0].shape
     g = torch.Generator(device="cuda").manual_seed(3)
     x = torch.randn(shape, device="cuda", generator=g) * 80.0            # exp overflows without the max shift
@@ -129,9 +129,8 @@ def test_adversarial_values(built, case):
 
 @pytest.mark.parametrize("case", ["argmax_middle", "argmin_last", "argmax_flat"])
 def test_arg_reductions_pick_the_first_of_ties(built, case):
-    module, groups = built
-    graph = CASES[case]()
-    group, kernel_name = groups[case]
+    module, cases = built
+    graph, group, kernel_name = cases[case]
     x = torch.randint(0, 3, graph.inputs[0].shape, device="cuda").float()
     ours, expected = run_case(module, group, kernel_name, graph, [x], {})
     assert_close(case + " ties", ours, expected)
