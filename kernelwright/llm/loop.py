@@ -176,7 +176,7 @@ class GenerationLoop:
                 else feedback_message(verdict, self.settings.require_speedup),
             }
         )
-        event["kept"] = self.records.keep_if_best(task.id, event)
+        self.records.keep_if_best(task.id, event)
         return event
 
     def _resume_state(
