@@ -26,7 +26,7 @@ class BenchTask:
     level: str
     category: str
     runs: tuple[SystemRun, ...]
-    compile_baseline: bool = True  # time torch.compile (False when its row is already in the results)
+    compile_baseline: bool = True  # time torch.compile: the `compile` system is run and not done yet
 
     @property
     def systems(self) -> tuple[str, ...]:
@@ -47,6 +47,9 @@ def plan_tasks(problems: list[SuiteProblem], systems: list[System], done: set[tu
     """The tasks still to run, in suite order (so a run cut short has every system on the same
     problems). `done` holds (problem, system) keys already in the results; kernelwright's files are
     written under `output_dir/<system>/`."""
+    # torch.compile is timed only for the `compile` system (its cost is the user's choice); candidates'
+    # speedups vs compile come from that same timing, or from the compile row of an earlier, resumed run.
+    has_compile = any(system.name == "compile" for system in systems)
     tasks = []
     for problem in problems:
         runs = []
@@ -62,7 +65,7 @@ def plan_tasks(problems: list[SuiteProblem], systems: list[System], done: set[tu
                 candidate = None
             runs.append(SystemRun(system.name, system.kind, candidate))
         if runs:
-            compile_done = (problem.id, "compile") in done
+            compile_baseline = has_compile and (problem.id, "compile") not in done
             tasks.append(BenchTask(problem.id, str(problem.path), problem.level, problem.category,
-                                   tuple(runs), compile_baseline=not compile_done))
+                                   tuple(runs), compile_baseline=compile_baseline))
     return tasks

@@ -72,7 +72,7 @@ def _compile_time(series: dict[str, list[dict]]):
     times = {label: values for label, values in times.items() if values}
     if times:
         everything = [t for values in times.values() for t in values]
-        bins = np.geomspace(max(min(everything), 1e-2) * 0.9, max(everything) * 1.1, 25)
+        bins = np.geomspace(min(everything) * 0.9, max(everything) * 1.1, 25)
         axis.hist(list(times.values()), bins=bins, label=list(times), histtype="step", linewidth=1.5)
         axis.set_xscale("log")
         _legend(axis)

@@ -26,20 +26,23 @@ from kernelwright.bench.devices import Worker
 from kernelwright.bench.plan import BenchTask
 from kernelwright.bench.rows import failure_row, finish, missing_row
 from kernelwright.bench.store import ResultsStore
+from kernelwright.judge.judge import REFERENCE_TIMEOUT_S
 from kernelwright.judge.options import JudgeOptions
 
 Execute = Callable[[BenchTask, Worker], list[dict]]
 LOG_TAIL_CHARS = 20000
+# Beyond the judge's own limits: starting the task (imports, loading the problem) and the reference.
+STARTUP_SLACK_S = 60.0
 
 
 class SubprocessExecutor:
-    """Runs one task in `python -m kernelwright.bench.tasks` under a wall-clock limit of
-    `per_system_timeout_s` per system (twice that for kernelwright, whose optimize step comes first)."""
+    """Runs one task in `python -m kernelwright.bench.tasks` under a wall-clock limit: the sum of the
+    judge's limits for each system (plus kernelwright's optimize step and the reference). It is only a
+    backstop: a candidate's hang is ended by the judge first, as that system's `timeout` verdict."""
 
-    def __init__(self, store: ResultsStore, options: JudgeOptions, per_system_timeout_s: float):
+    def __init__(self, store: ResultsStore, options: JudgeOptions):
         self.store = store
         self.options = options
-        self.per_system_timeout_s = per_system_timeout_s
         self._live: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
         self._stopped = False
@@ -50,13 +53,14 @@ class SubprocessExecutor:
         env = dict(os.environ)
         if worker.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = worker.gpu
-        steps = len(task.runs) + sum(run.kind == "kernelwright" for run in task.runs)
-        timeout = self.per_system_timeout_s * steps
+        options = self.options
+        optimizes = sum(run.kind == "kernelwright" for run in task.runs)
+        timeout = (len(task.runs) * (options.build_timeout_s + options.run_timeout_s)
+                   + optimizes * options.build_timeout_s + REFERENCE_TIMEOUT_S + STARTUP_SLACK_S)
         with tempfile.TemporaryDirectory(prefix="kernelwright-bench-") as scratch:
             spec, out = Path(scratch) / "spec.json", Path(scratch) / "rows.jsonl"
             spec.write_text(json.dumps({"task": dataclasses.asdict(task),
-                                        "options": dataclasses.asdict(self.options),
-                                        "optimize_timeout_s": self.per_system_timeout_s}))
+                                        "options": dataclasses.asdict(options)}))
             command = [sys.executable, "-m", "kernelwright.bench.tasks", str(spec), str(out)]
             returncode, output = self._run(command, env, timeout)
             rows = _read_rows(out)

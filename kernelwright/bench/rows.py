@@ -79,7 +79,8 @@ def reference_row(task: BenchTask, run: SystemRun, report: dict) -> dict[str, An
 
 def finish(row: dict, device: str | None, gpu: str | None, seconds: float) -> dict:
     """Stamp where and when a row was produced (`seconds`: the task's, unless the row has its own)."""
-    row.update(device=device, gpu=gpu, seconds=row.get("seconds") or round(seconds, 2),
+    own = row.get("seconds")
+    row.update(device=device, gpu=gpu, seconds=round(seconds, 2) if own is None else own,
                finished=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     return row
 

@@ -44,7 +44,6 @@ class BenchConfig:
     out: str | None = None            # None: bench/results/<date>-<gpu>/
     resume: bool = False
     options: JudgeOptions = JudgeOptions()
-    system_timeout_s: float = 900.0   # wall clock per (problem, system); as much again for optimize
     time_budget_s: float | None = None  # start no task after this many seconds
 
 
@@ -53,14 +52,6 @@ class BenchOutcome:
     store: ResultsStore
     ran: int           # tasks run now
     left: int          # tasks (problems) not started (time budget): `--resume` runs them
-
-
-def judge_options_for(config_options: JudgeOptions, system_timeout_s: float) -> JudgeOptions:
-    """The judge's own limits sit inside the bench's, so a hang becomes the judge's `timeout` verdict
-    (with its detail) for that system, before the bench has to kill the whole task."""
-    half = max(system_timeout_s / 2 - 15, 1.0)
-    return dataclasses.replace(config_options, build_timeout_s=min(config_options.build_timeout_s, half),
-                               run_timeout_s=min(config_options.run_timeout_s, half))
 
 
 def run_bench(config: BenchConfig, execute: Execute | None = None,
@@ -74,7 +65,6 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     out = config.out or default_results_dir("cpu" if config.device == "cpu" else workers[0].device)
     store = open_results(out, config.resume)
     options = dataclasses.replace(config.options, device=config.device)
-    options = judge_options_for(options, config.system_timeout_s)
     done = store.done_keys() if config.resume else set()
     tasks = plan_tasks(problems, systems, done, str(store.candidates_dir().resolve()))
     store.add_run(_run_info(config, options, problems, workers, len(tasks)))
@@ -83,7 +73,7 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     console.print(f"bench: {len(problems)} problems × {len(systems)} systems: {runs} to run "
                   f"({len(done)} done) on {escape(devices)}; results in {store.directory}")
     if execute is None:
-        executor = SubprocessExecutor(store, options, config.system_timeout_s)
+        executor = SubprocessExecutor(store, options)
         execute, stop = executor, executor.stop
     else:
         stop = None
@@ -110,7 +100,7 @@ def _run_info(config: BenchConfig, options: JudgeOptions, problems: list, worker
         "problems": len(problems),
         "tasks": tasks,
         "options": {**dataclasses.asdict(options), "systems": config.systems,
-                    "timeout_s": config.system_timeout_s, "time_budget_s": config.time_budget_s},
+                    "time_budget_s": config.time_budget_s},
         "gpus": [{"index": w.gpu, **gpu_properties(w.gpu)} for w in workers if w.gpu is not None],
         "device_name": workers[0].device,
         "environment": environment,

@@ -29,8 +29,7 @@ from kernelwright.judge.options import JudgeOptions
 JudgeFactory = Callable[[str, JudgeOptions], Any]
 
 
-def run_task(task: BenchTask, options: JudgeOptions, optimize_timeout_s: float,
-             judge_factory: JudgeFactory | None = None,
+def run_task(task: BenchTask, options: JudgeOptions, judge_factory: JudgeFactory | None = None,
              emit: Callable[[dict], None] | None = None) -> list[dict]:
     """The rows of one task, each passed to `emit` as soon as it exists. `judge_factory` defaults to
     the judge's `Judge` (tests inject fakes)."""
@@ -62,7 +61,7 @@ def run_task(task: BenchTask, options: JudgeOptions, optimize_timeout_s: float,
                     reference = reference or judge.reference_report()
                     row = reference_row(task, run, reference)
                 else:
-                    row = _judge_candidate(judge, task, run, optimize_timeout_s)
+                    row = _judge_candidate(judge, task, run, options.build_timeout_s)
             except KernelwrightError as exc:  # the reference Model failed (e.g. out of memory)
                 row = failure_row(task, run, "problem_error", str(exc))
             add(row, started)
@@ -87,7 +86,8 @@ def _judge_candidate(judge, task: BenchTask, run: SystemRun, optimize_timeout_s:
 
 
 def optimize(problem_path: str, output: Path, timeout_s: float) -> str | None:
-    """Run `kernelwright optimize`; None when it wrote `output`, else what went wrong."""
+    """Run `kernelwright optimize` (its builds and tuning bounded like a candidate's build); None when it
+    wrote `output`, else what went wrong."""
     output.parent.mkdir(parents=True, exist_ok=True)
     output.unlink(missing_ok=True)
     command = [sys.executable, "-m", "kernelwright.cli", "optimize", problem_path, "-o", str(output)]
@@ -105,7 +105,7 @@ def optimize(problem_path: str, output: Path, timeout_s: float) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """SPEC.json holds {"task", "options", "optimize_timeout_s"}; rows are appended to ROWS.jsonl."""
+    """SPEC.json holds {"task", "options"}; rows are appended to ROWS.jsonl."""
     spec_path, rows_path = argv if argv is not None else sys.argv[1:]
     spec = json.loads(Path(spec_path).read_text())
     task = BenchTask.from_json(json.dumps(spec["task"]))
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             out.write(json.dumps(row) + "\n")
             out.flush()
 
-        run_task(task, JudgeOptions(**spec["options"]), spec["optimize_timeout_s"], emit=emit)
+        run_task(task, JudgeOptions(**spec["options"]), emit=emit)
     return 0
 
 

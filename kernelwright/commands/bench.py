@@ -37,9 +37,12 @@ def register(subparsers) -> None:
                         help="timing: at least this many runs (default: %(default)s)")
     parser.add_argument("--min-time", type=float, default=defaults.min_time_s, metavar="S",
                         help="timing: and at least this many seconds (default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=BenchConfig.system_timeout_s, metavar="S",
-                        help="wall clock per (problem, system); kernelwright's optimize step gets as much "
-                             "again (default: %(default)s)")
+    parser.add_argument("--timeout", type=float, default=defaults.run_timeout_s, metavar="S",
+                        help="wall clock for running one candidate: its trials and timing "
+                             "(default: %(default)s)")
+    parser.add_argument("--build-timeout", type=float, default=defaults.build_timeout_s, metavar="S",
+                        help="wall clock for building/importing one candidate, and for "
+                             "`kernelwright optimize` (default: %(default)s)")
     parser.add_argument("--time-budget", type=float, metavar="S",
                         help="start no task after S seconds and report what is done (finish it later "
                              "with --resume)")
@@ -50,13 +53,14 @@ def run(args) -> int:
     for name in ("trials", "min_runs"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-    if args.timeout <= 30 or args.min_time < 0:
-        raise UsageError("--timeout must be over 30 seconds and --min-time not negative")
+    if min(args.timeout, args.build_timeout) <= 0 or args.min_time < 0:
+        raise UsageError("--timeout and --build-timeout must be positive and --min-time not negative")
     options = JudgeOptions(device=args.device, trials=args.trials, min_runs=args.min_runs,
-                           min_time_s=args.min_time, shrink=args.shrink)
+                           min_time_s=args.min_time, shrink=args.shrink, run_timeout_s=args.timeout,
+                           build_timeout_s=args.build_timeout)
     config = BenchConfig(suite=args.suite, systems=args.systems, level=args.level, pattern=args.filter,
                          device=args.device, gpus=args.gpus, out=args.out, resume=args.resume,
-                         options=options, system_timeout_s=args.timeout, time_budget_s=args.time_budget)
+                         options=options, time_budget_s=args.time_budget)
     outcome = run_bench(config)
     console = Console()
     for table in summary_tables(write_report(outcome.store)):

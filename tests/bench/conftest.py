@@ -97,4 +97,4 @@ class FakeExecutor:
     def __call__(self, task: BenchTask, worker: Worker) -> list[dict]:
         self.calls.append((task, worker))
         judge = type("ScaledJudge", (FakeJudge,), {"scale": self.scale})
-        return run_task(task, JudgeOptions(device="cpu"), 60.0, judge_factory=judge)
+        return run_task(task, JudgeOptions(device="cpu"), judge_factory=judge)

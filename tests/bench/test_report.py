@@ -12,6 +12,7 @@ from conftest import TINY_SUITE, FakeExecutor, make_answers, make_tiny_suite
 
 from kernelwright.bench.compare import render_comparison
 from kernelwright.bench.plan import BenchTask, SystemRun
+from kernelwright.bench.plots import write_plots
 from kernelwright.bench.report import fmt_fraction, fmt_ms, fmt_speedup, write_report
 from kernelwright.bench.rows import finish
 from kernelwright.bench.runner import BenchConfig, run_bench
@@ -134,3 +135,9 @@ def test_report_rerenders_and_compares(tmp_path, capsys):
 def test_report_of_a_folder_without_results_is_a_usage_error(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "results.jsonl here" in " ".join(capsys.readouterr().err.split())
+
+
+def test_plots_survive_degenerate_data(tmp_path):
+    row = {"problem": "p", "system": "s", "device": "d", "status": "correct", "speedup_vs_eager": None,
+           "speedup_vs_compile": None, "optimize_seconds": None, "build_seconds": 0.004}
+    assert write_plots([row], tmp_path) == ["speedup.png", "fast_p.png", "compile_time.png"]
