@@ -30,6 +30,7 @@ from kernelwright.bench.store import ResultsStore, default_results_dir, open_res
 from kernelwright.bench.suite import discover_suite
 from kernelwright.bench.systems import parse_systems
 from kernelwright.environment import collect_environment
+from kernelwright.errors import UsageError
 from kernelwright.judge.options import JudgeOptions
 
 
@@ -61,6 +62,9 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     console = console or Console(stderr=True)
     problems = discover_suite(config.suite, config.level, config.pattern)
     systems = parse_systems(config.systems)
+    if config.options.shrink and any(system.kind == "kernelwright" for system in systems):
+        raise UsageError("--shrink cannot bench the kernelwright system: `kernelwright optimize` "
+                         "specializes its kernels to the full shapes (leave it out, or drop --shrink)")
     workers = resolve_workers(config.device, config.gpus)
     out = config.out or default_results_dir("cpu" if config.device == "cpu" else workers[0].device)
     store = open_results(out, config.resume)

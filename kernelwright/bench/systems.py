@@ -37,7 +37,7 @@ def parse_systems(spec: str) -> list[System]:
     for item in filter(None, (part.strip() for part in spec.split(","))):
         if item in REFERENCE_SYSTEMS:
             system = System(item, "reference")
-        elif item == KERNELWRIGHT and not Path(item).is_dir():
+        elif item == KERNELWRIGHT:  # always the compiler, even where a `kernelwright/` folder exists
             system = System(item, "kernelwright")
         else:
             directory = Path(item)

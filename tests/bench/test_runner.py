@@ -15,6 +15,7 @@ from kernelwright.bench.pool import run_pool
 from kernelwright.bench.runner import BenchConfig, run_bench
 from kernelwright.bench.store import ResultsStore
 from kernelwright.errors import UsageError
+from kernelwright.judge.options import JudgeOptions
 
 
 def config(suite, out, systems, **kwargs) -> BenchConfig:
@@ -114,3 +115,10 @@ def test_pool_spreads_tasks_over_workers_and_survives_a_failing_task():
     failed = [r for r in finished if r["status"] == "bench_error"]
     assert len(failed) == 1 and "worker fell over" in failed[0]["detail"]
     assert {r["gpu"] for r in finished} == {"0", "1"} and {r["device"] for r in finished} == {"GPU-A"}
+
+
+def test_kernelwright_cannot_be_benched_shrunk(tiny_suite, tmp_path):
+    shrunk = BenchConfig(suite=str(tiny_suite), systems="eager,kernelwright", device="cpu", out=str(tmp_path),
+                         options=JudgeOptions(shrink=True))
+    with pytest.raises(UsageError, match="--shrink"):
+        run_bench(shrunk, execute=FakeExecutor())
