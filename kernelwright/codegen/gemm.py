@@ -13,8 +13,8 @@ Launcher (in the .cu, no torch headers):
                             void* workspace, cudaStream_t stream);   // nullptr on success, else the error
     size_t NAME_workspace(int batch, int m, int n, int k);
 
-CUTLASS sources include "cutlass/..." headers: the extension must be built with the `nvidia-cutlass`
-wheel's include directory (see `CUTLASS_INCLUDE_FINDER`) and `-std=c++17`.
+CUTLASS sources include `<cutlass/...>` headers (angle brackets: they are not ours to inline): the extension
+must be built with the `nvidia-cutlass` wheel's include directory (see `CUTLASS_INCLUDE_FINDER`).
 """
 
 from __future__ import annotations
@@ -123,12 +123,8 @@ def ir_comment(view: GemmView, config: GemmConfig) -> str:
 
 # ---------------------------------------------------------------------------------------------- binding
 
+# Assumes `kernelwright.codegen.binding.CPP_PRELUDE` (ATen tensor and empty, c10 CUDA guard and stream).
 _BINDING = Template(r'''
-#include <torch/extension.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime_api.h>
-
 const char* ${name}_launch(${params});
 size_t ${name}_workspace(int batch, int m, int n, int k);
 
@@ -141,6 +137,12 @@ inline at::Tensor matrix(const at::Tensor& v, int64_t batch, int64_t rows, int64
                   (batch == 1 || v.stride(0) % align == 0) &&
                   reinterpret_cast<uintptr_t>(v.data_ptr()) % (align * sizeof(float)) == 0;
   return ok ? v : v.contiguous();
+}
+// An epilogue tensor collapsed to its (L, M, N) extents, dense, at a 16-byte aligned address (the visitors
+// read it with vector loads).
+inline at::Tensor dense(const at::Tensor& t, int64_t l, int64_t m, int64_t n) {
+  at::Tensor v = t.reshape({l, m, n}).contiguous();
+  return reinterpret_cast<uintptr_t>(v.data_ptr()) % 16 == 0 ? v : v.clone();
 }
 inline int64_t row_stride(const at::Tensor& v, int64_t cols, int64_t align) {
   return v.size(1) == 1 ? (cols + align - 1) / align * align : v.stride(1);
@@ -186,8 +188,8 @@ def render_binding(name: str, group: FusedGroup, view: GemmView, config: GemmCon
     for j, operand in enumerate(view.operands):
         lo, mo, no = operand.extents
         # Collapsed to (L, M, N) extents and made dense, an operand is addressed by two strides.
-        source = f"inputs[{index(operand.node)}]"
-        operand_lines.append(f"  at::Tensor e{j} = {source}.reshape({{{lo}, {mo}, {no}}}).contiguous();")
+        operand_lines.append(f"  at::Tensor e{j} = {name}_detail::dense(inputs[{index(operand.node)}], "
+                             f"{lo}, {mo}, {no});")
         operand_args.append(f"e{j}.data_ptr<float>(), {no if mo > 1 else 0}LL, {mo * no if lo > 1 else 0}LL,")
     return _BINDING.substitute(
         name=name, params=launcher_params(view), n_inputs=len(group.inputs),

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+from kernelwright.codegen.binding import CPP_PRELUDE
 from kernelwright.codegen.gemm import CUTLASS_NVCC_FLAGS
 from kernelwright.codegen.kernel import KernelSource
 from kernelwright.environment import cache_dir, cutlass_include_dir
@@ -24,6 +25,7 @@ def build_gemm_extension(sources: Sequence[KernelSource], verbose: bool = False)
     """Compile and import `sources`; the module exposes one function per `KernelSource.name`."""
     from torch.utils.cpp_extension import load
 
+    sources = list({s.name: s for s in sources}.values())     # equal groups render to one kernel
     include = cutlass_include_dir()
     if include is None:
         raise KernelwrightError("the GEMM kernels need the CUTLASS headers: pip install nvidia-cutlass")
@@ -38,8 +40,9 @@ def build_gemm_extension(sources: Sequence[KernelSource], verbose: bool = False)
         files.append(str(path))
     exports = "\n".join(f'  m.def("{s.name}", &{s.name});' for s in sources)
     binding = directory / "bindings.cpp"
-    binding.write_text("\n".join(s.cpp for s in sources)
+    binding.write_text("\n".join([CPP_PRELUDE] + [s.cpp for s in sources])
                        + f"\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{exports}\n}}\n")
     return load(name=name, sources=[str(binding)] + files,
-                extra_include_paths=[str(include), str(DEVICE_HEADERS)], extra_cflags=["-O2"], extra_cuda_cflags=["-O3", *CUTLASS_NVCC_FLAGS],
-                build_directory=str(directory), verbose=verbose)
+                extra_include_paths=[str(include), str(DEVICE_HEADERS)], extra_cflags=["-O2"],
+                extra_cuda_cflags=["-O3", *CUTLASS_NVCC_FLAGS], build_directory=str(directory),
+                verbose=verbose)

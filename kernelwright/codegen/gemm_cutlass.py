@@ -31,10 +31,10 @@ _SWIZZLES = {
 _TEMPLATE = Template(r'''
 #include <cuda_runtime.h>
 #include <cstdint>
-#include "cutlass/cutlass.h"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/kernel/default_gemm_universal_with_visitor.h"
-#include "cutlass/epilogue/threadblock/fusion/visitors.hpp"
+#include <cutlass/cutlass.h>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/kernel/default_gemm_universal_with_visitor.h>
+#include <cutlass/epilogue/threadblock/fusion/visitors.hpp>
 #include "kw_common.cuh"
 
 $epilogue_function

@@ -25,12 +25,33 @@ _TEMPLATE = Template(r'''
 $epilogue_function
 
 namespace ${name}_gemv {
-constexpr int kWarpsPerBlock = 8;
 
 // Output r of batch l: the epilogue reads its tensors at (l, m, n) = $coords.
 __device__ __forceinline__ float finish(float acc, long long l, long long r$operand_params) {
   return ${name}_epilogue(acc$operand_loads);
 }
+
+$kernel
+}  // namespace ${name}_gemv
+
+size_t ${name}_workspace(int batch, int m, int n, int k) { return 0; }
+
+const char* ${name}_launch($params) {
+  using namespace ${name}_gemv;
+  // The matrix and vector operands of this product ($form form).
+  const float* mat = $mat;
+  const long long mat_ld = $mat_ld, mat_bs = $mat_bs;
+  const float* vec = $vec;
+  const long long vec_stride = $vec_stride, vec_bs = $vec_bs;
+  const int rows = $rows;
+$launch
+  const cudaError_t error = cudaGetLastError();
+  return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
+}
+''')
+
+_DOT_KERNEL = r'''
+constexpr int kWarpsPerBlock = 8;
 
 template <int kVec>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) dot(
@@ -56,7 +77,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) dot(
   acc = kw::warp_reduce(acc, kw::Sum());
   if (lane == 0) d[l * rows + r] = finish(acc, l, r$operand_args);
 }
+'''
 
+_AXPY_KERNEL = r'''
 __global__ void __launch_bounds__(1024) axpy(
     const float* __restrict__ mat, long long mat_ld, long long mat_bs, const float* __restrict__ vec,
     long long vec_stride, long long vec_bs, float* __restrict__ d, int rows, int k$operand_params) {
@@ -80,23 +103,7 @@ __global__ void __launch_bounds__(1024) axpy(
     d[l * rows + r] = finish(total, l, r$operand_args);
   }
 }
-}  // namespace ${name}_gemv
-
-size_t ${name}_workspace(int batch, int m, int n, int k) { return 0; }
-
-const char* ${name}_launch($params) {
-  using namespace ${name}_gemv;
-  // The matrix and vector operands of this product ($form form).
-  const float* mat = $mat;
-  const long long mat_ld = $mat_ld, mat_bs = $mat_bs;
-  const float* vec = $vec;
-  const long long vec_stride = $vec_stride, vec_bs = $vec_bs;
-  const int rows = $rows;
-$launch
-  const cudaError_t error = cudaGetLastError();
-  return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
-}
-''')
+'''
 
 _LAUNCH_DOT = r'''
   const dim3 grid((rows + kWarpsPerBlock - 1) / kWarpsPerBlock, batch);
@@ -133,12 +140,13 @@ def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function
         n_term = f" + {coords[1]}" if operand.kind in ("full", "row") else ""
         loads.append(f", __ldg(e{j} + l * e{j}_sl + {coords[0]} * e{j}_sm{n_term})")
     args = "".join(f", e{j}, e{j}_sm, e{j}_sl" for j in operands)
-    launch = Template(_LAUNCH_DOT if form == "dot" else _LAUNCH_AXPY).substitute(args=args)
+    params = "".join(f", const float* __restrict__ e{j}, long long e{j}_sm, long long e{j}_sl"
+                     for j in operands)
+    kernel, launch = (_DOT_KERNEL, _LAUNCH_DOT) if form == "dot" else (_AXPY_KERNEL, _LAUNCH_AXPY)
     return _TEMPLATE.substitute(
         name=name, epilogue_function=epilogue_function, params=launcher_params(view), form=form,
-        coords=f"(l, {coords[0]}, {coords[1]})",
-        operand_params="".join(f", const float* __restrict__ e{j}, long long e{j}_sm, long long e{j}_sl"
-                               for j in operands),
-        operand_args=args, operand_loads="".join(loads), launch=launch,
+        coords=f"(l, {coords[0]}, {coords[1]})", operand_params=params, operand_loads="".join(loads),
+        kernel=Template(kernel.strip("\n")).substitute(operand_params=params, operand_args=args),
+        launch=Template(launch).substitute(args=args),
         mat=mat, mat_ld=mat_ld, mat_bs=mat_bs, vec=vec, vec_stride=vec_stride, vec_bs=vec_bs, rows=rows,
     ).lstrip()

@@ -73,9 +73,9 @@ def test_binding_maps_inputs_to_roles_and_collapses_operands():
     name = render(group).name
     assert f"std::vector<at::Tensor> {name}(std::vector<at::Tensor> inputs)" in cpp
     assert "matrix(inputs[0].reshape({3, 36, 96}), 3, 36, 96, 4)" in cpp     # A's source, [batch, K, M]
-    assert "inputs[2].reshape({1, 96, 201}).contiguous()" in cpp              # residual shared by batches
-    assert "inputs[3].reshape({1, 1, 201}).contiguous()" in cpp               # bias row
-    assert "inputs[4].reshape({3, 96, 1}).contiguous()" in cpp                # per-batch gate column
+    assert "dense(inputs[2], 1, 96, 201)" in cpp      # residual shared by the batches
+    assert "dense(inputs[3], 1, 1, 201)" in cpp       # bias row
+    assert "dense(inputs[4], 3, 96, 1)" in cpp        # per-batch gate column
     assert "at::empty({3, 96, 201}" in cpp and "getCurrentCUDAStream" in cpp
 
 
