@@ -9,11 +9,12 @@ import time
 import pytest
 from conftest import FakeExecutor
 
-from kernelwright.bench.devices import Worker
+from kernelwright.bench.devices import Worker, resolve_workers
 from kernelwright.bench.plan import BenchTask, SystemRun
 from kernelwright.bench.pool import run_pool
 from kernelwright.bench.runner import BenchConfig, run_bench
 from kernelwright.bench.store import ResultsStore
+from kernelwright.bench.suite import discover_suite
 from kernelwright.errors import UsageError
 from kernelwright.judge.options import JudgeOptions
 
@@ -122,3 +123,21 @@ def test_kernelwright_cannot_be_benched_shrunk(tiny_suite, tmp_path):
                          options=JudgeOptions(shrink=True))
     with pytest.raises(UsageError, match="--shrink"):
         run_bench(shrunk, execute=FakeExecutor())
+
+
+def test_gpus_map_through_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    monkeypatch.setattr("kernelwright.bench.devices.gpu_properties", lambda gpu: {"name": f"GPU model {gpu}"})
+    assert resolve_workers("cuda", "1") == [Worker("5", "GPU model 5")]
+    assert [w.gpu for w in resolve_workers("cuda", None)] == ["3", "5"]
+    with pytest.raises(UsageError, match="not a visible GPU"):
+        resolve_workers("cuda", "2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(UsageError, match="--device cpu"):
+        resolve_workers("cuda", None)
+
+
+def test_flat_suite_folder(tmp_path):
+    (tmp_path / "relu.py").write_text("x = 1\n")
+    (tmp_path / "_helper.py").write_text("")
+    assert [(p.id, p.level, p.category) for p in discover_suite(tmp_path)] == [("relu", "", "uncategorized")]
