@@ -42,6 +42,26 @@ static void kw_check_launch(int error, const char* kernel) {
   TORCH_CHECK(error == 0, kernel, ": kernel launch failed: ",
               cudaGetErrorString(static_cast<cudaError_t>(error)));
 }
+
+// Launchers over strided operands take every operand's pointer, its strides over the kernel's domain
+// (rank values per operand) and the outputs' pointers. One shared helper keeps each binding a few lines
+// (less host code to compile per kernel).
+using kw_strided_launcher = int (*)(const void* const*, const long long*, void* const*, cudaStream_t);
+
+static std::vector<at::Tensor> kw_launch_strided(const std::vector<at::Tensor>& operands, int64_t rank,
+                                                 std::vector<at::Tensor> outputs, kw_strided_launcher launch,
+                                                 const char* kernel) {
+  std::vector<const void*> in;
+  std::vector<long long> strides;
+  for (const auto& t : operands) {
+    in.push_back(t.data_ptr());
+    for (int64_t d = 0; d < rank; ++d) strides.push_back(t.stride(d));
+  }
+  std::vector<void*> out;
+  for (auto& t : outputs) out.push_back(t.data_ptr());
+  kw_check_launch(launch(in.data(), strides.data(), out.data(), c10::cuda::getCurrentCUDAStream()), kernel);
+  return outputs;
+}
 """
 
 

@@ -350,7 +350,7 @@ def _binding(group: FusedGroup, name: str, operands: list[Operand], domain: tupl
         for o in group.outputs)
     return string.Template(CPP_TEMPLATE).substitute(
         NAME=name, NUM_INPUTS=len(group.inputs), CHECKS="\n".join(checks), OPERAND_VIEWS=views,
-        OPERANDS=len(operands), RANK=len(kernel_shape), OUTPUTS=outputs)
+        RANK=len(kernel_shape), OUTPUTS=outputs)
 
 
 def kernel_name(group: FusedGroup) -> str:
@@ -493,22 +493,12 @@ std::vector<at::Tensor> $NAME(std::vector<at::Tensor> inputs) {
   TORCH_CHECK(inputs.size() == $NUM_INPUTS, "$NAME expects $NUM_INPUTS tensors, got ", inputs.size());
 $CHECKS
   const c10::cuda::CUDAGuard guard(inputs[0].device());
-  // Views of the inputs over the kernel's domain (views and broadcasts folded into strides).
-  const at::Tensor operands[] = {
+  // The inputs as seen by the kernel: views and broadcasts folded into strides over the domain.
+  const std::vector<at::Tensor> operands = {
 $OPERAND_VIEWS
   };
-  const void* in[$OPERANDS];
-  long long strides[$OPERANDS * $RANK];
-  for (int k = 0; k < $OPERANDS; ++k) {
-    in[k] = operands[k].data_ptr();
-    for (int d = 0; d < $RANK; ++d) strides[k * $RANK + d] = operands[k].stride(d);
-  }
-  std::vector<at::Tensor> outputs = {
+  return kw_launch_strided(operands, $RANK, {
 $OUTPUTS
-  };
-  std::vector<void*> out;
-  for (auto& t : outputs) out.push_back(t.data_ptr());
-  kw_check_launch(${NAME}_launch(in, strides, out.data(), c10::cuda::getCurrentCUDAStream()), "$NAME");
-  return outputs;
+  }, ${NAME}_launch, "$NAME");
 }
 """
