@@ -1,0 +1,57 @@
+"""`kernelwright eval PROBLEM CANDIDATE`: judge a candidate ModelNew (a .py file or a raw LLM answer).
+Exit code 0 when correct (or `builds` with --compile-only), 1 for any other verdict, 2 for usage errors."""
+
+from __future__ import annotations
+
+import json
+
+from kernelwright.judge import JudgeOptions, evaluate
+from kernelwright.judge.report import print_verdict
+from kernelwright.judge.tolerance import preset_names
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("eval", help="judge a candidate ModelNew against a problem")
+    parser.add_argument("problem", help="problem file or bundled id (e.g. level1/01_ReLU)")
+    parser.add_argument("candidate", help="a .py file defining ModelNew, or an LLM answer (last code block)")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="cpu judges pure-PyTorch candidates without a GPU")
+    parser.add_argument("--trials", type=int, default=5, help="random-input trials (default 5)")
+    parser.add_argument("--seed", type=int, default=42, help="model construction seed (default 42)")
+    parser.add_argument("--tolerance", choices=preset_names(), default="default",
+                        help="tolerance preset (kernelbench: atol=rtol=1e-2 as in KernelBench)")
+    parser.add_argument("--no-extra-distributions", action="store_true",
+                        help="skip the x1000 / all-negative / tiny / non-contiguous trials")
+    parser.add_argument("--no-timing", action="store_true", help="check correctness only")
+    parser.add_argument("--no-compile-baseline", action="store_true", help="do not time torch.compile")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="only compile the candidate's CUDA/C++ sources (no GPU needed)")
+    parser.add_argument("--build-timeout", type=float, default=600.0, metavar="S",
+                        help="build wall clock (s)")
+    parser.add_argument("--run-timeout", type=float, default=300.0, metavar="S",
+                        help="correctness + timing wall clock (s)")
+    parser.add_argument("--min-runs", type=int, default=100, help="timing: at least this many runs")
+    parser.add_argument("--min-time", type=float, default=1.0, metavar="S", help="timing: at least this long")
+    parser.add_argument("--shrink", action="store_true", help="judge a shrunk (small) variant of the problem")
+    parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    parser.set_defaults(func=run)
+
+
+def options_from_args(args) -> JudgeOptions:
+    return JudgeOptions(
+        device=args.device, trials=args.trials, seed=args.seed, tolerance=args.tolerance,
+        extra_distributions=not args.no_extra_distributions, timing=not args.no_timing,
+        compile_baseline=not args.no_compile_baseline, compile_only=args.compile_only,
+        build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout, min_runs=args.min_runs,
+        min_time_s=args.min_time, shrink=args.shrink,
+    )
+
+
+def run(args) -> int:
+    verdict = evaluate(args.problem, args.candidate, options_from_args(args))
+    if args.json:
+        print(json.dumps(verdict, indent=2, default=str))
+    else:
+        print_verdict(verdict)
+    passing = "builds" if args.compile_only else "correct"
+    return 0 if verdict["status"] == passing else 1

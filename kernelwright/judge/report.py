@@ -1,0 +1,55 @@
+"""The verdict as a rich table for people (`kernelwright eval` without --json)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+_STYLE = {"correct": "bold green", "builds": "bold green", "reference": "bold"}
+
+
+def print_verdict(verdict: dict, console: Console | None = None) -> None:
+    console = console or Console()
+    status = verdict["status"]
+    table = Table(title=f"kernelwright eval: {escape(verdict.get('problem_id', ''))}", show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("", overflow="fold")
+    table.add_row("verdict", f"[{_STYLE.get(status, 'bold red')}]{status}[/]")
+    if verdict.get("detail"):
+        table.add_row("detail", escape(verdict["detail"]))
+    if verdict.get("candidate"):
+        table.add_row("candidate", escape(verdict["candidate"]))
+    trials = verdict.get("trials") or []
+    if trials:
+        table.add_row("trials", escape(_trials_line(trials)))
+    for name in ("candidate", "eager", "compile"):
+        stats = (verdict.get("timings") or {}).get(name)
+        if stats:
+            text = f"{stats['median_ms']:.4f} ms median, IQR {stats['iqr_ms']:.4f} ms, n={stats['n']}"
+            table.add_row(f"time {name}", text)
+    for key, label in (("speedup_vs_eager", "vs eager"), ("speedup_vs_compile", "vs torch.compile")):
+        if verdict.get(key) is not None:
+            table.add_row(label, f"{verdict[key]:.3f}x")
+    flags = {k: v for k, v in (verdict.get("flags") or {}).items() if v not in (False, None, "fp32")}
+    if flags:
+        table.add_row("flags", escape(", ".join(f"{k}={v}" for k, v in flags.items())))
+    for warning in verdict.get("warnings") or []:
+        where = f"line {warning['line']}: " if warning.get("line") else ""
+        table.add_row("warning", escape(f"{where}{warning['message']}"))
+    if verdict.get("build_seconds") is not None:
+        table.add_row("build", f"{verdict['build_seconds']:.1f} s")
+    env = verdict.get("env") or {}
+    gpu = (env.get("gpu") or {}).get("name", "no GPU")
+    table.add_row("device", escape(f"{verdict.get('device')} ({gpu}), torch {env.get('torch')}, "
+                                   f"CUDA {env.get('torch_cuda')}"))
+    console.print(table)
+
+
+def _trials_line(trials: list[dict]) -> str:
+    parts = []
+    for trial in trials:
+        err = trial.get("max_abs_err")
+        err_text = f" abs {err:.2g}" if isinstance(err, float) else ""
+        parts.append(f"{trial['distribution']}#{trial['seed']}: {trial.get('status')}{err_text}")
+    return "; ".join(parts)
