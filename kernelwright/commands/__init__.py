@@ -6,6 +6,7 @@ COMMAND_MODULES = [
     "kernelwright.commands.problems",
     "kernelwright.commands.capture",
     "kernelwright.commands.optimize",
+    "kernelwright.commands.eval",
     "kernelwright.commands.prompt",
     "kernelwright.commands.generate",
     "kernelwright.commands.bench",
