@@ -9,7 +9,8 @@ or not) run in the epilogue, so the product is written once, already finished.
 
 The kernel variant (`GemmConfig`) is chosen here by shape rules; `candidate_configs` lists the others the
 tuner may time. Tiny products are left to ATen: cuBLAS wins there and the pointwise family still fuses
-their epilogues.
+their epilogues. So are all tensor-core GEMMs when the CUTLASS headers (`nvidia-cutlass`) are not installed.
+Convolutions are not claimed: cuDNN runs them as ATen steps and the pointwise family fuses what follows.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import NamedTuple
 
 import torch
 
+from kernelwright.environment import cutlass_include_dir
 from kernelwright.fuse.plan import FusedGroup, Partition, make_group
 from kernelwright.fuse.pointwise import is_pointwise
 from kernelwright.ir.graph import Graph, Node
@@ -96,7 +98,10 @@ def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
         if any(id(n) in claimed for n in nodes) or not partition.is_convex(nodes):
             continue
         group = make_group(graph, "gemm", nodes, users=users)
-        group = dataclasses.replace(group, config=select_config(describe(group)))
+        config = select_config(describe(group))
+        if config.kernel == "cutlass" and cutlass_include_dir() is None:
+            continue        # without the headers the kernel cannot be built; ATen keeps the product
+        group = dataclasses.replace(group, config=config)
         partition.add(nodes)
         groups.append(group)
     return groups

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+from pathlib import Path
 
 import pytest
 
+import kernelwright.fuse.gemm as fuse_gemm
 from kernelwright.codegen.gemm import epilogue_function, render
 from kernelwright.codegen.gemm_build import DEVICE_HEADERS
 from kernelwright.environment import cutlass_include_dir, nvcc_path
@@ -15,6 +17,12 @@ from kernelwright.fuse.gemm import GemmConfig, describe, match
 from kernelwright.fuse.plan import FusedGroup
 from kernelwright.ir.graph import Graph
 from kernelwright.ir.ops import const_node, input_node, make_node, param_node
+
+
+@pytest.fixture(autouse=True)
+def cutlass_headers(monkeypatch):
+    """Rendering does not read the headers (only the compile test does, and it skips without them)."""
+    monkeypatch.setattr(fuse_gemm, "cutlass_include_dir", lambda: Path("/cutlass/include"))
 
 
 def group_of(*outputs, inputs=(), params=()) -> FusedGroup:
@@ -124,7 +132,6 @@ def test_cutlass_source_compiles_for_sm90a(tmp_path):
 
 def _compile(cuda: str, flags: list[str]) -> None:
     import tempfile
-    from pathlib import Path
 
     with tempfile.TemporaryDirectory() as directory:
         source = Path(directory) / "kernel.cu"

@@ -3,13 +3,22 @@ operand broadcast kinds, and the shape rules that pick a kernel variant."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+import kernelwright.fuse.gemm as fuse_gemm
 from kernelwright.fuse import plan_fusion
 from kernelwright.fuse.gemm import GemmConfig, candidate_configs, describe, match
 from kernelwright.fuse.plan import FusedGroup
 from kernelwright.ir.graph import Graph
 from kernelwright.ir.ops import const_node, input_node, make_node, param_node
+
+
+@pytest.fixture(autouse=True)
+def cutlass_headers(monkeypatch):
+    """Matching does not read the headers, only asks whether they exist."""
+    monkeypatch.setattr(fuse_gemm, "cutlass_include_dir", lambda: Path("/cutlass/include"))
 
 
 def single_group(graph: Graph) -> FusedGroup:
@@ -168,3 +177,21 @@ def test_candidates_start_with_the_rule_choice_and_are_distinct():
     group = single_group(Graph(inputs=(a, b), params=(), outputs=(make_node("mm", [a, b]),)))
     candidates = candidate_configs(group)
     assert candidates[0] == group.config and len(set(candidates)) == len(candidates) > 4
+
+
+def test_without_cutlass_headers_only_matrix_vector_products_are_claimed(monkeypatch):
+    monkeypatch.setattr(fuse_gemm, "cutlass_include_dir", lambda: None)
+    a, b, v = input_node("a", 0, (512, 512)), input_node("b", 1, (512, 512)), input_node("v", 2, (512, 1))
+    graph = Graph(inputs=(a, b, v), params=(), outputs=(make_node("mm", [a, b]), make_node("mm", [a, v])),
+                  output_kind="tuple")
+    assert [g.config.kernel for g in match(graph, frozenset())] == ["gemv"]
+
+
+def test_convolution_stays_aten_and_its_epilogue_goes_to_the_pointwise_family():
+    x, w, b = input_node("x", 0, (8, 16, 32, 32)), param_node("conv.weight", (32, 16, 3, 3)), param_node(
+        "conv.bias", (32,))
+    conv = make_node("conv", [x, w, b], stride=(1, 1), padding=(1, 1), dilation=(1, 1), transposed=False,
+                     output_padding=(0, 0), groups=1)
+    y = make_node("relu", [conv])
+    plan = plan_fusion(Graph(inputs=(x,), params=(w, b), outputs=(y,)))
+    assert [g.family for g in plan.groups] == ["pointwise"] and ops(plan.groups[0]) == ["relu"]
