@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernelwright.ir.graph import Graph
+from kernelwright.ir.graph import Graph, Node
 from kernelwright.rewrite.engine import RewriteEvent, describe
 
 REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "prod", "var", "std", "logsumexp", "argmax", "argmin",
@@ -24,4 +24,16 @@ def fusion_notes(graph: Graph) -> list[RewriteEvent]:
             notes.append(RewriteEvent("triangular_gemm", describe(node),
                                       f"only the {half} triangle of the {producer.op} is kept: "
                                       "the GEMM can skip the other blocks"))
+        if node.op in ("mm", "bmm") and all(_triangle(i) == _triangle(node.inputs[0]) for i in node.inputs) \
+                and _triangle(node.inputs[0]):
+            notes.append(RewriteEvent("triangular_gemm", describe(node),
+                                      f"both operands are {_triangle(node.inputs[0])} triangular: so is the "
+                                      "product, and each output block needs only part of the K range"))
     return notes
+
+
+def _triangle(node: Node) -> str:
+    """"upper"/"lower" for a triu/tril keeping the main diagonal and one side of it, else ""."""
+    if node.op in ("triu", "tril") and node.attr("diagonal") == 0:
+        return "upper" if node.op == "triu" else "lower"
+    return ""

@@ -97,3 +97,15 @@ def test_emitted_sources_of_rewritten_nodes_are_valid():
     for node in g.nodes():
         if not node.is_leaf:
             assert aten_source(node.op, ["a"] * len(node.inputs), node.attrs)
+
+
+def test_notes_for_later_stages_leave_the_graph_alone():
+    a, b = x_in((6, 6)), x_in((6, 6), 1)
+    prod = make_node("mm", [make_node("triu", [a], diagonal=0), make_node("triu", [b], diagonal=0)])
+    y = make_node("mm", [a, b])
+    outs = [prod, make_node("tril", [y], diagonal=0),
+            make_node("sub", [make_node("amax", [a], dims=(1,)), make_node("mean", [a], dims=(1,))])]
+    g, log = rewrite_graph(graph_of(outs))
+    assert [n.rule for n in log.notes].count("triangular_gemm") == 2
+    assert [n.rule for n in log.notes].count("shared_reduction_input") == 1
+    assert g.outputs[0] is prod and not log.events
