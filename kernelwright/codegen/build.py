@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelwright.codegen.binding import ExtensionSources
-from kernelwright.environment import cache_dir, nvcc_path
+from kernelwright.environment import cache_dir, cutlass_include_dir, nvcc_path
 from kernelwright.errors import KernelwrightError
 
 BUILD_SOURCE = r'''
@@ -113,7 +113,9 @@ def nvcc_check(cuda_text: str, arch: str = DEFAULT_CHECK_ARCH, ptxas_level: int 
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         source = Path(tmp) / "kernels.cu"
         source.write_text(cuda_text)
-        command = [nvcc, "-O3", f"-gencode=arch=compute_{arch},code=sm_{arch}", *TORCH_NVCC_FLAGS,
+        # CUTLASS headers (GEMM family) when installed; our own headers are already inlined.
+        includes = [f"-I{path}" for path in [cutlass_include_dir()] if path is not None]
+        command = [nvcc, "-O3", f"-gencode=arch=compute_{arch},code=sm_{arch}", *TORCH_NVCC_FLAGS, *includes,
                    "-Xptxas", f"-O{ptxas_level}",
                    "-c", str(source), "-o", str(Path(tmp) / "kernels.o")]
         start = time.perf_counter()
