@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine: install kernelwright (no network there: carried wheels in .whl/),
+# then run the requested stages, logging everything under $OUT so it comes back.
+#   bash scripts/gpu_session.sh tests            # pytest -m gpu
+#   bash scripts/gpu_session.sh kernels          # kernel-family benchmarks (bench/kernels/*.py)
+#   bash scripts/gpu_session.sh suite [ARGS...]  # kernelwright bench on the bundled suite
+set -uo pipefail
+export PYTHONUNBUFFERED=1 OUT="${OUT:-/tmp/kw_out}"
+mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/kw_install.log 2>&1 || { cat /tmp/kw_install.log; exit 1; }
+export KERNELWRIGHT_CACHE="${KERNELWRIGHT_CACHE:-/tmp/kw_cache}"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+kernelwright doctor
+
+stage="${1:-tests}"; shift || true
+case "$stage" in
+  tests)
+    # One pytest process per file, each under a wall-clock cap, so a hung kernel costs one file only.
+    cap="${TEST_FILE_CAP:-240}"
+    for file in "$@"; do
+      log="$OUT/$(echo "$file" | tr '/' '_' | sed 's/\.py$//').log"
+      timeout -k 10 "$cap" python3 -m pytest -q -m gpu -p no:cacheprovider -rfE "$file" >"$log" 2>&1
+      echo "== $file: exit $? | $(tail -1 "$log")"
+    done ;;
+  kernels)
+    for script in bench/kernels/*.py; do
+      name=$(basename "$script" .py)
+      python3 "$script" "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log" | tail -25
+    done ;;
+  suite)
+    kernelwright bench "$@" --out "$OUT/suite" 2>&1 | tee "$OUT/suite.log" | tail -60 ;;
+  *)
+    echo "unknown stage $stage"; exit 2 ;;
+esac
