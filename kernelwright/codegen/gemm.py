@@ -54,23 +54,31 @@ CUTLASS_NVCC_FLAGS = ("-std=c++17", "--expt-relaxed-constexpr")
 
 
 def render(group: FusedGroup) -> KernelSource:
+    """The kernel source of one GEMM group. Problem sizes and strides are launcher arguments, so the CUDA
+    side depends only on the variant, the layouts and the epilogue: groups that agree on those share one
+    CUTLASS instantiation (named by the hash of its text and wrapped in an include guard, so repeating it
+    in one translation unit costs nothing), while each group keeps its own binding."""
     view = describe(group)
     config = group.config if isinstance(group.config, GemmConfig) else GemmConfig(*group.config)
-    name = kernel_name(group, config)
     if config.kernel == "gemv":
         from kernelwright.codegen.gemm_gemv import render_cuda
     else:
         from kernelwright.codegen.gemm_cutlass import render_cuda
-    cuda = render_cuda(name, view, config, epilogue_function(name, view))
-    return KernelSource(name=name, cuda=cuda, cpp=render_binding(name, group, view, config),
+    body = render_cuda(_PLACEHOLDER, view, config, epilogue_function(_PLACEHOLDER, view))
+    launcher = f"kw_gemm_{_digest(body)}"
+    guard = launcher.upper()
+    cuda = f"#ifndef {guard}\n#define {guard}\n{body.replace(_PLACEHOLDER, launcher)}#endif  // {guard}\n"
+    cpp = render_binding(_PLACEHOLDER, launcher, group, view, config)
+    name = f"{launcher}_{_digest(cpp)[:8]}"
+    return KernelSource(name=name, cuda=cuda, cpp=cpp.replace(_PLACEHOLDER, name),
                         ir_comment=ir_comment(view, config))
 
 
-def kernel_name(group: FusedGroup, config: GemmConfig) -> str:
-    view = describe(group)
-    text = repr((config, [(n.op, n.shape, n.attrs) for n in group.nodes],
-                 [(o.kind, o.extents) for o in view.operands]))
-    return f"kw_gemm_{hashlib.sha1(text.encode()).hexdigest()[:10]}"
+_PLACEHOLDER = "KW_GEMM_PLACEHOLDER"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
 def epilogue_function(name: str, view: GemmView) -> str:
@@ -125,8 +133,8 @@ def ir_comment(view: GemmView, config: GemmConfig) -> str:
 
 # Assumes `kernelwright.codegen.binding.CPP_PRELUDE` (ATen tensor and empty, c10 CUDA guard and stream).
 _BINDING = Template(r'''
-const char* ${name}_launch(${params});
-size_t ${name}_workspace(int batch, int m, int n, int k);
+const char* ${launcher}_launch(${params});
+size_t ${launcher}_workspace(int batch, int m, int n, int k);
 
 namespace ${name}_detail {
 // A matrix operand as [batch, rows, cols] with unit column stride, a row stride that is a multiple of
@@ -160,10 +168,10 @@ std::vector<at::Tensor> ${name}(std::vector<at::Tensor> inputs) {
   at::Tensor b = ${name}_detail::matrix(${b_expr}, ${b_batch}, ${b_rows}, ${b_cols}, ${align_b});
 ${operand_lines}
   at::Tensor out = at::empty({${out_shape}}, inputs[0].options());
-  const size_t workspace_bytes = ${name}_workspace(batch, m, n, k);
+  const size_t workspace_bytes = ${launcher}_workspace(batch, m, n, k);
   at::Tensor workspace =
       at::empty({static_cast<int64_t>(workspace_bytes)}, inputs[0].options().dtype(at::kByte));
-  const char* error = ${name}_launch(
+  const char* error = ${launcher}_launch(
       a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), ${operand_args}
       batch, m, n, k, ${name}_detail::row_stride(a, ${a_cols}, ${align_a}),
       ${name}_detail::row_stride(b, ${b_cols}, ${align_b}),
@@ -175,7 +183,7 @@ ${operand_lines}
 ''')
 
 
-def render_binding(name: str, group: FusedGroup, view: GemmView, config: GemmConfig) -> str:
+def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, config: GemmConfig) -> str:
     def index(node: Node) -> int:
         return next(i for i, inp in enumerate(group.inputs) if inp is node)
 
@@ -192,7 +200,7 @@ def render_binding(name: str, group: FusedGroup, view: GemmView, config: GemmCon
                              f"{lo}, {mo}, {no});")
         operand_args.append(f"e{j}.data_ptr<float>(), {no if mo > 1 else 0}LL, {mo * no if lo > 1 else 0}LL,")
     return _BINDING.substitute(
-        name=name, params=launcher_params(view), n_inputs=len(group.inputs),
+        name=name, launcher=launcher, params=launcher_params(view), n_inputs=len(group.inputs),
         batch=view.batch, m=view.m, n=view.n, k=view.k,
         a_expr=_matrix_expr(index(view.a), a_batch, a_rows, a_cols),
         b_expr=_matrix_expr(index(view.b), b_batch, b_rows, b_cols),

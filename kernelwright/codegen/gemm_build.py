@@ -34,9 +34,9 @@ def build_gemm_extension(sources: Sequence[KernelSource], verbose: bool = False)
     directory = cache_dir() / "gemm_build" / name
     directory.mkdir(parents=True, exist_ok=True)
     files = []
-    for source in sources:
-        path = directory / f"{source.name}.cu"
-        path.write_text(source.cuda)
+    for cuda in dict.fromkeys(s.cuda for s in sources):     # groups may share one instantiation
+        path = directory / f"kernel_{len(files)}.cu"
+        path.write_text(cuda)
         files.append(str(path))
     exports = "\n".join(f'  m.def("{s.name}", &{s.name});' for s in sources)
     binding = directory / "bindings.cpp"

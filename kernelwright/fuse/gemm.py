@@ -162,8 +162,10 @@ def candidate_configs(group: FusedGroup) -> list[GemmConfig]:
 
 def _claimable(anchor: Node) -> bool:
     # FP32 only: half precision needs the opt-in precision flags, which this family does not handle yet.
-    return anchor.dtype == torch.float32 and all(i.dtype == torch.float32 for i in anchor.inputs) \
-        and anchor.numel > 0 and all(s > 0 for i in anchor.inputs for s in i.shape)
+    # CUTLASS 2.x tile coordinates are 32-bit: matrices of 2^31 elements or more stay with cuBLAS.
+    tensors = (anchor, *anchor.inputs)
+    return all(t.dtype == torch.float32 and 0 < t.numel < 2**31 for t in tensors) \
+        and all(s > 0 for t in tensors for s in t.shape)
 
 
 def _view_of_anchor(anchor: Node, users: dict[int, list[Node]] | None, roots: set[int] | None,
