@@ -19,6 +19,17 @@ from kernelwright.ir.ops import const_node, make_node
 Lowering = Callable[[dict[str, Any]], Any]
 LOWERINGS: dict[str, Lowering] = {}
 
+# Ops export inserts to check shapes at runtime; they compute nothing and are dropped.
+IGNORED_OPS = frozenset(
+    {
+        "aten._assert_tensor_metadata.default",
+        "aten._assert_scalar.default",
+        "aten.sym_constrain_range.default",
+        "aten._assert_async.msg",
+        "aten.sym_constrain_range_for_size.default",
+    }
+)
+
 
 def bind_arguments(
     target: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]
@@ -404,6 +415,11 @@ def _convolution(a):
     )
 
 
+lowers("conv_transpose1d.input", "conv_transpose2d.input", "conv_transpose3d.input")(
+    lambda a: _convolution({**a, "transposed": True})
+)
+
+
 # -------------------------------------------------------------------------------------------------- pooling
 
 
@@ -428,6 +444,8 @@ def _max_pool(n: int) -> Lowering:
 
 lowers("max_pool2d_with_indices.default")(_max_pool(2))
 lowers("max_pool3d_with_indices.default")(_max_pool(3))
+lowers("max_pool2d.default")(lambda a: _max_pool(2)(a)[0])
+lowers("max_pool3d.default")(lambda a: _max_pool(3)(a)[0])
 
 
 def _avg_pool(n: int) -> Lowering:
@@ -446,9 +464,23 @@ def _avg_pool(n: int) -> Lowering:
 lowers("avg_pool1d.default")(_avg_pool(1))
 lowers("avg_pool2d.default")(_avg_pool(2))
 lowers("avg_pool3d.default")(_avg_pool(3))
-lowers("_adaptive_avg_pool2d.default", "_adaptive_avg_pool3d.default", "adaptive_avg_pool1d.default")(
-    lambda a: make_node("adaptive_avg_pool", [a["self"]], output_size=tuple(a["output_size"]))
+
+
+@lowers(
+    "_adaptive_avg_pool2d.default",
+    "_adaptive_avg_pool3d.default",
+    "adaptive_avg_pool1d.default",
+    "adaptive_avg_pool2d.default",
+    "adaptive_avg_pool3d.default",
 )
+def _adaptive_avg_pool(a):
+    x, size = a["self"], tuple(a["output_size"])
+    if all(s == 1 for s in size):
+        # Global pooling is a mean over the spatial dims (what torch's own decomposition gives, too).
+        return make_node("mean", [x], dims=tuple(range(_rank(x) - len(size), _rank(x))), keepdim=True)
+    return make_node("adaptive_avg_pool", [x], output_size=size)
+
+
 lowers("adaptive_max_pool2d.default", "adaptive_max_pool3d.default", "adaptive_max_pool1d.default")(
     lambda a: (make_node("adaptive_max_pool", [a["self"]], output_size=tuple(a["output_size"])), None)
 )
@@ -501,6 +533,9 @@ def _transpose(a):
     return make_node("permute", [x], dims=tuple(dims))
 
 
+lowers("numpy_T.default")(
+    lambda a: make_node("permute", [a["self"]], dims=tuple(reversed(range(_rank(a["self"])))))
+)
 lowers("t.default")(
     lambda a: a["self"] if _rank(a["self"]) < 2 else make_node("permute", [a["self"]], dims=(1, 0))
 )
@@ -548,6 +583,26 @@ def _split(a):
     x, size = a["self"], a["split_size"]
     length = x.shape[a["dim"]]
     return _split_at(x, a["dim"], [min(size, length - s) for s in range(0, length, size)] or [0])
+
+
+@lowers("chunk.default")
+def _chunk(a):
+    x, dim = a["self"], a["dim"]
+    length = x.shape[dim]
+    size = -(-length // a["chunks"])  # torch.chunk: pieces of ceil(length / chunks)
+    return _split_at(x, dim, [min(size, length - s) for s in range(0, length, size)] or [0])
+
+
+@lowers("stack.default")
+def _stack(a):
+    # As torch decomposes it: concatenate, then split the concatenated dim into (count, size).
+    tensors = list(a["tensors"])
+    first = tensors[0]
+    dim = a["dim"] % (_rank(first) + 1)
+    if dim == _rank(first):
+        return make_node("cat", [_reshape_to(x, x.shape + (1,)) for x in tensors], dim=dim)
+    joined = make_node("cat", tensors, dim=dim)
+    return _reshape_to(joined, first.shape[:dim] + (len(tensors),) + first.shape[dim:])
 
 
 @lowers("unbind.int")

@@ -8,13 +8,19 @@ those updates as buffer mutations, which become `graph.mutations`.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
+import operator
 import warnings
+from collections.abc import Iterator
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from kernelwright.capture.aten import IGNORED_OPS, LOWERINGS
 from kernelwright.errors import CaptureError, KernelwrightError
-from kernelwright.problem import Problem
+from kernelwright.problem import DEFAULT_SEED, Problem
 
 # Composite ops the IR keeps whole (docs/ir.md) although torch's default table would decompose them:
 # each has, or will have, its own fused kernel family. Everything else decomposes to core ATen.
@@ -54,29 +60,79 @@ def decomposition_table() -> dict:
 
 
 def export_problem(
-    problem: Problem, seed: int = 0
+    problem: Problem, seed: int = DEFAULT_SEED, decompose: bool | None = None
 ) -> tuple[torch.export.ExportedProgram, torch.nn.Module, list]:
     """The problem's model exported on fake tensors and decomposed, with the fake model and the
-    arguments it was traced with (scalars are real; tensors fake)."""
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        try:
-            model = problem.build_model(seed)
-            inputs = problem.inputs(seed)
-        except KernelwrightError as exc:
-            raise CaptureError(f"{problem.id}: cannot build the model on fake tensors: {exc}") from exc
+    arguments it was traced with (scalars are real; tensors fake). `decompose=None` decomposes only when
+    the export holds an op the lowering table does not know (see `needs_decomposition`). Python values the
+    constructor computes (`self.scale = float(...)`) are baked into the graph as consts: the model is
+    built with the same default seed as `Problem.build_model`."""
+    model, inputs = _build_fake(problem, seed)
     _check_arguments(problem, inputs)
     try:
-        with warnings.catch_warnings():
-            # torch's own pytree deprecation notices (torch internals, not the user's model).
-            warnings.simplefilter("ignore", FutureWarning)
+        with _quiet_torch():
             program = torch.export.export(model, tuple(inputs), strict=False)
-            program = program.run_decompositions(decomposition_table())
+            if decompose or (decompose is None and needs_decomposition(program)):
+                program = program.run_decompositions(decomposition_table())
     except Exception as exc:  # torch raises many types here; each becomes one clear message
         raise CaptureError(
             f"{problem.id}: torch.export cannot capture Model.forward: {explain_export_error(exc)}; "
             "the original forward will be used as a whole"
         ) from exc
     return program, model, inputs
+
+
+@contextlib.contextmanager
+def _quiet_torch() -> Iterator[None]:
+    """Silence what torch.export writes itself: pytree deprecation notices, symbolic-shape warnings, and the
+    partial graph it prints to stderr on failure. Failures still surface, as one CaptureError message."""
+    loggers = [logging.getLogger(name) for name in _NOISY_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore", FutureWarning)
+            for logger in loggers:
+                logger.setLevel(logging.ERROR)
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+_NOISY_LOGGERS = ("torch.fx.experimental.symbolic_shapes", "torch.export", "torch._export.non_strict_utils")
+
+
+def needs_decomposition(program: torch.export.ExportedProgram) -> bool:
+    """Whether the export holds ops outside the lowering table (composites such as matmul, in-place
+    updates such as BatchNorm's). If not, decomposing would give the same graph: skipping it saves
+    `run_decompositions`' fixed cost (~1 s: it scans every composite op torch registers)."""
+    for node in program.graph.nodes:
+        if node.op == "call_function" and node.target is not operator.getitem:
+            name = str(node.target)
+            if name not in LOWERINGS and name not in IGNORED_OPS:
+                return True
+    return False
+
+
+def _build_fake(problem: Problem, seed: int) -> tuple[torch.nn.Module, list]:
+    """The model and its arguments on fake tensors. A constructor that reads tensor values (e.g.
+    `float(torch.randn(1))`) cannot run on fake tensors: that model is built for real (its parameters take
+    memory), and its arguments stay fake."""
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    try:
+        with fake_mode:
+            model = problem.build_model(seed)
+    except KernelwrightError:
+        try:
+            model = problem.build_model(seed)
+        except KernelwrightError as exc:
+            raise CaptureError(f"{problem.id}: cannot build the model: {exc}") from exc
+    try:
+        with fake_mode:
+            inputs = problem.inputs(seed)
+    except KernelwrightError as exc:
+        raise CaptureError(f"{problem.id}: cannot build the inputs on fake tensors: {exc}") from exc
+    return model, inputs
 
 
 def _check_arguments(problem: Problem, inputs: list) -> None:

@@ -16,19 +16,10 @@ import torch
 import torch.fx
 from torch.export.graph_signature import InputKind, OutputKind
 
-from kernelwright.capture.aten import LOWERINGS, bind_arguments
+from kernelwright.capture.aten import IGNORED_OPS, LOWERINGS, bind_arguments
 from kernelwright.errors import CaptureError
 from kernelwright.ir.graph import Graph, Node
 from kernelwright.ir.ops import buffer_node, const_node, input_node, make_node, param_node
-
-# Ops export inserts to check shapes at runtime; they compute nothing.
-_IGNORED = (
-    "aten._assert_tensor_metadata",
-    "aten._assert_scalar",
-    "aten.sym_constrain_range",
-    "aten._assert_async",
-    "aten.sym_constrain_range_for_size",
-)
 
 
 def lower_program(
@@ -50,6 +41,7 @@ class _Lowering:
         self.failures: list[str] = []
 
     def run(self) -> Graph:
+        self._check_static_shapes()
         signature = self.program.graph_signature
         placeholders = [n for n in self.program.graph.nodes if n.op == "placeholder"]
         inputs, params = self._leaves(placeholders, signature.input_specs)
@@ -90,6 +82,19 @@ class _Lowering:
             training=self.model.training,
             meta=meta,
         )
+
+    def _check_static_shapes(self) -> None:
+        """Export succeeds on ops whose output size depends on the data (`x[x > 0]`, `nonzero`) by giving
+        them symbolic sizes; the IR has static shapes only."""
+        for node in self.program.graph.nodes:
+            val = node.meta.get("val")
+            for tensor in val if isinstance(val, (tuple, list)) else [val]:
+                if isinstance(tensor, torch.Tensor) and not all(isinstance(s, int) for s in tensor.shape):
+                    where = node.meta.get("stack_trace", "").strip().splitlines()[-1:] or [str(node.target)]
+                    raise CaptureError(
+                        f"{self.problem_id}: data-dependent output shape ({node.target} gives a size that "
+                        f"depends on the values: {where[0].strip()}); the IR needs static shapes"
+                    )
 
     # -------------------------------------------------------------------------------------------- leaves
 
@@ -157,9 +162,10 @@ class _Lowering:
             return "tensor"
         kind = {tuple: "tuple", list: "list"}.get(spec.type)
         if kind is None or any(child.num_children for child in spec.children()):
+            what = "nested tuple or list" if kind else getattr(spec.type, "__name__", str(spec.type))
             raise CaptureError(
-                f"{self.problem_id}: forward returns a nested {spec.type}; capture supports a "
-                "tensor, or a flat tuple or list of tensors"
+                f"{self.problem_id}: forward returns a {what}; capture supports a tensor, or a flat tuple "
+                "or list of tensors"
             )
         return kind
 
@@ -176,7 +182,7 @@ class _Lowering:
                 "represent (control flow or a Python-level operation)"
             )
         name = str(target)
-        if name in _IGNORED:
+        if name in IGNORED_OPS:
             return None
         args = [self._map(a) for a in fx_node.args]
         kwargs = {k: self._map(v) for k, v in fx_node.kwargs.items()}
@@ -184,15 +190,15 @@ class _Lowering:
         if lowering is not None:
             try:
                 result = lowering(bind_arguments(target, args, kwargs))
-                if isinstance(result, tuple) and any(r is None for r in result):
+                if result is not None and not _matches(result, fx_node.meta.get("val")):
+                    self.failures.append(f"{name}: lowered type differs from export's")
+                elif isinstance(result, tuple) and any(r is None for r in result):
                     # Outputs without a native form (e.g. max-pool indices) come from a fallback node,
                     # which stays out of the graph unless one of them is actually used.
                     spare = fallback(name, args, kwargs)
-                    result = tuple(spare[i] if r is None else r for i, r in enumerate(result))
-                if result is not None and _matches(result, fx_node.meta.get("val")):
+                    return tuple(spare[i] if r is None else r for i, r in enumerate(result))
+                elif result is not None:
                     return result
-                if result is not None:
-                    self.failures.append(f"{name}: lowered type differs from export's")
             except Exception as exc:  # a lowering bug must not lose the model: fall back, and say so
                 self.failures.append(f"{name}: {type(exc).__name__}: {exc}")
         return fallback(name, args, kwargs)
