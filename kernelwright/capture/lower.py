@@ -161,7 +161,7 @@ class _Lowering:
         if spec is None or spec.num_children == 0:
             return "tensor"
         kind = {tuple: "tuple", list: "list"}.get(spec.type)
-        if kind is None or any(child.num_children for child in spec.children()):
+        if kind is None or any(child.num_children for child in _tree_children(spec)):
             what = "nested tuple or list" if kind else getattr(spec.type, "__name__", str(spec.type))
             raise CaptureError(
                 f"{self.problem_id}: forward returns a {what}; capture supports a tensor, or a flat tuple "
@@ -251,6 +251,12 @@ def _matches(result: Any, val: Any) -> bool:
     if isinstance(result, tuple) and isinstance(val, (tuple, list)):
         return all(r is None or v is None or _matches(r, v) for r, v in zip(result, val, strict=True))
     return False
+
+
+def _tree_children(spec: Any) -> list:
+    """A pytree spec's children: `children()` in newer torch, the `children_specs` list in older ones."""
+    children = getattr(spec, "children", None)
+    return list(children()) if callable(children) else list(spec.children_specs)
 
 
 def _real_value(value: Any) -> torch.Tensor | None:
