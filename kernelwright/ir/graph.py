@@ -196,7 +196,9 @@ def _value_names(graph: Graph, inline_consts: bool = False) -> dict[int, str]:
         if node.op in ("input", "param", "buffer"):
             names[id(node)] = node.name
         elif inline_consts and node.op == "const":
+            # Shown inline, but a const still takes its number, so text and JSON dumps agree on names.
             names[id(node)] = repr(node.attr("value"))
+            counter += 1
         else:
             names[id(node)] = f"%{counter}"
             counter += 1
