@@ -13,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import signal
 import subprocess
+import time
 import types
 from pathlib import Path
 
@@ -38,6 +40,7 @@ def build_root(options_build_dir: str | None, source: str) -> Path:
 def trim_build_log(log: str, max_errors: int = 3, context: int = 3) -> str:
     """The first `max_errors` compiler errors with file/line and a few lines of context (the offending
     source line and caret), build-directory prefixes removed; the log's tail if no error line is found."""
+    log = re.sub(r"^Error building extension '[^']*':\s*", "", log.strip())
     lines = [_shorten_paths(line) for line in log.splitlines()]
     picked, errors, i = [], 0, 0
     while i < len(lines) and errors < max_errors:
@@ -105,19 +108,46 @@ def install_compile_only_hooks() -> None:
         os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
 
     def compile_objects(build_directory: str, verbose: bool, error_prefix: str) -> None:
-        targets = object_targets(Path(build_directory) / "build.ninja")
-        result = subprocess.run(
-            ["ninja", "-v", *targets],
-            cwd=build_directory,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
-        if result.returncode:
-            raise RuntimeError(f"{error_prefix}: {result.stdout.decode(errors='replace')}")
+        failure = compile_object_files(Path(build_directory))
+        if failure:
+            raise RuntimeError(f"{error_prefix}: {failure}")
 
     cpp_extension._run_ninja_build = compile_objects
     cpp_extension._import_module_from_library = lambda name, path, is_python_module: NotBuiltModule(name)
+
+
+def compile_object_files(build_directory: Path) -> str | None:
+    """Compile the out-of-date object files of a torch-generated build.ninja in parallel, with the exact
+    commands ninja would run. The first failure stops the others (their errors would only come later and
+    the build has failed anyway) and its output is returned; None when all compiled."""
+    running = []
+    for target in object_targets(build_directory / "build.ninja"):
+        if "no work to do" in _ninja(build_directory, "-n", target):
+            continue
+        command = _ninja(build_directory, "-t", "commands", "-s", target).strip()
+        log = build_directory / f"{target}.log"  # a file, not a pipe: compilers can print megabytes
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(command, shell=True, cwd=build_directory, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        running.append((proc, log))
+    failure = None
+    while running and failure is None:
+        for proc, log in list(running):
+            if proc.poll() is None:
+                continue
+            running.remove((proc, log))
+            if proc.returncode:
+                failure = log.read_text(errors="replace")
+                break
+        time.sleep(0.05)
+    for proc, _ in running:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return failure
+
+
+def _ninja(build_directory: Path, *args: str) -> str:
+    return subprocess.run(["ninja", *args], cwd=build_directory, capture_output=True, text=True).stdout
 
 
 def object_targets(ninja_file: Path) -> list[str]:

@@ -32,6 +32,7 @@ from kernelwright.judge.outputs import (
     wrong_device,
 )
 from kernelwright.judge.timing import measure
+from kernelwright.judge.worker import classify_failure
 
 _perf_counter = time.perf_counter
 _sleep = time.sleep
@@ -48,7 +49,12 @@ class CandidateWorker:
         self.last_output_sizes: list[int] = []
 
     def handle(self, command: dict) -> dict:
-        return getattr(self, f"op_{command['op']}")(command)
+        try:
+            return getattr(self, f"op_{command['op']}")(command)
+        except BaseException as exc:
+            # A failure may follow a broken rule (a refused file read raises): report both.
+            state = self._state() if hasattr(self, "snapshot") else {"violations": list(self.violations)}
+            return {"ok": False, **classify_failure(exc, self.source_file), **state}
 
     # ------------------------------------------------------------------------------------------- build
 
