@@ -76,7 +76,8 @@ class Node:
         return self.op in LEAF_OPS
 
     def __repr__(self) -> str:
-        return f"Node({self.op}, shape={list(self.shape)}, dtype={_dtype_name(self.dtype)}, name={self.name!r})"
+        dtype = _dtype_name(self.dtype)
+        return f"Node({self.op}, shape={list(self.shape)}, dtype={dtype}, name={self.name!r})"
 
 
 @dataclass(frozen=True)
