@@ -292,11 +292,12 @@ class SwallowedExceptions:
         return self._local if mine else None
 
     def __enter__(self) -> SwallowedExceptions:
+        self._previous = sys.gettrace()
         sys.settrace(self._global)
         return self
 
     def __exit__(self, *exc_info) -> None:
-        sys.settrace(None)
+        sys.settrace(self._previous)
 
 
 def live_threads() -> set[threading.Thread]:

@@ -1,0 +1,275 @@
+"""In-process tests of the judge's pieces: extraction, static report, comparison, tolerances, trial inputs,
+output checks, build-log trimming and the runtime guards."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+import pytest
+import torch
+
+from kernelwright.judge import extract_code
+from kernelwright.judge.build import trim_build_log
+from kernelwright.judge.compare import compare_buffers, compare_outputs
+from kernelwright.judge.extract import forbidden_imports, read_candidate
+from kernelwright.judge.guard import FunctionSnapshot, SwallowedExceptions, precision_changes, precision_state
+from kernelwright.judge.inputs import apply_distribution, plan_trials
+from kernelwright.judge.outputs import aliases, bitwise_equal, not_plain
+from kernelwright.judge.static import static_report
+from kernelwright.judge.timing import measure, summarize
+from kernelwright.judge.tolerance import effective_atol, tolerance_for
+
+# ------------------------------------------------------------------------------------------------ extraction
+
+
+def test_extract_takes_last_block_defining_modelnew():
+    text = ("```python\nclass ModelNew: pass  # draft 1\n```\ntext\n"
+            "```python\nclass ModelNew: pass  # final\n```\n"
+            "```python\nprint('usage, no ModelNew')\n```\n")
+    assert "final" in extract_code(text)
+
+
+def test_extract_none_without_modelnew():
+    assert extract_code("no code here") is None
+    assert extract_code("```python\nx = 1\n```") is None
+
+
+def test_seed_answers_extract(shared_dir):
+    seeds = {p.name[:3]: p for p in (shared_dir / "seeds").glob("00*.txt")}
+    gelu = extract_code(seeds["000"].read_text())
+    assert "gelu_cuda" in gelu and "class ModelNew" in gelu
+    leaky = extract_code(seeds["004"].read_text())
+    # 004 has three blocks; the last one defining ModelNew names the extension 'leaky_relu'.
+    assert "name='leaky_relu'" in leaky and "torch.where" not in leaky
+
+
+def test_read_candidate_py_file_as_is(tmp_path):
+    path = tmp_path / "c.py"
+    path.write_text("class ModelNew:\n    pass\n")
+    assert read_candidate(path)[0] == path.read_text()
+    path.write_text("x = 1\n")
+    assert read_candidate(path) == (None, "the candidate does not define class ModelNew")
+    assert "cannot read" in read_candidate(tmp_path / "missing.py")[1]
+
+
+def test_forbidden_imports():
+    assert forbidden_imports("import kernelwright.problem\nimport torch") == ["kernelwright.problem"]
+    assert forbidden_imports("from kernelwright import judge") == ["kernelwright"]
+    assert forbidden_imports("import torch") == []
+
+
+# ------------------------------------------------------------------------------------------------ static
+
+
+def test_static_report_finds_hack_patterns():
+    source = '''
+import threading
+import torch
+import torch.nn.functional as F
+torch.backends.cuda.matmul.allow_tf32 = True
+time.perf_counter = lambda: 0
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        s = torch.cuda.Stream()
+        try:
+            return ext.run(x)
+        except RuntimeError:
+            return F.gelu(torch.matmul(x, x))
+'''
+    checks = {w["check"] for w in static_report(source)}
+    expected = {"threads", "precision", "timing_patch", "monkeypatch", "streams", "fallback", "pytorch_ops"}
+    assert expected <= checks
+    ops = next(w for w in static_report(source) if w["check"] == "pytorch_ops")
+    assert "F.gelu" in ops["message"] and "torch.matmul" in ops["message"]
+
+
+def test_static_report_quiet_on_clean_kernel():
+    source = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n" \
+             "        return ext.gelu(x.contiguous())\n"
+    assert static_report(source) == []
+
+
+# ------------------------------------------------------------------------------------------------ compare
+
+
+def test_compare_correct_and_errors():
+    ref = torch.rand(4, 5)
+    result = compare_outputs(ref, ref + 1e-6, "default")
+    assert result["status"] == "correct" and 0 < result["max_abs_err"] < 1e-5
+    bad = ref.clone()
+    bad[2, 3] += 0.5
+    result = compare_outputs(ref, bad, "default")
+    assert result["status"] == "mismatch" and result["first_mismatch"] == (2, 3)
+    assert result["max_abs_err"] == pytest.approx(0.5, rel=1e-5)
+    assert "1 of 20 values" in result["detail"]
+
+
+def test_compare_shape_dtype_structure_nan():
+    ref = torch.rand(3, 4)
+    assert compare_outputs(ref, ref.reshape(12), "default")["status"] == "wrong_shape"
+    assert compare_outputs(ref, ref.double(), "default")["status"] == "wrong_dtype"
+    assert compare_outputs((ref, ref), ref, "default")["status"] == "wrong_shape"
+    nan = ref.clone()
+    nan[1, 1] = math.inf
+    result = compare_outputs(ref, nan, "default")
+    assert result["status"] == "nan" and result["first_mismatch"] == (1, 1)
+
+
+def test_compare_special_values_must_match():
+    ref = torch.tensor([1.0, math.nan, math.inf])
+    assert compare_outputs(ref, ref.clone(), "default")["status"] == "correct"
+    assert compare_outputs(ref, torch.tensor([1.0, 0.0, math.inf]), "default")["status"] == "mismatch"
+
+
+def test_compare_integers_exact_and_scalars():
+    ref = torch.tensor([1, 2, 3])
+    assert compare_outputs(ref, torch.tensor([1, 2, 4]), "kernelbench")["status"] == "mismatch"
+    assert compare_outputs(2.0, 2.0, "default")["status"] == "correct"
+    assert compare_outputs([ref, None], [ref, None], "default")["status"] == "correct"
+
+
+def test_tolerance_presets():
+    assert tolerance_for("default", torch.float32) == (1e-4, 1e-4)
+    assert tolerance_for("kernelbench", torch.float32) == (1e-2, 1e-2)
+    assert tolerance_for("default", torch.int64) == (0.0, 0.0)
+    ref = torch.rand(8, 8)
+    err = ref * (1 + 5e-3)
+    assert compare_outputs(ref, err, "default")["status"] == "mismatch"
+    assert compare_outputs(ref, err, "kernelbench")["status"] == "correct"
+    with pytest.raises(ValueError):
+        tolerance_for("nope", torch.float32)
+
+
+def test_rescaled_distributions_scale_atol():
+    assert effective_atol(1e-4, 500.0, "scale1000") == pytest.approx(5e-2)
+    assert effective_atol(1e-4, 1e-6, "tiny") == pytest.approx(1e-10)
+    assert effective_atol(1e-4, 500.0, "normal") == 1e-4
+    assert effective_atol(1e-4, 0.0, "tiny") == 1e-4
+
+
+def test_compare_buffers():
+    ref = {"bn.running_mean": torch.ones(3)}
+    assert compare_buffers(ref, {"bn.running_mean": torch.ones(3)}, "default")["status"] == "correct"
+    assert "no such buffer" in compare_buffers(ref, {}, "default")["detail"]
+    assert compare_buffers(ref, {"bn.running_mean": torch.zeros(3)}, "default")["status"] == "mismatch"
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+
+
+def test_plan_trials_and_distributions():
+    base = [torch.rand(4, 6), 3]
+    plan = plan_trials(base, trials=5, seed=42, extra=True)
+    extra = ["scale1000", "all_negative", "tiny", "noncontiguous"]
+    assert [t.distribution for t in plan] == ["normal"] * 5 + extra
+    assert len({t.seed for t in plan}) == len(plan)
+    x = base[0]
+    assert torch.equal(apply_distribution(base, "scale1000")[0], x * 1000)
+    assert (apply_distribution(base, "all_negative")[0] < 0).all()
+    view = apply_distribution(base, "noncontiguous")[0]
+    assert not view.is_contiguous() and torch.equal(view, x)
+    assert apply_distribution(base, "tiny")[1] == 3
+
+
+def test_plan_trials_without_float_inputs():
+    assert [t.distribution for t in plan_trials([torch.arange(5)], 2, 0, True)] == ["normal", "normal"]
+    plan = plan_trials([torch.rand(7, 1)], 1, 0, True)  # (7, 1) has no non-contiguous layout of this kind
+    assert "noncontiguous" not in [t.distribution for t in plan]
+    one_d = apply_distribution([torch.rand(5)], "noncontiguous")[0]
+    assert not one_d.is_contiguous()
+
+
+# ------------------------------------------------------------------------------------------------ outputs
+
+
+def test_not_plain():
+    class Sub(torch.Tensor):
+        pass
+
+    assert not_plain(torch.zeros(2), "cpu") is None
+    assert not_plain((torch.zeros(2), 1.0, None), "cpu") is None
+    assert "tensor subclass" in not_plain(torch.zeros(2).as_subclass(Sub), "cpu")
+    assert "not a tensor" in not_plain(object(), "cpu")
+    assert "meta" in not_plain(torch.empty(2, device="meta"), "cpu")
+    assert "layout" in not_plain(torch.zeros(2, 2).to_sparse(), "cpu")
+
+
+def test_aliases_and_bitwise_equal():
+    x = torch.rand(4, 4)
+    assert aliases(x[1:], [x]) == "output shares memory with input 0"
+    assert aliases(x.clone(), [x]) is None
+    nan = torch.tensor([math.nan, 1.0])
+    assert bitwise_equal(nan, nan.clone()) and not bitwise_equal(nan, torch.tensor([math.nan, 2.0]))
+    assert bitwise_equal(torch.tensor(3.0), torch.tensor(3.0))
+
+
+# ------------------------------------------------------------------------------------------------ guards
+
+
+def test_function_snapshot_sees_patches_only():
+    snapshot = FunctionSnapshot()
+    import torch._dynamo  # noqa: F401  (torch wraps a few functions itself on this import: not a patch)
+
+    assert snapshot.changes() == []
+    original = torch.cuda.synchronize
+    torch.cuda.synchronize = lambda *a: None
+    try:
+        assert snapshot.changes() == ["torch.cuda.synchronize"]
+    finally:
+        torch.cuda.synchronize = original
+
+
+def test_precision_state_changes():
+    before = precision_state()
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        changes = precision_changes(before, precision_state())
+        assert f"float32_matmul_precision: {old} -> medium" in changes
+    finally:
+        torch.set_float32_matmul_precision(old)
+
+
+def test_swallowed_exceptions_only_in_candidate_frames():
+    def fallback():
+        try:
+            raise RuntimeError("kernel failed")
+        except RuntimeError:
+            return 1
+
+    previous = sys.gettrace()
+    tracer = SwallowedExceptions(__file__)
+    with tracer:
+        fallback()
+        getattr(object(), "missing", None)  # raised in C, never in a frame of this file
+    assert len(tracer.seen) == 1 and tracer.seen[0].startswith("RuntimeError: kernel failed")
+    assert sys.gettrace() is previous
+
+
+# ----------------------------------------------------------------------------------------------- timing, logs
+
+
+def test_measure_cpu_respects_min_runs_and_time():
+    stats = measure(lambda: time.sleep(0.001), "cpu", min_runs=5, min_time_s=0.02)
+    assert stats["n"] >= 5 and stats["median_ms"] >= 1.0 and not stats["disagrees"]
+    assert summarize([1.0, 2.0, 3.0, 4.0, 100.0])["median_ms"] == 3.0
+
+
+def test_trim_build_log_keeps_first_errors_with_context():
+    log = "\n".join([
+        "Error building extension 'x': [1/2] c++ -c /tmp/build/abc/x/main.cpp -o main.o",
+        "FAILED: main.o",
+        "/tmp/build/abc/x/main.cpp:4:54: error: 'f' was not declared in this scope",
+        "    4 | m.def(\"f\", f);",
+        "      |           ^",
+        "In file included from somewhere.h:1,",
+        "/tmp/build/abc/x/cuda.cu(12): error: identifier \"g\" is undefined",
+        "ninja: build stopped: subcommand failed.",
+    ])
+    trimmed = trim_build_log(log)
+    assert trimmed.splitlines()[0] == "main.cpp:4:54: error: 'f' was not declared in this scope"
+    assert "^" in trimmed and 'cuda.cu(12): error: identifier "g" is undefined' in trimmed
+    assert "ninja" not in trimmed and "/tmp/build" not in trimmed
+    assert trim_build_log("linker exploded") == "linker exploded"
