@@ -157,6 +157,10 @@ CASES: dict[str, Case] = {
 }
 
 
+ACCURACY = {"mm_2048": lambda: _mm(2048, 2048, 2048),
+            "linear_1024x4096x4096": lambda: _linear((1024, 4096), 4096)}
+
+
 def _linear_vm(k, n):
     x, b = input_node("x", 0, (1, k)), input_node("b", 1, (k, n))
     return Graph(inputs=(x, b), params=(), outputs=(make_node("mm", [x, b]),))
@@ -171,10 +175,13 @@ def _group(graph: Graph, config: GemmConfig | None) -> FusedGroup:
 
 @pytest.fixture(scope="module")
 def built():
-    groups = {name: _group(build(), config) for name, (build, config, _) in CASES.items()}
+    """Every kernel of this file in one extension: ninja compiles the CUTLASS units in parallel."""
+    graphs = {name: (build(), config) for name, (build, config, _) in CASES.items()}
+    graphs.update({name: (build(), None) for name, build in ACCURACY.items()})
+    groups = {name: _group(graph, config) for name, (graph, config) in graphs.items()}
     sources = {name: render(group) for name, group in groups.items()}
     module = build_gemm_extension(list(sources.values()))
-    return {name: (groups[name], getattr(module, sources[name].name)) for name in CASES}
+    return {name: (groups[name], getattr(module, sources[name].name)) for name in groups}
 
 
 def _values(graph: Graph, seed: int) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
@@ -254,22 +261,11 @@ def test_results_do_not_depend_on_the_stream(built, case):
     assert torch.equal(out, expected)
 
 
-ACCURACY = {"mm_2048": lambda: _mm(2048, 2048, 2048),
-            "linear_1024x4096x4096": lambda: _linear((1024, 4096), 4096)}
-
-
-@pytest.fixture(scope="module")
-def built_accuracy():
-    groups = {name: _group(build(), None) for name, build in ACCURACY.items()}
-    sources = {name: render(group) for name, group in groups.items()}
-    module = build_gemm_extension(list(sources.values()))
-    return {name: (groups[name], getattr(module, sources[name].name)) for name in ACCURACY}
-
 
 @pytest.mark.parametrize("case", list(ACCURACY))
-def test_accuracy_against_float64_is_within_twice_torch_fp32(built_accuracy, case):
+def test_accuracy_against_float64_is_within_twice_torch_fp32(built, case):
     """The issue's accuracy bar, strictly: no floor, large K where FP32 accumulation error is real."""
-    group, fn = built_accuracy[case]
+    group, fn = built[case]
     graph = ACCURACY[case]()
     inputs, params = _values(graph, seed=1)
     inputs = [t.cuda() for t in inputs]
