@@ -261,7 +261,6 @@ def test_results_do_not_depend_on_the_stream(built, case):
     assert torch.equal(out, expected)
 
 
-
 @pytest.mark.parametrize("case", list(ACCURACY))
 def test_accuracy_against_float64_is_within_twice_torch_fp32(built, case):
     """The issue's accuracy bar, strictly: no floor, large K where FP32 accumulation error is real."""
