@@ -48,12 +48,33 @@ def _kw_build(name, cpp_sources, cuda_sources, root=None):
         spec.loader.exec_module(module)
         return module, time.perf_counter() - start
     os.makedirs(folder, exist_ok=True)
+    needs_cutlass = any("#include <cutlass/" in source for source in cuda_sources)
     module = load_inline(
         name=name, cpp_sources=cpp_sources, cuda_sources=cuda_sources, build_directory=folder,
         extra_cflags=["-O3"], extra_cuda_cflags=["-O3", f"-gencode=arch=compute_{arch},code=sm_{arch}"],
+        extra_include_paths=[_kw_cutlass_include()] if needs_cutlass else [],
         no_implicit_headers=True, verbose=os.environ.get("KERNELWRIGHT_VERBOSE_BUILD") == "1",
     )
     return module, time.perf_counter() - start
+
+
+def _kw_cutlass_include():
+    """The CUTLASS headers of the installed `nvidia-cutlass` wheel, found without importing it (its
+    __init__ pulls heavy optional dependencies), or of `$CUTLASS_PATH`."""
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    candidates = [Path(os.environ["CUTLASS_PATH"]) / "include"] if os.environ.get("CUTLASS_PATH") else []
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is not None and spec.submodule_search_locations:
+        root = Path(list(spec.submodule_search_locations)[0])
+        candidates += [root / "source" / "include", root.parent / "cutlass" / "include"]
+    for path in candidates:
+        if (path / "cutlass" / "cutlass.h").is_file():
+            return str(path)
+    raise RuntimeError("this model's GEMM kernels need the CUTLASS headers: pip install nvidia-cutlass "
+                       "(or set CUTLASS_PATH to a CUTLASS checkout)")
 '''
 
 # nvcc flags torch's extension builder adds; the compile-only check uses them too.

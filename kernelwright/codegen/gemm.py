@@ -14,7 +14,8 @@ Launcher (in the .cu, no torch headers):
     size_t NAME_workspace(int batch, int m, int n, int k);
 
 CUTLASS sources include `<cutlass/...>` headers (angle brackets: they are not ours to inline): the extension
-must be built with the `nvidia-cutlass` wheel's include directory (see `CUTLASS_INCLUDE_FINDER`).
+must be built with the `nvidia-cutlass` wheel's include directory, which the build recipe in
+`codegen/build.py` finds.
 """
 
 from __future__ import annotations
@@ -29,25 +30,6 @@ from kernelwright.codegen.pointwise import c_literal, emit_statements
 from kernelwright.fuse.gemm import GemmConfig, GemmView, describe
 from kernelwright.fuse.plan import FusedGroup
 from kernelwright.ir.graph import Node
-
-# Python source for an emitted ModelNew file: finds the CUTLASS headers of the installed `nvidia-cutlass`
-# wheel without importing it (its __init__ pulls heavy optional dependencies), or `$CUTLASS_PATH`.
-CUTLASS_INCLUDE_FINDER = '''
-def _cutlass_include():
-    import importlib.util
-    import os
-    from pathlib import Path
-    candidates = [Path(os.environ["CUTLASS_PATH"]) / "include"] if os.environ.get("CUTLASS_PATH") else []
-    spec = importlib.util.find_spec("cutlass_library")
-    if spec is not None and spec.submodule_search_locations:
-        root = Path(list(spec.submodule_search_locations)[0])
-        candidates += [root / "source" / "include", root.parent / "cutlass" / "include"]
-    for path in candidates:
-        if (path / "cutlass" / "cutlass.h").is_file():
-            return str(path)
-    raise RuntimeError("this model's GEMM kernels need the CUTLASS headers: pip install nvidia-cutlass "
-                       "(or set CUTLASS_PATH to a CUTLASS checkout)")
-'''.strip()
 
 # nvcc flags the CUTLASS translation units need on top of torch's defaults.
 CUTLASS_NVCC_FLAGS = ("-std=c++17", "--expt-relaxed-constexpr")
