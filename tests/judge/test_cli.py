@@ -1,0 +1,47 @@
+"""`kernelwright eval` and `evaluate_reference` end to end on the CPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import CANDIDATES, CPU_OPTIONS, PROBLEMS
+
+from kernelwright.cli import main
+from kernelwright.judge import evaluate_reference
+
+FAST = ["--device", "cpu", "--min-runs", "3", "--min-time", "0", "--no-compile-baseline", "--trials", "2"]
+
+
+def test_eval_json_correct_exits_0(capsys):
+    code = main(["eval", str(PROBLEMS / "gelu.py"), str(CANDIDATES / "correct_gelu.py"), *FAST, "--json"])
+    verdict = json.loads(capsys.readouterr().out)
+    assert code == 0 and verdict["status"] == "correct"
+    assert len(verdict["trials"]) == 6 and verdict["timings"]["candidate"]["n"] >= 3
+    assert verdict["options"]["trials"] == 2 and verdict["tolerance"]["preset"] == "default"
+
+
+def test_eval_table_rejected_exits_1(capsys):
+    code = main(["eval", str(PROBLEMS / "gelu.py"), str(CANDIDATES / "no_code_block.md"), *FAST])
+    out = capsys.readouterr().out
+    assert code == 1 and "rejected" in out and "no fenced code block" in out
+
+
+def test_malformed_problem_exits_2(tmp_path, capsys):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import torch\n\ndef get_inputs():\n    return []\n")
+    code = main(["eval", str(bad), str(CANDIDATES / "correct_gelu.py"), "--device", "cpu"])
+    assert code == 2 and "missing Model" in capsys.readouterr().err
+
+
+def test_unknown_tolerance_is_a_usage_error():
+    with pytest.raises(SystemExit) as exc:
+        main(["eval", "p.py", "c.py", "--tolerance", "loose"])
+    assert exc.value.code == 2
+
+
+def test_evaluate_reference_times_eager_only():
+    report = evaluate_reference(PROBLEMS / "batchnorm_train.py", CPU_OPTIONS)
+    assert report["status"] == "reference" and report["timings"]["candidate"] is None
+    assert report["timings"]["eager"]["median_ms"] > 0 and report["timings"]["compile"] is None
+    assert report["env"]["torch"] and len(report["seeds"]["inputs"]) == 9
