@@ -63,16 +63,17 @@ def _kw_cutlass_include():
     __init__ pulls heavy optional dependencies), or of `$CUTLASS_PATH`."""
     import importlib.util
     import os
-    from pathlib import Path
 
-    candidates = [Path(os.environ["CUTLASS_PATH"]) / "include"] if os.environ.get("CUTLASS_PATH") else []
+    user = os.environ.get("CUTLASS_PATH")
+    candidates = [os.path.join(user, "include")] if user else []
     spec = importlib.util.find_spec("cutlass_library")
     if spec is not None and spec.submodule_search_locations:
-        root = Path(list(spec.submodule_search_locations)[0])
-        candidates += [root / "source" / "include", root.parent / "cutlass" / "include"]
+        root = list(spec.submodule_search_locations)[0]
+        candidates += [os.path.join(root, "source", "include"),
+                       os.path.join(root, "..", "cutlass", "include")]
     for path in candidates:
-        if (path / "cutlass" / "cutlass.h").is_file():
-            return str(path)
+        if os.path.isfile(os.path.join(path, "cutlass", "cutlass.h")):
+            return path
     raise RuntimeError("this model's GEMM kernels need the CUTLASS headers: pip install nvidia-cutlass "
                        "(or set CUTLASS_PATH to a CUTLASS checkout)")
 '''
