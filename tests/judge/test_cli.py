@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import CANDIDATES, CPU_OPTIONS, PROBLEMS
+from corpus import CANDIDATES, CPU_OPTIONS, PROBLEMS
 
 from kernelwright.cli import main
 from kernelwright.judge import evaluate_reference

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
-from conftest import CANDIDATES, CPU_OPTIONS, PROBLEMS
+from corpus import CANDIDATES, CPU_OPTIONS, PROBLEMS
 
 from kernelwright.judge import Judge
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CANDIDATES, PROBLEMS
+from corpus import CANDIDATES, GPU_CANDIDATES, PROBLEMS
 from test_corpus_cpu import EXPECTED
 
 from kernelwright.judge import Judge, JudgeOptions, evaluate, evaluate_reference
@@ -21,7 +21,6 @@ from kernelwright.judge.timing import measure
 
 pytestmark = pytest.mark.gpu
 
-GPU_CANDIDATES = Path(__file__).resolve().parent.parent / "judge_corpus" / "gpu_candidates"
 FAST = JudgeOptions(device="cuda", min_runs=20, min_time_s=0.05, compile_baseline=False)
 
 
