@@ -62,6 +62,9 @@ class Judge:
             )
         if options.trials < 1:
             raise UsageError("--trials must be at least 1")
+        if options.device == "cuda" and not options.compile_only and not torch.cuda.is_available():
+            raise UsageError("--device cuda but no CUDA GPU is available here; use --device cpu "
+                             "(pure-PyTorch candidates) or --compile-only (build CUDA sources without a GPU)")
         self.options = options
         self.problem: Problem = load_shrunk(problem) if options.shrink else load_problem(problem)
         self.workdir = Path(tempfile.mkdtemp(prefix="kernelwright-judge-"))

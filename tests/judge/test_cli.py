@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 from corpus import CANDIDATES, CPU_OPTIONS, PROBLEMS
 
 from kernelwright.cli import main
@@ -32,6 +33,12 @@ def test_malformed_problem_exits_2(tmp_path, capsys):
     bad.write_text("import torch\n\ndef get_inputs():\n    return []\n")
     code = main(["eval", str(bad), str(CANDIDATES / "correct_gelu.py"), "--device", "cpu"])
     assert code == 2 and "missing Model" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown when there is no GPU")
+def test_device_cuda_without_gpu_is_a_usage_error(capsys):
+    code = main(["eval", str(PROBLEMS / "gelu.py"), str(CANDIDATES / "correct_gelu.py")])
+    assert code == 2 and "--device cpu" in capsys.readouterr().err
 
 
 def test_unknown_tolerance_is_a_usage_error():
