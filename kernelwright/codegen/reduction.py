@@ -403,10 +403,12 @@ static cudaError_t launch($params, cudaStream_t stream) {
   auto fn = kernel<VEC, CL, CACHE>;
   const size_t smem = CACHE ? sizeof(float) * ROWS_PER_BLOCK * CACHED * ((LEN / VEC + CL - 1) / CL) * VEC : 0;
   const unsigned blocks = static_cast<unsigned>((ROWS + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK * CL);
-  if (smem > 48 * 1024) {
-    const cudaError_t err =
+  if (smem > 0) {
+    // The 48 KB default covers static + dynamic shared memory together, so raise the dynamic limit
+    // whenever there is any (a row cache of exactly 48 KB plus the reduction scratch failed to launch).
+    static const cudaError_t configured =
         cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (err != cudaSuccess) return err;
+    if (configured != cudaSuccess) return configured;
   }
   if (CL == 1) {
     fn<<<blocks, THREADS, smem, stream>>>($args);
