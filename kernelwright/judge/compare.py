@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from kernelwright.judge.outputs import flatten, structure
-from kernelwright.judge.tolerance import effective_atol, tolerance_for
+from kernelwright.judge.tolerance import ORACLE_FACTOR, effective_atol, tolerance_for
 
 CHUNK = 1 << 25  # elements per comparison chunk: bounds the temporaries to a few hundred MB
 
@@ -127,6 +127,39 @@ def _compare_close(path: str, ref: torch.Tensor, cand: torch.Tensor, preset: str
             f"expected {ref[index].item():.6g}, got {cand[index].item():.6g}",
         }
     return {**result, "status": "correct", "detail": ""}
+
+
+def oracle_check(reference: Any, oracle: Any, candidate: Any) -> tuple[bool, str]:
+    """Whether the candidate is, output by output, at most ORACLE_FACTOR times less accurate than the
+    FP32 reference, both measured by max abs error against the float64 `oracle` (see tolerance.py)."""
+    notes = []
+    leaves = zip(flatten(reference), flatten(oracle), flatten(candidate), strict=True)
+    for (path, ref), (_, exact), (_, cand) in leaves:
+        if not (isinstance(ref, torch.Tensor) and ref.is_floating_point()):
+            continue
+        exact = exact.to(ref.device)
+        ref_err = _max_abs_diff(ref, exact)
+        cand_err = _max_abs_diff(cand.to(ref.device), exact)
+        if not cand_err <= ORACLE_FACTOR * ref_err:
+            return False, f"{path}: error vs float64 {cand_err:.3g}, eager FP32's {ref_err:.3g}"
+        notes.append(f"{path}: error vs float64 {cand_err:.3g} (eager FP32: {ref_err:.3g})")
+    return True, "; ".join(notes)
+
+
+def _max_abs_diff(a: torch.Tensor, exact: torch.Tensor) -> float:
+    """Max |a - exact| over the elements where `exact` is finite; inf when `a` is not finite there."""
+    worst = 0.0
+    flat_a, flat_exact = a.reshape(-1), exact.reshape(-1)
+    for start in range(0, flat_a.numel(), CHUNK):
+        x = flat_a[start : start + CHUNK].double()
+        e = flat_exact[start : start + CHUNK].double()
+        finite = torch.isfinite(e)
+        if (finite & ~torch.isfinite(x)).any():
+            return float("inf")
+        diff = torch.where(finite, (x - e).abs(), torch.zeros_like(e))
+        if diff.numel():
+            worst = max(worst, float(diff.max()))
+    return worst
 
 
 def _rms(flat: torch.Tensor) -> float:

@@ -12,6 +12,13 @@ Integer and boolean outputs (argmax, masks) must match exactly under every prese
 
 For the rescaled input distributions (x1000, tiny values) an absolute tolerance in output units is
 meaningless, so there atol is taken relative to the reference output's RMS (`effective_atol`).
+
+The float64 oracle: eager FP32 is itself only an approximation. Where a candidate's floating outputs miss
+the table against eager FP32, the judge reruns the model in float64 on the same inputs and still accepts
+the trial when, for every output, the candidate's max abs error against float64 is at most
+`ORACLE_FACTOR` times eager FP32's own (and finite where float64 is). This keeps ill-conditioned problems
+(a softmax of large logits amplifies the last-bit differences of two correct GEMMs) from failing a
+candidate that is as accurate as PyTorch, and never accepts one that is less accurate.
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ PRESETS: dict[str, dict[torch.dtype, tuple[float, float]]] = {
         torch.complex128: (1e-2, 1e-2),
     },
 }
+
+# A candidate may be at most this many times less accurate than eager FP32, measured against float64.
+ORACLE_FACTOR = 2.0
 
 # Input distributions whose outputs are not O(1): atol scales with the reference output (see module doc).
 RESCALED_DISTRIBUTIONS = frozenset({"scale1000", "tiny"})
