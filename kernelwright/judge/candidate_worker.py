@@ -31,6 +31,7 @@ from kernelwright.judge.outputs import (
     tensor_leaves,
     wrong_device,
 )
+from kernelwright.judge.perturb import state_dict_mismatch
 from kernelwright.judge.timing import measure
 from kernelwright.judge.worker import classify_failure
 
@@ -123,6 +124,23 @@ class CandidateWorker:
     # ------------------------------------------------------------------------------------------- trials
 
     def op_trial(self, command: dict) -> dict:
+        if not command.get("state_dict"):
+            return self._trial(command)
+        # The perturbed-parameters trial: run with the reference's perturbed state dict, then put the original
+        # back, so that the timing afterwards measures the model as constructed.
+        state = torch.load(command["state_dict"], map_location=self.device, weights_only=True)
+        mismatch = state_dict_mismatch(state, self.model)
+        if mismatch:
+            return {"ok": False, "status": "rejected", "detail": mismatch, **self._state()}
+        # nn.Module's own methods: a ModelNew overriding load_state_dict could ignore the new values.
+        own = torch.nn.Module.state_dict(self.model)
+        original = {name: value.detach().clone() for name, value in own.items()}
+        torch.nn.Module.load_state_dict(self.model, state, strict=True)
+        reply = self._trial(command)
+        torch.nn.Module.load_state_dict(self.model, original, strict=True)
+        return reply
+
+    def _trial(self, command: dict) -> dict:
         inputs = self._reuse_storage(torch.load(command["inputs"], weights_only=True))
         originals = [t.clone() if isinstance(t, torch.Tensor) else None for t in inputs]
         threads = live_threads()

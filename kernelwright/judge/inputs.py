@@ -1,6 +1,8 @@
 """The trials of one judgement: random-input trials under different seeds, then extra input distributions
 that catch kernels tuned to `torch.rand`'s [0, 1) (x1000 scale, all-negative, tiny values) or to contiguous
-memory (non-contiguous views of the same values). Runs in the reference worker."""
+memory (non-contiguous views of the same values), and last a trial with perturbed parameters (normal
+inputs; see perturb.py) that catches a ModelNew ignoring parameters that are constant at initialization.
+Runs in the reference worker."""
 
 from __future__ import annotations
 
@@ -9,32 +11,36 @@ from dataclasses import asdict, dataclass
 import torch
 
 EXTRA_DISTRIBUTIONS = ("scale1000", "all_negative", "tiny", "noncontiguous")
+PERTURBED_PARAMS = "perturbed_params"
 
 
 @dataclass(frozen=True)
 class Trial:
     index: int
-    distribution: str  # "normal" or one of EXTRA_DISTRIBUTIONS
+    distribution: str  # "normal", one of EXTRA_DISTRIBUTIONS or PERTURBED_PARAMS
     seed: int
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
-def plan_trials(base_inputs: list, trials: int, seed: int, extra: bool) -> list[Trial]:
-    """`trials` normal trials, then each extra distribution that applies to these inputs."""
+def plan_trials(base_inputs: list, trials: int, seed: int, extra: bool, perturb: bool = False) -> list[Trial]:
+    """`trials` normal trials, then each extra distribution that applies to these inputs, then (`perturb`)
+    the perturbed-parameters trial (skipped later if the model turns out to have no float parameters)."""
     plan = [Trial(i, "normal", seed + 1 + i) for i in range(trials)]
     if extra and any(_is_float_tensor(v) for v in base_inputs):
         for offset, name in enumerate(EXTRA_DISTRIBUTIONS):
             if name == "noncontiguous" and not any(_noncontiguous(v) is not None for v in base_inputs):
                 continue
             plan.append(Trial(len(plan), name, seed + 1001 + offset))
+    if perturb:
+        plan.append(Trial(len(plan), PERTURBED_PARAMS, seed + 2001))
     return plan
 
 
 def apply_distribution(inputs: list, distribution: str) -> list:
     """Transform the floating-point tensors of a `get_inputs()` draw; other values pass through."""
-    if distribution == "normal":
+    if distribution in ("normal", PERTURBED_PARAMS):
         return inputs
     out = []
     for value in inputs:

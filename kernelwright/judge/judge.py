@@ -105,6 +105,7 @@ class Judge:
                     "device": self.options.device,
                     "trials": self.options.trials,
                     "extra_distributions": self.options.extra_distributions,
+                    "perturb_params": self.options.perturb_params,
                     "tolerance": self.options.tolerance,
                     "workdir": str(self.workdir),
                     "env": True,

@@ -12,6 +12,7 @@ class JudgeOptions:
     seed: int = 42                       # model construction seed (same for Model and ModelNew)
     tolerance: str = "default"           # preset name in judge/tolerance.py ("default", "kernelbench")
     extra_distributions: bool = True     # x1000 scale, all-negative, tiny values, non-contiguous views
+    perturb_params: bool = True          # one more trial with perturbed parameters/buffers (judge/perturb.py)
     timing: bool = True                  # time candidate, eager and (unless disabled) torch.compile
     compile_baseline: bool = True        # also time torch.compile(Model) (default mode)
     compile_only: bool = False           # only build the candidate's CUDA sources: "builds" or build_error

@@ -11,8 +11,9 @@ import torch
 
 from kernelwright.environment import collect_environment
 from kernelwright.judge.compare import compare_buffers, compare_outputs, oracle_check
-from kernelwright.judge.inputs import Trial, apply_distribution, plan_trials
+from kernelwright.judge.inputs import PERTURBED_PARAMS, Trial, apply_distribution, plan_trials
 from kernelwright.judge.outputs import aliases, flatten
+from kernelwright.judge.perturb import perturbed_state_dict
 from kernelwright.judge.timing import measure
 from kernelwright.problem import load_problem, to_device
 
@@ -22,7 +23,7 @@ class ReferenceWorker:
         self.problem = None
         self.model = None
         self.plan: list[Trial] = []
-        self.pending: dict[int, tuple] = {}  # trial index -> (outputs, updated buffers)
+        self.pending: dict[int, tuple] = {}  # trial index -> (outputs, updated buffers, model that ran)
 
     def handle(self, command: dict) -> dict:
         return getattr(self, f"op_{command['op']}")(command)
@@ -35,7 +36,8 @@ class ReferenceWorker:
         if self.device == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("--device cuda but CUDA is not available here (use --device cpu)")
         base = self.problem.inputs(command["seed"] + 1)
-        self.plan = plan_trials(base, command["trials"], command["seed"], command["extra_distributions"])
+        self.plan = plan_trials(base, command["trials"], command["seed"], command["extra_distributions"],
+                                command.get("perturb_params", False))
         return {"ok": True, "trials": [t.to_json() for t in self.plan], "env": collect_environment()}
 
     def op_reset(self, command: dict) -> dict:
@@ -49,22 +51,33 @@ class ReferenceWorker:
 
     def op_trial(self, command: dict) -> dict:
         trial = self.plan[command["index"]]
+        model, state_path = self.model, None
+        if trial.distribution == PERTURBED_PARAMS:
+            # A perturbed copy: the judged model (and so the timing) keeps the original parameters.
+            state = perturbed_state_dict(self.model, trial.seed)
+            if state is None:
+                return {"ok": True, "skipped": "the model has no floating-point parameters or buffers"}
+            model = copy.deepcopy(self.model)
+            model.load_state_dict(state, strict=True)
+            state_path = self.workdir / f"state_{trial.index}.pt"
+            torch.save(state, state_path)
         cpu_inputs = self.trial_inputs(trial)
         path = self.workdir / f"inputs_{trial.index}.pt"
         torch.save(cpu_inputs, path)
         inputs = to_device(cpu_inputs, self.device)
-        buffers = dict(self.model.named_buffers())
+        buffers = dict(model.named_buffers())
         versions = {name: b._version for name, b in buffers.items()}
         in_versions = [t._version if isinstance(t, torch.Tensor) else None for t in inputs]
         with torch.no_grad():
-            outputs = self.model(*inputs)
+            outputs = model(*inputs)
         updated = {name: b.detach().clone() for name, b in buffers.items() if b._version != versions[name]}
         pairs = zip(inputs, in_versions, strict=True)
         mutates = any(isinstance(t, torch.Tensor) and t._version != v for t, v in pairs)
-        self.pending[trial.index] = (outputs, updated)
+        self.pending[trial.index] = (outputs, updated, model)
         return {
             "ok": True,
             "inputs": str(path),
+            "state_dict": str(state_path) if state_path else None,
             "buffers": sorted(updated),
             "mutates_inputs": mutates,
             "aliases_inputs": aliases(outputs, inputs) is not None,
@@ -72,7 +85,7 @@ class ReferenceWorker:
 
     def op_compare(self, command: dict) -> dict:
         trial = self.plan[command["index"]]
-        outputs, updated = self.pending.pop(trial.index)
+        outputs, updated, model = self.pending.pop(trial.index)
         result_file = torch.load(command["outputs"], map_location=self.device, weights_only=True)
         if trial.distribution != "normal" and not _all_finite(outputs):
             # e.g. log() of the all-negative inputs: this distribution says nothing about this problem.
@@ -81,16 +94,16 @@ class ReferenceWorker:
             outputs, result_file["outputs"], self.config["tolerance"], trial.distribution
         )
         if result["status"] == "mismatch":
-            accepted, note = oracle_check(outputs, self.float64_outputs(trial), result_file["outputs"])
+            accepted, note = oracle_check(outputs, self.float64_outputs(trial, model), result_file["outputs"])
             if accepted:
                 result.update(status="correct", detail=f"accepted by the float64 oracle: {note}")
         if result["status"] == "correct" and updated:
             result.update(compare_buffers(updated, result_file["buffers"], self.config["tolerance"]))
         return {"ok": True, **result}
 
-    def float64_outputs(self, trial: Trial):
-        """The model in float64 on this trial's inputs (a copy: the judged model keeps its state)."""
-        exact = copy.deepcopy(self.model).double()
+    def float64_outputs(self, trial: Trial, model: torch.nn.Module):
+        """`model` in float64 on this trial's inputs (a copy: the judged model keeps its state)."""
+        exact = copy.deepcopy(model).double()
         inputs = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
                   for t in to_device(self.trial_inputs(trial), self.device)]
         with torch.no_grad():

@@ -110,11 +110,16 @@ class CandidateSession:
     def _run_trial(self, trial: dict, deadline: float) -> None:
         index = trial["index"]
         reference = self.judge._reference_request({"op": "trial", "index": index})
+        if reference.get("skipped"):
+            self.verdict["trials"].append({**trial, "status": "skipped", "detail": reference["skipped"],
+                                           "max_abs_err": None, "max_rel_err": None, "first_mismatch": None})
+            return
         outputs = self.workdir / f"outputs_{index}.pt"
         reply = self.worker.request(
             {
                 "op": "trial",
                 "inputs": reference["inputs"],
+                "state_dict": reference.get("state_dict"),
                 "outputs": str(outputs),
                 "buffers": reference["buffers"],
                 "check_inputs": not reference["mutates_inputs"],
@@ -150,6 +155,8 @@ class CandidateSession:
         outputs.unlink(missing_ok=True)
         if index > 0:
             Path(reference["inputs"]).unlink(missing_ok=True)
+        if reference.get("state_dict"):
+            Path(reference["state_dict"]).unlink(missing_ok=True)
         entry.update({k: result.get(k) for k in ("status", "max_abs_err", "max_rel_err", "first_mismatch")})
         if result["status"] not in ("correct", "skipped"):
             raise Failed(

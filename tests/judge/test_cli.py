@@ -18,7 +18,7 @@ def test_eval_json_correct_exits_0(capsys):
     code = main(["eval", str(PROBLEMS / "gelu.py"), str(CANDIDATES / "correct_gelu.py"), *FAST, "--json"])
     verdict = json.loads(capsys.readouterr().out)
     assert code == 0 and verdict["status"] == "correct"
-    assert len(verdict["trials"]) == 6 and verdict["timings"]["candidate"]["n"] >= 3
+    assert len(verdict["trials"]) == 7 and verdict["timings"]["candidate"]["n"] >= 3
     assert verdict["options"]["trials"] == 2 and verdict["tolerance"]["preset"] == "default"
 
 
@@ -51,4 +51,4 @@ def test_evaluate_reference_times_eager_only():
     report = evaluate_reference(PROBLEMS / "batchnorm_train.py", CPU_OPTIONS)
     assert report["status"] == "reference" and report["timings"]["candidate"] is None
     assert report["timings"]["eager"]["median_ms"] > 0 and report["timings"]["compile"] is None
-    assert report["env"]["torch"] and len(report["seeds"]["inputs"]) == 9
+    assert report["env"]["torch"] and len(report["seeds"]["inputs"]) == 10

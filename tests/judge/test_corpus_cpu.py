@@ -41,6 +41,10 @@ EXPECTED = {
     "oom.py": ("gelu", {"oom"}, {}, ""),
     "bn_no_running_stats.py": ("batchnorm_train", {"mismatch"}, {}, "buffer bn."),
     "bn_correct.py": ("batchnorm_train", {"correct"}, {}, ""),
+    "ln_ignores_affine.py": ("layernorm", {"mismatch"}, {}, "(perturbed_params"),
+    "ln_stale_cache.py": ("layernorm", {"mismatch"}, {}, "(perturbed_params"),
+    "ln_renamed_param.py": ("layernorm", {"rejected"}, {}, "missing norm.weight, norm.bias; unexp"),
+    "ln_version_cache.py": ("layernorm", {"correct"}, {}, ""),
     "syntax_error.md": ("gelu", {"build_error"}, {}, "candidate.py:5"),
     "no_code_block.md": ("gelu", {"rejected"}, {}, "no fenced code block"),
     "no_modelnew.md": ("gelu", {"rejected"}, {}, "do not define class ModelNew"),
@@ -95,15 +99,35 @@ def test_every_corpus_file_has_an_expectation():
 
 def test_correct_verdict_is_complete(corpus_verdicts):
     verdict = corpus_verdicts["correct_gelu.py"]
-    assert len(verdict["trials"]) == 9  # 5 seeds + x1000, all-negative, tiny, non-contiguous
-    assert {t["distribution"] for t in verdict["trials"]} == {
-        "normal", "scale1000", "all_negative", "tiny", "noncontiguous"}
-    assert all(t["status"] == "correct" and t["max_abs_err"] < 1e-5 for t in verdict["trials"])
+    assert len(verdict["trials"]) == 10  # 5 seeds + x1000, all-negative, tiny, non-contiguous + perturbed
+    assert [t["distribution"] for t in verdict["trials"]] == [
+        "normal"] * 5 + ["scale1000", "all_negative", "tiny", "noncontiguous", "perturbed_params"]
+    *run, perturbed = verdict["trials"]
+    assert all(t["status"] == "correct" and t["max_abs_err"] < 1e-5 for t in run)
+    # GELU has no parameters: nothing to perturb.
+    assert perturbed["status"] == "skipped" and "no floating-point parameters" in perturbed["detail"]
+    assert "1 skipped" in verdict["detail"]
     for name in ("candidate", "eager"):
         stats = verdict["timings"][name]
         assert stats["median_ms"] > 0 and stats["n"] >= 3 and stats["iqr_ms"] >= 0
     assert verdict["timings"]["compile"] is None
     assert verdict["speedup_vs_eager"] > 0
-    assert verdict["seeds"]["model"] == 42 and len(verdict["seeds"]["inputs"]) == 9
+    assert verdict["seeds"]["model"] == 42 and len(verdict["seeds"]["inputs"]) == 10
     assert verdict["env"]["torch"]
     assert any(w["check"] == "pytorch_ops" for w in verdict["warnings"])
+
+
+@pytest.mark.parametrize("name", ["bn_correct.py", "ln_version_cache.py"])
+def test_perturbed_params_trial_runs_for_models_with_parameters(name, corpus_verdicts):
+    verdict = corpus_verdicts[name]
+    perturbed = verdict["trials"][-1]
+    assert perturbed["distribution"] == "perturbed_params" and perturbed["status"] == "correct"
+    assert perturbed["max_abs_err"] < 1e-4
+    assert verdict["timings"]["candidate"]["n"] >= 3
+
+
+def test_perturbed_params_can_be_disabled(cpu_judges):
+    judge = cpu_judges("layernorm", replace(CPU_OPTIONS, perturb_params=False, timing=False))
+    verdict = judge.evaluate(CANDIDATES / "ln_ignores_affine.py")
+    assert verdict["status"] == "correct", verdict["detail"]
+    assert "perturbed_params" not in {t["distribution"] for t in verdict["trials"]}

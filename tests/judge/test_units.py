@@ -17,6 +17,7 @@ from kernelwright.judge.extract import forbidden_imports, read_candidate
 from kernelwright.judge.guard import FunctionSnapshot, SwallowedExceptions, precision_changes, precision_state
 from kernelwright.judge.inputs import apply_distribution, plan_trials
 from kernelwright.judge.outputs import aliases, bitwise_equal, not_plain
+from kernelwright.judge.perturb import perturbed_state_dict, state_dict_mismatch
 from kernelwright.judge.static import static_report
 from kernelwright.judge.timing import measure, summarize
 from kernelwright.judge.tolerance import effective_atol, tolerance_for
@@ -179,6 +180,52 @@ def test_plan_trials_without_float_inputs():
     assert "noncontiguous" not in [t.distribution for t in plan]
     one_d = apply_distribution([torch.rand(5)], "noncontiguous")[0]
     assert not one_d.is_contiguous()
+
+
+def test_plan_trials_perturbed_params_last_with_normal_inputs():
+    base = [torch.rand(4, 6)]
+    plan = plan_trials(base, trials=2, seed=42, extra=False, perturb=True)
+    assert [t.distribution for t in plan] == ["normal", "normal", "perturbed_params"]
+    assert apply_distribution(base, "perturbed_params") is base
+
+
+# ------------------------------------------------------------------------------------------------ perturb
+
+
+def _norms() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.LayerNorm(6), torch.nn.BatchNorm1d(6), torch.nn.Linear(6, 3))
+
+
+def test_perturbed_state_dict_moves_every_float_entry_deterministically():
+    model = _norms()
+    model[1].running_mean.fill_(0.5)
+    state = perturbed_state_dict(model, seed=7)
+    original = model.state_dict()
+    assert set(state) == set(original)
+    for name, value in original.items():
+        if value.is_floating_point():
+            assert not torch.equal(state[name], value), name  # constant 1 and 0 included
+        else:
+            assert torch.equal(state[name], value), name  # num_batches_tracked
+    assert (state["1.running_var"] > 0).all()
+    again = perturbed_state_dict(_norms(), seed=7)
+    assert all(torch.equal(state[k], v) for k, v in again.items() if not k.startswith("1.running_mean"))
+    assert not torch.equal(perturbed_state_dict(model, seed=8)["0.weight"], state["0.weight"])
+
+
+def test_perturbed_state_dict_without_float_parameters_is_none():
+    assert perturbed_state_dict(torch.nn.GELU(), seed=0) is None
+
+
+def test_state_dict_mismatch_names_keys_and_shapes():
+    expected = _norms().state_dict()
+    assert state_dict_mismatch(expected, _norms()) is None
+    nn = torch.nn
+    other = nn.Sequential(nn.LayerNorm(6), nn.BatchNorm1d(5), nn.Linear(6, 3, bias=False))
+    message = state_dict_mismatch(expected, other)
+    assert "missing 2.bias" in message
+    assert "1.weight (5,) instead of (6,)" in message
 
 
 # ------------------------------------------------------------------------------------------------ outputs
