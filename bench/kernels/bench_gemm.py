@@ -24,7 +24,7 @@ import torch
 
 from kernelwright.codegen.gemm import render
 from kernelwright.codegen.gemm_build import build_gemm_extension
-from kernelwright.environment import collect_environment
+from kernelwright.environment import collect_environment, cutlass_include_dir
 from kernelwright.fuse.gemm import match
 from kernelwright.ir.graph import Graph
 from kernelwright.ir.ops import input_node, make_node, param_node
@@ -130,6 +130,10 @@ def main() -> None:
     options = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench_gemm needs a CUDA GPU")
+    if cutlass_include_dir() is None:
+        # Without them the matcher leaves every GEMM to ATen: there would be no kernel of ours to time.
+        raise SystemExit("bench_gemm needs the CUTLASS headers, which were not found: "
+                         "pip install nvidia-cutlass")
     torch.backends.cuda.matmul.allow_tf32 = False
     rows = run(options.only or list(WORKLOADS))
     options.out.parent.mkdir(parents=True, exist_ok=True)

@@ -119,20 +119,30 @@ const char* ${launcher}_launch(${params});
 size_t ${launcher}_workspace(int batch, int m, int n, int k);
 
 namespace ${name}_detail {
-// A matrix operand as [batch, rows, cols] with unit column stride, a row stride that is a multiple of
-// `align` and an address aligned to `align` floats: anything else (a transposed view, an offset slice)
-// is copied once rather than read with the wrong access width.
-inline at::Tensor matrix(const at::Tensor& v, int64_t batch, int64_t rows, int64_t cols, int64_t align) {
-  const bool ok = v.stride(2) == 1 && (rows == 1 || (v.stride(1) >= cols && v.stride(1) % align == 0)) &&
-                  (batch == 1 || v.stride(0) % align == 0) &&
-                  reinterpret_cast<uintptr_t>(v.data_ptr()) % (align * sizeof(float)) == 0;
-  return ok ? v : v.contiguous();
+// The kernel reads a matrix operand as [batch, rows, cols] with unit column stride and `align`-float
+// accesses, so its address, its row stride and its batch stride must all be multiples of `align` floats.
+inline bool readable(const at::Tensor& v, int64_t batch, int64_t rows, int64_t align) {
+  return v.stride(2) == 1 && (rows == 1 || (v.stride(1) >= v.size(2) && v.stride(1) % align == 0)) &&
+         (batch == 1 || v.stride(0) % align == 0) &&
+         reinterpret_cast<uintptr_t>(v.data_ptr()) % (align * sizeof(float)) == 0;
+}
+// Anything else (a transposed view, an offset slice) is copied once into a fresh allocation, which the
+// caching allocator aligns to 512 bytes. Not `contiguous()`: an offset slice is contiguous already and
+// would come back as is, still misaligned.
+inline at::Tensor matrix(const at::Tensor& v, int64_t batch, int64_t rows, int64_t cols, int64_t align,
+                         const char* role) {
+  if (readable(v, batch, rows, align)) return v;
+  at::Tensor copy = v.clone(at::MemoryFormat::Contiguous);
+  TORCH_CHECK(readable(copy, batch, rows, align), "${name}: operand ", role, " [", batch, ", ", rows, ", ",
+              cols, "] cannot be read with ", align, "-float accesses");
+  return copy;
 }
 // An epilogue tensor collapsed to its (L, M, N) extents, dense, at a 16-byte aligned address (the visitors
-// read it with vector loads).
+// read it with vector loads); copied like a matrix operand when it is not.
 inline at::Tensor dense(const at::Tensor& t, int64_t l, int64_t m, int64_t n) {
-  at::Tensor v = t.reshape({l, m, n}).contiguous();
-  return reinterpret_cast<uintptr_t>(v.data_ptr()) % 16 == 0 ? v : v.clone();
+  at::Tensor v = t.reshape({l, m, n});
+  const bool ok = v.is_contiguous() && reinterpret_cast<uintptr_t>(v.data_ptr()) % 16 == 0;
+  return ok ? v : v.clone(at::MemoryFormat::Contiguous);
 }
 inline int64_t row_stride(const at::Tensor& v, int64_t cols, int64_t align) {
   return v.size(1) == 1 ? (cols + align - 1) / align * align : v.stride(1);
@@ -146,8 +156,8 @@ std::vector<at::Tensor> ${name}(std::vector<at::Tensor> inputs) {
   }
   const c10::cuda::CUDAGuard guard(inputs[0].device());
   const int64_t batch = ${batch}, m = ${m}, n = ${n}, k = ${k};
-  at::Tensor a = ${name}_detail::matrix(${a_expr}, ${a_batch}, ${a_rows}, ${a_cols}, ${align_a});
-  at::Tensor b = ${name}_detail::matrix(${b_expr}, ${b_batch}, ${b_rows}, ${b_cols}, ${align_b});
+  at::Tensor a = ${name}_detail::matrix(${a_expr}, ${a_batch}, ${a_rows}, ${a_cols}, ${align_a}, "A");
+  at::Tensor b = ${name}_detail::matrix(${b_expr}, ${b_batch}, ${b_rows}, ${b_cols}, ${align_b}, "B");
 ${operand_lines}
   at::Tensor out = at::empty({${out_shape}}, inputs[0].options());
   const size_t workspace_bytes = ${launcher}_workspace(batch, m, n, k);
@@ -174,6 +184,9 @@ def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, 
     b_rows, b_cols = (view.n, view.k) if view.b_col_major else (view.k, view.n)
     a_batch = view.batch if len(view.a.shape) == 3 else 1
     b_batch = view.batch if len(view.b.shape) == 3 else 1
+    # CUTLASS's access widths are compiled in; the GEMV kernel picks its own from the pointers and strides
+    # it is given, so copying an operand for its sake would only add traffic.
+    align_a, align_b = (config.align_a, config.align_b) if config.kernel == "cutlass" else (1, 1)
     operand_lines, operand_args = [], []
     for j, operand in enumerate(view.operands):
         lo, mo, no = operand.extents
@@ -187,7 +200,7 @@ def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, 
         a_expr=_matrix_expr(index(view.a), a_batch, a_rows, a_cols),
         b_expr=_matrix_expr(index(view.b), b_batch, b_rows, b_cols),
         a_batch=a_batch, b_batch=b_batch, a_rows=a_rows, a_cols=a_cols, b_rows=b_rows, b_cols=b_cols,
-        align_a=config.align_a, align_b=config.align_b,
+        align_a=align_a, align_b=align_b,
         operand_lines="\n".join(operand_lines), operand_args=" ".join(operand_args),
         out_shape=", ".join(str(s) for s in view.output.shape) or "",
     ).lstrip()

@@ -40,7 +40,8 @@ SM_COUNT = 132
 class GemmConfig(NamedTuple):
     """One kernel variant. `kernel` is "cutlass" (SM80-style 3xTF32 tensor-core GEMM, runs on sm_90) or
     "gemv" (a bandwidth-bound matrix-vector kernel). Alignments are in elements (4 = 16-byte accesses)
-    and follow from the static shapes; the binding copies an operand whose runtime strides disagree."""
+    and follow from the static shapes; the CUTLASS binding copies an operand whose runtime address or
+    strides disagree (the GEMV kernel picks its access width at run time)."""
 
     kernel: str = "cutlass"
     block: tuple[int, int, int] = (128, 64, 16)

@@ -185,6 +185,27 @@ def built():
     return {name: (groups[name], getattr(module, sources[name].name), graphs[name][0]) for name in groups}
 
 
+@pytest.fixture(scope="module")
+def first_fault() -> list[str]:
+    """The test after which the CUDA context was found broken (empty while it is healthy)."""
+    return []
+
+
+@pytest.fixture(autouse=True)
+def cuda_context(first_fault, request):
+    """A kernel fault (misaligned or illegal address) is a sticky error: every later CUDA call in the
+    process raises it again. The test that left one fails on it as usual; the tests after it fail at setup
+    naming that test, so the report shows one fault and where it happened instead of a wall of copies."""
+    if first_fault:
+        pytest.fail(f"not run: the CUDA context was broken by {first_fault[0]}", pytrace=False)
+    yield
+    try:
+        torch.cuda.synchronize()
+    except torch.AcceleratorError as error:
+        message = str(error).partition("\n")[0]
+        first_fault.append(f"{request.node.name}: {message}")
+
+
 def _values(graph: Graph, seed: int) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
     generator = torch.Generator().manual_seed(seed)
     inputs = [torch.randn(n.shape, generator=generator) for n in graph.inputs]
@@ -229,21 +250,6 @@ def _check(out: torch.Tensor, ref64: torch.Tensor, ref32: torch.Tensor) -> None:
     assert ours <= 2 * torch_err + 2e-6 * scale, f"error {ours:.3g} vs torch FP32 {torch_err:.3g}"
 
 
-@pytest.mark.parametrize("relayout", [None, 0, 1], ids=["contiguous", "transposed_strides", "misaligned"])
-@pytest.mark.parametrize("case", list(CASES))
-def test_gemm_case(built, case, relayout):
-    group, fn, graph = built[case]
-    mutate = CASES[case][2]
-    inputs, params = _values(graph, seed=zlib.crc32(case.encode()))
-    if mutate is not None:
-        mutate(dict(zip([n.name for n in graph.inputs], inputs, strict=True)) | params)
-    inputs = [t.cuda() for t in inputs]
-    params = {k: v.cuda() for k, v in params.items()}
-    out = _run(group, fn, graph, inputs, params, relayout)
-    torch.cuda.synchronize()
-    _check(out, *_references(graph, inputs, params))
-
-
 @pytest.mark.parametrize("case", ["mm_1000", "linear_bias"])
 def test_results_do_not_depend_on_the_stream(built, case):
     group, fn, graph = built[case]
@@ -272,3 +278,23 @@ def test_accuracy_against_float64_is_within_twice_torch_fp32(built, case):
     ours = (out.double() - ref64).abs().max().item()
     torch_err = (ref32.double() - ref64).abs().max().item()
     assert ours <= 2 * torch_err, f"3xTF32 error {ours:.3g} vs torch FP32 {torch_err:.3g}"
+
+
+# Layout-major, misaligned last: a kernel fault is a sticky CUDA error that fails everything after it in the
+# process, so the layouts most likely to fault run once every other test has reported.
+LAYOUTS = {"contiguous": None, "transposed_strides": 0, "misaligned": 1}
+
+
+@pytest.mark.parametrize(("case", "relayout"), [pytest.param(case, relayout, id=f"{case}-{layout}")
+                                                for layout, relayout in LAYOUTS.items() for case in CASES])
+def test_gemm_case(built, case, relayout):
+    group, fn, graph = built[case]
+    mutate = CASES[case][2]
+    inputs, params = _values(graph, seed=zlib.crc32(case.encode()))
+    if mutate is not None:
+        mutate(dict(zip([n.name for n in graph.inputs], inputs, strict=True)) | params)
+    inputs = [t.cuda() for t in inputs]
+    params = {k: v.cuda() for k, v in params.items()}
+    out = _run(group, fn, graph, inputs, params, relayout)
+    torch.cuda.synchronize()
+    _check(out, *_references(graph, inputs, params))

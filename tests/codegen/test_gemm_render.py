@@ -80,7 +80,8 @@ def test_binding_maps_inputs_to_roles_and_collapses_operands():
     cpp = render(group).cpp
     name = render(group).name
     assert f"std::vector<at::Tensor> {name}(std::vector<at::Tensor> inputs)" in cpp
-    assert "matrix(inputs[0].reshape({3, 36, 96}), 3, 36, 96, 4)" in cpp     # A's source, [batch, K, M]
+    assert 'matrix(inputs[0].reshape({3, 36, 96}), 3, 36, 96, 4, "A")' in cpp    # A's source, [batch, K, M]
+    assert 'matrix(inputs[1].reshape({3, 36, 201}), 3, 36, 201, 1, "B")' in cpp
     assert "dense(inputs[2], 1, 96, 201)" in cpp      # residual shared by the batches
     assert "dense(inputs[3], 1, 1, 201)" in cpp       # bias row
     assert "dense(inputs[4], 3, 96, 1)" in cpp        # per-batch gate column
@@ -99,6 +100,8 @@ def test_gemv_forms(a_shape, b_shape, transpose_a, form):
     assert group.config.kernel == "gemv"
     source = render(group)
     assert f"({form} form)" in source.cuda and "cutlass" not in source.cuda
+    # The kernel picks its access width at run time: the binding copies no operand for alignment.
+    assert source.cpp.count(', 1, "A")') == 1 and source.cpp.count(', 1, "B")') == 1
 
 
 def test_linear_with_a_single_row_is_a_dot_gemv():
