@@ -75,7 +75,9 @@ class Problem:
         try:
             model = cls(*init)
         except Exception as exc:
-            raise ProblemLoadError(f"{self.path}: {cls.__name__}(*get_init_inputs()) raised {_describe(exc)}") from exc
+            raise ProblemLoadError(
+                f"{self.path}: {cls.__name__}(*get_init_inputs()) raised {_describe(exc)}"
+            ) from exc
         return model.to(device) if device is not None else model
 
     def _call(self, name: str) -> Any:
@@ -197,7 +199,8 @@ def load_problem(spec: str | Path, overrides: dict[str, int] | None = None) -> P
             value_node.value = int(overrides.pop(name))
         constants[name] = value_node.value
     if overrides:
-        raise ProblemLoadError(f"{path}: shrink overrides name unknown constants: {', '.join(sorted(overrides))}")
+        unknown = ", ".join(sorted(overrides))
+        raise ProblemLoadError(f"{path}: shrink overrides name unknown constants: {unknown}")
 
     module = types.ModuleType(f"kernelwright_problem_{next(_module_counter)}_{path.stem}")
     module.__file__ = str(path)
@@ -215,7 +218,9 @@ def load_problem(spec: str | Path, overrides: dict[str, int] | None = None) -> P
 def _validate(path: Path, module: types.ModuleType) -> None:
     missing = [name for name in ("Model", "get_inputs", "get_init_inputs") if not hasattr(module, name)]
     if missing:
-        raise ProblemLoadError(f"{path}: missing {', '.join(missing)} (a problem defines Model, get_inputs, get_init_inputs)")
+        raise ProblemLoadError(
+            f"{path}: missing {', '.join(missing)} (a problem defines Model, get_inputs, get_init_inputs)"
+        )
     model = module.Model
     if not (isinstance(model, type) and issubclass(model, torch.nn.Module)):
         raise ProblemLoadError(f"{path}: Model must be a subclass of torch.nn.Module, got {model!r}")
@@ -272,7 +277,9 @@ def load_shrunk(
             errors.append(f"cap {cap}: {_describe(exc)}")
             continue
         return problem
-    raise ProblemLoadError(f"{spec}: no shrunk variant runs ({'; '.join(errors)}); add an entry to {SHRINK_OVERRIDES_FILE.name}")
+    raise ProblemLoadError(
+        f"{spec}: no shrunk variant runs ({'; '.join(errors)}); add an entry to {SHRINK_OVERRIDES_FILE.name}"
+    )
 
 
 def run_forward_on_cpu(problem: Problem, seed: int = DEFAULT_SEED) -> Any:

@@ -42,7 +42,8 @@ __global__ void fma_kernel(const float* __restrict__ a, const float* __restrict_
     }
 }
 
-void fma_launch(const float* a, const float* b, const float* c, float* out, long long n, cudaStream_t stream) {
+void fma_launch(const float* a, const float* b, const float* c, float* out, long long n,
+                cudaStream_t stream) {
     int threads = 256;
     long long blocks = (n + threads - 1) / threads;
     if (blocks > 65535LL * 8) blocks = 65535LL * 8;
@@ -84,8 +85,8 @@ class ModelNew(nn.Module):
         return fused.fused_fma(a, b, c)
 '''
 
-INTRO = """You are an expert CUDA performance engineer. Rewrite the PyTorch architecture below so that it runs \
-faster on the GPU, by replacing some or all of its operators with custom CUDA kernels.
+INTRO = """You are an expert CUDA performance engineer. Rewrite the PyTorch architecture below so that it \
+runs faster on the GPU, by replacing some or all of its operators with custom CUDA kernels.
 
 You choose which operators to replace. Good answers fuse operators into one kernel (for example a matmul \
 and its activation, or a chain of pointwise ops), change the algorithm where it pays (online softmax, \
@@ -113,7 +114,8 @@ def build_prompt(architecture_source: str, include_example: bool = True, hardwar
         )
     if hardware:
         parts.append(f"The target GPU is an {hardware}.")
-    parts.append(f"You are given the following architecture:\n\n```python\n{architecture_source.rstrip()}\n```")
+    architecture = architecture_source.rstrip()
+    parts.append(f"You are given the following architecture:\n\n```python\n{architecture}\n```")
     parts.append(RULES)
     parts.append("Write the optimized architecture `ModelNew` now.")
     return "\n\n".join(parts) + "\n"

@@ -104,6 +104,6 @@ def test_overrides_recompute_derived_constants(tmp_path):
 def test_seeded_construction_is_reproducible():
     problem = load_shrunk(bundled_problem_ids(1)[0])
     a, b = problem.build_model(seed=3), problem.build_model(seed=3)
-    for pa, pb in zip(a.state_dict().values(), b.state_dict().values()):
+    for pa, pb in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
         assert torch.equal(pa, pb)
-    assert all(torch.equal(x, y) for x, y in zip(problem.inputs(seed=5), problem.inputs(seed=5)))
+    assert all(torch.equal(x, y) for x, y in zip(problem.inputs(seed=5), problem.inputs(seed=5), strict=True))

@@ -30,7 +30,8 @@ def run(args) -> int:
         ("GPU", f"{gpu['name']}, {gpu['sm_count']} SMs, sm_{gpu['capability'].replace('.', '')}, "
                 f"{gpu['memory_gib']} GiB" if gpu else "none"),
         ("driver", env["driver"] or "-"),
-        ("nvcc", f"{env['nvcc']} ({env['nvcc_version']})" if env["nvcc"] else "not found: CUDA sources cannot be built"),
+        ("nvcc", f"{env['nvcc']} ({env['nvcc_version']})" if env["nvcc"]
+                 else "not found: CUDA sources cannot be built"),
         ("CUTLASS headers", env["cutlass_include"] or "not found (pip install nvidia-cutlass)"),
         ("cache dir", env["cache_dir"]),
     ]
