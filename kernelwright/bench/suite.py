@@ -30,7 +30,8 @@ class SuiteProblem:
 def discover_suite(suite: str | Path | None = None, level: int | None = None,
                    pattern: str | None = None) -> list[SuiteProblem]:
     """Problems of `suite` (the bundled one when None), keeping only `level` and ids matching the glob
-    `pattern` (matched against the id and against the file stem)."""
+    `pattern` (matched against the id and against the file stem; several globs separated by commas keep
+    the problems matching any of them)."""
     root = Path(suite) if suite is not None else BUNDLED_DIR
     if not root.is_dir():
         raise UsageError(f"{root}: the suite must be a folder of problem files (or levelN/ subfolders)")
@@ -44,7 +45,8 @@ def discover_suite(suite: str | Path | None = None, level: int | None = None,
         problem_level = _level_of(folder)
         if level is not None and problem_level != str(level):
             continue
-        if pattern and not (fnmatch.fnmatch(problem_id, pattern) or fnmatch.fnmatch(path.stem, pattern)):
+        if pattern and not any(fnmatch.fnmatch(problem_id, glob) or fnmatch.fnmatch(path.stem, glob)
+                               for glob in pattern.split(",")):
             continue
         category = categories.get(problem_id, "uncategorized")
         problems.append(SuiteProblem(problem_id, path, problem_level, category))

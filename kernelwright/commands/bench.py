@@ -24,7 +24,8 @@ def register(subparsers) -> None:
                              "named like the problems (default: %(default)s)")
     parser.add_argument("--level", type=int, help="only this level")
     parser.add_argument("--filter", metavar="GLOB",
-                        help="only problem ids matching, e.g. 'level1/2*' or '*Softmax*'")
+                        help="only problem ids matching, e.g. 'level1/2*' or '*Softmax*'; several globs "
+                             "separated by commas match any")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="default: %(default)s")
     parser.add_argument("--gpus", help="GPU indices, e.g. 0,1 (one worker each; default: every visible GPU)")
     parser.add_argument("--out", help="results folder (default: bench/results/<date>-<gpu>/)")

@@ -76,6 +76,9 @@ def test_level_and_filter_select_problems(tiny_suite, tmp_path):
     executor = FakeExecutor()
     run_bench(config(tiny_suite, tmp_path / "out", "eager", pattern="*Soft*", level=1), execute=executor)
     assert [task.problem_id for task, _ in executor.calls] == ["level1/23_Softmax"]
+    several = FakeExecutor()
+    run_bench(config(tiny_suite, tmp_path / "out3", "eager", pattern="*Soft*,*ReLU"), execute=several)
+    assert [task.problem_id for task, _ in several.calls] == ["level1/01_ReLU", "level1/23_Softmax"]
     with pytest.raises(UsageError, match="no problem files"):
         run_bench(config(tiny_suite, tmp_path / "out2", "eager", level=2), execute=executor)
 
