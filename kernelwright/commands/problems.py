@@ -7,7 +7,13 @@ from rich.console import Console
 from rich.table import Table
 
 from kernelwright.errors import UsageError
-from kernelwright.problem import Problem, bundled_categories, bundled_problem_ids, load_problem, resolve_problem_path
+from kernelwright.problem import (
+    Problem,
+    bundled_categories,
+    bundled_problem_ids,
+    load_problem,
+    resolve_problem_path,
+)
 
 
 def register(subparsers) -> None:
