@@ -67,6 +67,9 @@ POW_BY_CONST = {2.0: "({0} * {0})", 3.0: "({0} * {0} * {0})", 0.5: "sqrt({0})", 
 
 COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 LOGICAL = frozenset({"logical_and", "logical_or", "logical_not"})
+# Bool results that test the operand in its own type: converting a float to bool first would turn NaN
+# and inf into `true` before the test sees them.
+PREDICATES = frozenset({"isnan", "isinf"})
 
 
 def c_type(dtype: torch.dtype) -> str:
@@ -98,12 +101,13 @@ def c_literal(value: float | int | bool, dtype: torch.dtype) -> str:
 
 def compute_dtype(node: Node) -> torch.dtype:
     """The type the op computes in: the promoted input type for comparisons, bool for logical ops,
-    the source type for casts, the output type otherwise (ATen's opmath for FP32 is float too)."""
+    the source type for casts and predicates, the output type otherwise (ATen's opmath for FP32 is float
+    too)."""
     if node.op in COMPARISONS:
         return _promoted(node.inputs)
     if node.op in LOGICAL:
         return torch.bool
-    if node.op == "cast":
+    if node.op == "cast" or node.op in PREDICATES:
         return node.inputs[0].dtype
     return node.dtype
 
@@ -134,7 +138,7 @@ def op_expression(node: Node, operands: Sequence[str]) -> str:
     if node.op == "pow" and node.inputs[1].op == "const" and ct.is_floating_point \
             and float(node.inputs[1].attr("value")) in POW_BY_CONST:
         template = POW_BY_CONST[float(node.inputs[1].attr("value"))]
-    elif not (ct.is_floating_point or ct == torch.bool) and key in INTEGER_EXPRESSIONS:
+    elif not ct.is_floating_point and (ct != torch.bool or key in PREDICATES) and key in INTEGER_EXPRESSIONS:
         template = INTEGER_EXPRESSIONS[key]
     else:
         template = EXPRESSIONS[key]

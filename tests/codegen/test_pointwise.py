@@ -126,7 +126,9 @@ def special_values() -> Case:
     x = _x((4, 8))
     out = make_node("mul", [make_node("clamp", [x], min=None, max=1.0), const_node(float("-inf"))])
     nan = make_node("isnan", [make_node("add", [x, const_node(float("nan"))])])
-    return Case("special_values", Graph((x,), (), (out, nan), output_kind="tuple"),
+    # predicates on NaN, inf and -inf themselves (converted to bool first, all three become `true`)
+    inf, zero = make_node("isinf", [x]), make_node("logical_not", [x])
+    return Case("special_values", Graph((x,), (), (out, nan, inf, zero), output_kind="tuple"),
                 lambda d: ([torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0] * 8,
                                          device=d).reshape(4, 8)], {}))
 
@@ -180,6 +182,18 @@ def test_expressions_follow_aten_semantics():
     # Comparisons compute in the promoted type: int tensor vs float scalar compares as float.
     assert op_expression(make_node("lt", [i, const_node(0.5)]), ["a", None]) == \
         "(static_cast<float>(a) < 0.5f)"
+
+
+def test_predicates_test_their_operand_in_its_own_type():
+    x, i, b = _x((4,)), _x((4,), "i", 0, torch.int64), _x((4,), "b", 0, torch.bool)
+    assert op_expression(make_node("isnan", [x]), ["a"]) == "kw::is_nan(a)"
+    assert op_expression(make_node("isinf", [x]), ["a"]) == "isinf(a)"
+    assert op_expression(make_node("isnan", [i]), ["a"]) == "false"
+    assert op_expression(make_node("isinf", [b]), ["a"]) == "false"
+    # only the logical ops read a float operand as bool (ATen: logical_not(nan) is False)
+    for op in sorted(pointwise.UNARY_OPS - {"cast"}):
+        text = op_expression(make_node(op, [x], **UNARY_ATTRS.get(op, {})), ["a"])
+        assert ("static_cast<bool>(a)" in text) == (op == "logical_not"), (op, text)
 
 
 def test_emit_statements_names_values_and_inlines_consts():
