@@ -74,13 +74,15 @@ def group_norm(shape: tuple[int, ...], groups: int) -> Graph:
 
 def batch_norm_train(shape: tuple[int, ...], momentum: float = 0.1) -> Graph:
     """BatchNorm in training mode as capture writes it: the normalization node, and the running-stat
-    updates as ordinary IR (mean, unbiased var) in `mutations`."""
+    updates as ordinary IR (mean, unbiased var) in `mutations`. The node itself takes no running stats
+    (capture/aten.py): given them, its ATen source (F.batch_norm, training=True) would update them in
+    place, and the blend below would read the already-updated buffers."""
     x = x_in(*shape)
     c = shape[1]
     w, b = param_node("bn.weight", (c,)), param_node("bn.bias", (c,))
     rm, rv = buffer_node("bn.running_mean", (c,)), buffer_node("bn.running_var", (c,))
-    y = make_node("batch_norm", [x, w, b, rm, rv], training=True, momentum=momentum, eps=1e-5,
-                  has_weight=True, has_bias=True, has_running=True)
+    y = make_node("batch_norm", [x, w, b], training=True, momentum=momentum, eps=1e-5,
+                  has_weight=True, has_bias=True, has_running=False)
     dims = (0, *range(2, len(shape)))
     mean = make_node("mean", [x], dims=dims)
     var = make_node("var", [x], dims=dims, correction=1)
