@@ -21,10 +21,11 @@ def binding_source(name: str, inputs: Sequence[Node], outputs: Sequence[Node]) -
         f'  TORCH_CHECK(inputs.size() == {len(inputs)}, "{name}: expected {len(inputs)} inputs, got ", '
         "inputs.size());",
     ]
+    # every input is checked as given before any of them is copied or read
     for k, node in enumerate(inputs):
         shape = ", ".join(str(s) for s in node.shape)
-        lines += [f"  const at::Tensor in{k} = inputs[{k}].contiguous();",
-                  f'  kw_check_input(in{k}, at::kFloat, {{{shape}}}, "{name}", {k});']
+        lines.append(f'  kw_check_input(inputs[{k}], at::kFloat, {{{shape}}}, "{name}", {k});')
+    lines += [f"  const at::Tensor in{k} = inputs[{k}].contiguous();" for k in range(len(inputs))]
     lines.append("  const c10::cuda::OptionalCUDAGuard guard(in0.device());")
     for k, node in enumerate(outputs):
         dtype = "at::kLong" if node.dtype == torch.int64 else "at::kFloat"
