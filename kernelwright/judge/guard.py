@@ -192,6 +192,15 @@ def protect_paths(protected: list[str], violations: list[str]) -> None:
 # ----------------------------------------------------------------------------------------------- extensions
 
 
+def _is_installed_file(path: str) -> bool:
+    """Whether a compiled module comes with the Python installation or its packages (torch, numpy, ...)."""
+    import site
+
+    roots = {sys.prefix, sys.base_prefix, *site.getsitepackages(), site.getusersitepackages()}
+    resolved = os.path.realpath(path)
+    return any(resolved.startswith(os.path.realpath(root) + os.sep) for root in roots if root)
+
+
 class ExtensionRecorder:
     """Wraps torch.utils.cpp_extension.load_inline/load: records each module built, wraps its functions with
     counters (exceptions included), and marks failures raised while building as build errors."""
@@ -205,10 +214,23 @@ class ExtensionRecorder:
         self.build_seconds = 0.0
 
     def install(self) -> None:
+        import importlib.machinery
+
         import torch.utils.cpp_extension as cpp_extension
 
         for name in ("load_inline", "load"):
             setattr(cpp_extension, name, self._wrap_loader(getattr(cpp_extension, name)))
+        # A candidate may also import an already-built extension directly (our own emitted files load their
+        # cached build that way): every compiled module imported from outside the installed packages counts.
+        loader_class = importlib.machinery.ExtensionFileLoader
+        original = loader_class.exec_module
+
+        def exec_module(loader, module):
+            original(loader, module)
+            if not _is_installed_file(getattr(module, "__file__", None) or ""):
+                self._instrument(module)
+
+        loader_class.exec_module = exec_module
 
     def _wrap_loader(self, loader: Callable) -> Callable:
         def wrapped(*args, **kwargs):
@@ -228,6 +250,8 @@ class ExtensionRecorder:
         return wrapped
 
     def _instrument(self, module: types.ModuleType) -> None:
+        if any(known is module for known in self.modules):
+            return
         self.modules.append(module)
         for name in dir(module):
             fn = getattr(module, name)
