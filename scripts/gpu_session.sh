@@ -26,7 +26,7 @@ case "$stage" in
       echo "== $file: exit $? | $(tail -1 "$log")"
     done ;;
   kernels)
-    for script in bench/kernels/*.py; do
+    for script in bench/kernels/bench_*.py; do
       name=$(basename "$script" .py)
       python3 "$script" "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log" | tail -25
     done ;;

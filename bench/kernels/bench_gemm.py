@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from _timing import time_ms
 
 from kernelwright.codegen.gemm import render
 from kernelwright.codegen.gemm_build import build_gemm_extension
@@ -46,21 +45,6 @@ def graph_of(m: int, n: int, k: int, gelu: bool) -> Graph:
     b = param_node("fc.bias", (n,))
     y = make_node("gelu", [make_node("linear", [x, w, b])], approximate="none")
     return Graph(inputs=(x,), params=(w, b), outputs=(y,))
-
-
-def time_ms(fn: Callable[[], object], flush: torch.Tensor, runs: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(runs):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def eager(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, gelu: bool) -> torch.Tensor:

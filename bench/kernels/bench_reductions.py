@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "codegen"))
 
+from _timing import time_ms  # noqa: E402
 from reduction_cases import batch_norm_train, group_norm, layer_norm, one, rms_norm  # noqa: E402
 
 from kernelwright.codegen.binding import assemble  # noqa: E402
@@ -57,21 +57,6 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
     "sum_last_8x16777216": (lambda: one("sum", (8, 16777216), dims=(1,)), lambda x, p: x.sum(1)),
     "cumsum_8192x16384": (lambda: one("cumsum", (8192, 16384), dim=1), lambda x, p: x.cumsum(1)),
 }
-
-
-def time_ms(fn: Callable[[], object], flush: torch.Tensor, runs: int = 30) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(runs):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def copy_bandwidth(flush: torch.Tensor) -> float:
