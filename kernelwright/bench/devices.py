@@ -1,12 +1,17 @@
-"""The devices a bench runs on: one worker slot per GPU (or one for the CPU), and what each GPU is
-(name, driver, clocks) as `nvidia-smi` reports it, for the report header and each row."""
+"""The devices a bench runs on: `jobs` worker slots per GPU (or one for the CPU), and what each GPU is
+(name, driver, clocks) as `nvidia-smi` reports it, for the report header and each row.
+
+Slots on one GPU share its lock file (kernelwright/gpulock.py): their compiling overlaps, their timed
+series never overlap any other GPU work."""
 
 from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 
 from kernelwright.errors import UsageError
@@ -19,11 +24,14 @@ SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.me
 class Worker:
     gpu: str | None   # the CUDA_VISIBLE_DEVICES value for this worker's tasks; None on the CPU
     device: str       # the device's model name, stamped on each row it produces
+    lock: str | None = None  # the GPU's lock file ($KERNELWRIGHT_GPU_LOCK for this worker's tasks)
 
 
-def resolve_workers(device: str, gpus: str | None) -> list[Worker]:
-    """Workers for `--device`/`--gpus` (`0,1`, or `all`; the default is every visible GPU). Indices are
-    relative to the caller's CUDA_VISIBLE_DEVICES, as in PyTorch."""
+def resolve_workers(device: str, gpus: str | None, jobs: int = 1) -> list[Worker]:
+    """Workers for `--device`/`--gpus` (`0,1`, or `all`; the default is every visible GPU), `jobs` per GPU.
+    Indices are relative to the caller's CUDA_VISIBLE_DEVICES, as in PyTorch."""
+    if jobs < 1:
+        raise UsageError(f"--jobs {jobs}: must be at least 1")
     if device == "cpu":
         return [Worker(None, cpu_name())]
     if device != "cuda":
@@ -41,7 +49,16 @@ def resolve_workers(device: str, gpus: str | None) -> list[Worker]:
             chosen.append(visible[int(item)])
         if len(set(chosen)) != len(chosen):
             raise UsageError(f"--gpus {gpus}: a GPU is listed twice")
-    return [Worker(gpu, gpu_properties(gpu).get("name") or f"GPU {gpu}") for gpu in chosen]
+    workers = []
+    for gpu in chosen:
+        name = gpu_properties(gpu).get("name") or f"GPU {gpu}"
+        workers += [Worker(gpu, name, lock_path(gpu))] * jobs
+    return workers
+
+
+def lock_path(gpu: str) -> str:
+    """The lock file of one GPU, the same for every bench on this host."""
+    return os.path.join(tempfile.gettempdir(), f"kernelwright-gpu-{re.sub(r'[^A-Za-z0-9_-]', '_', gpu)}.lock")
 
 
 def _visible_devices() -> list[str]:

@@ -1,5 +1,6 @@
-"""Runs bench tasks on the workers: one thread per GPU pulls tasks from a shared queue and runs each in
-a fresh subprocess pinned to its GPU (CUDA_VISIBLE_DEVICES). The GPU work is all in those subprocesses;
+"""Runs bench tasks on the workers: one thread per worker slot (`--jobs` per GPU) pulls tasks from a
+shared queue and runs each in a fresh subprocess pinned to its GPU (CUDA_VISIBLE_DEVICES) and given its
+GPU's lock file. The GPU work is all in those subprocesses;
 the threads only wait on them, and hand rows back to the main thread, the only writer of results.
 
 A task's process runs in its own session, so a hang is ended by killing its whole process group
@@ -26,6 +27,7 @@ from kernelwright.bench.devices import Worker
 from kernelwright.bench.plan import BenchTask
 from kernelwright.bench.rows import failure_row, finish, missing_row
 from kernelwright.bench.store import ResultsStore
+from kernelwright.gpulock import ENV as GPU_LOCK_ENV
 from kernelwright.judge.judge import REFERENCE_TIMEOUT_S
 from kernelwright.judge.options import JudgeOptions
 
@@ -53,6 +55,8 @@ class SubprocessExecutor:
         env = dict(os.environ)
         if worker.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = worker.gpu
+        if worker.lock is not None:
+            env[GPU_LOCK_ENV] = worker.lock
         options = self.options
         optimizes = sum(run.kind == "kernelwright" for run in task.runs)
         timeout = (len(task.runs) * (options.build_timeout_s + options.run_timeout_s)

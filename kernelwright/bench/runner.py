@@ -42,6 +42,7 @@ class BenchConfig:
     pattern: str | None = None        # glob on problem ids
     device: str = "cuda"
     gpus: str | None = None           # "0,1"; None: every visible GPU
+    jobs: int = 1                     # tasks at once per GPU (their timed series never overlap)
     out: str | None = None            # None: bench/results/<date>-<gpu>/
     resume: bool = False
     options: JudgeOptions = JudgeOptions()
@@ -65,14 +66,17 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     if config.options.shrink and any(system.kind == "kernelwright" for system in systems):
         raise UsageError("--shrink cannot bench the kernelwright system: `kernelwright optimize` "
                          "specializes its kernels to the full shapes (leave it out, or drop --shrink)")
-    workers = resolve_workers(config.device, config.gpus)
+    workers = resolve_workers(config.device, config.gpus, config.jobs)
     out = config.out or default_results_dir("cpu" if config.device == "cpu" else workers[0].device)
     store = open_results(out, config.resume)
     options = dataclasses.replace(config.options, device=config.device)
     done = store.done_keys() if config.resume else set()
     tasks = plan_tasks(problems, systems, done, str(store.candidates_dir().resolve()))
     store.add_run(_run_info(config, options, problems, workers, len(tasks)))
-    devices = ", ".join(f"{w.device}" + (f" (GPU {w.gpu})" if w.gpu is not None else "") for w in workers)
+    devices = ", ".join(dict.fromkeys(f"{w.device}" + (f" (GPU {w.gpu})" if w.gpu is not None else "")
+                                      for w in workers))
+    if config.jobs > 1:
+        devices += f", {config.jobs} tasks at once per GPU"
     runs = sum(len(task.runs) for task in tasks)
     console.print(f"bench: {len(problems)} problems × {len(systems)} systems: {runs} to run "
                   f"({len(done)} done) on {escape(devices)}; results in {store.directory}")
@@ -105,7 +109,9 @@ def _run_info(config: BenchConfig, options: JudgeOptions, problems: list, worker
         "tasks": tasks,
         "options": {**dataclasses.asdict(options), "systems": config.systems,
                     "time_budget_s": config.time_budget_s},
-        "gpus": [{"index": w.gpu, **gpu_properties(w.gpu)} for w in workers if w.gpu is not None],
+        "gpus": [{"index": gpu, **gpu_properties(gpu)}
+                 for gpu in dict.fromkeys(w.gpu for w in workers if w.gpu is not None)],
+        "jobs_per_gpu": config.jobs,
         "device_name": workers[0].device,
         "environment": environment,
     }

@@ -28,6 +28,9 @@ def register(subparsers) -> None:
                              "separated by commas match any")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="default: %(default)s")
     parser.add_argument("--gpus", help="GPU indices, e.g. 0,1 (one worker each; default: every visible GPU)")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N",
+                        help="tasks at once per GPU: their compiling (nvcc, torch.compile) overlaps, while "
+                             "every timed series holds the GPU alone (default: %(default)s)")
     parser.add_argument("--out", help="results folder (default: bench/results/<date>-<gpu>/)")
     parser.add_argument("--resume", action="store_true", help="skip (problem, system) pairs already in --out")
     parser.add_argument("--shrink", action="store_true", help="judge shrunk problems (fast CPU runs, tests)")
@@ -60,7 +63,7 @@ def run(args) -> int:
                            min_time_s=args.min_time, shrink=args.shrink, run_timeout_s=args.timeout,
                            build_timeout_s=args.build_timeout)
     config = BenchConfig(suite=args.suite, systems=args.systems, level=args.level, pattern=args.filter,
-                         device=args.device, gpus=args.gpus, out=args.out, resume=args.resume,
+                         device=args.device, gpus=args.gpus, jobs=args.jobs, out=args.out, resume=args.resume,
                          options=options, time_budget_s=args.time_budget)
     outcome = run_bench(config)
     console = Console()

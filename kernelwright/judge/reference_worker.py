@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from kernelwright.environment import collect_environment
+from kernelwright.gpulock import gpu_work
 from kernelwright.judge.compare import compare_buffers, compare_outputs, oracle_check
 from kernelwright.judge.inputs import PERTURBED_PARAMS, Trial, apply_distribution, plan_trials
 from kernelwright.judge.outputs import aliases, flatten
@@ -113,9 +114,11 @@ class ReferenceWorker:
         """Time eager Model (or torch.compile(Model)) on the first trial's inputs."""
         inputs = to_device(self.trial_inputs(self.plan[0]), self.device)
         model = self.model
-        if command["which"] == "compile":
-            model = torch.compile(model)
         with torch.no_grad():
+            if command["which"] == "compile":
+                model = torch.compile(model)
+                with gpu_work():  # compiling is CPU work: other processes may use the GPU meanwhile
+                    model(*inputs)
             stats = measure(lambda: model(*inputs), self.device, command["min_runs"], command["min_time_s"])
         return {"ok": True, "timing": stats}
 

@@ -19,6 +19,8 @@ from time import perf_counter
 
 import torch
 
+from kernelwright.gpulock import gpu_timing
+
 _synchronize = torch.cuda.synchronize
 _Event = torch.cuda.Event
 _current_stream = torch.cuda.current_stream
@@ -72,6 +74,11 @@ def _measure_cpu(fn, min_runs: int, min_time_s: float) -> dict:
 
 
 def _measure_cuda(fn, min_runs: int, min_time_s: float) -> dict:
+    with gpu_timing():  # no other process's GPU work overlaps the series (kernelwright/gpulock.py)
+        return _measure_cuda_alone(fn, min_runs, min_time_s)
+
+
+def _measure_cuda_alone(fn, min_runs: int, min_time_s: float) -> dict:
     flush = l2_flush_buffer("cuda")
     # Warm-up for at least 3 runs and 0.1 s; its duration sizes the timed series.
     _synchronize()

@@ -9,10 +9,18 @@ after a CUDA error the context is unusable, so the process exits right after rep
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import traceback
+
+from kernelwright.gpulock import gpu_work
+
+# Commands that run no GPU work worth guarding (`build` and `load` are CPU-bound: imports, nvcc), or that
+# take the GPU lock themselves (`time`: exclusive around the timed series only). The rest hold the shared
+# GPU lock (kernelwright/gpulock.py), so that no other process's timing overlaps them.
+UNLOCKED_OPS = frozenset({"build", "load", "time"})
 
 
 def classify_failure(exc: BaseException, source_file: str | None = None) -> dict:
@@ -64,8 +72,10 @@ def main(argv: list[str]) -> int:
         command = json.loads(line)
         if command["op"] == "exit":
             break
+        guard = contextlib.nullcontext() if command["op"] in UNLOCKED_OPS else gpu_work()
         try:
-            reply = handler.handle(command)
+            with guard:
+                reply = handler.handle(command)
         except BaseException as exc:  # anything the code under judgement raises becomes a reply
             reply = {"ok": False, **classify_failure(exc, getattr(handler, "source_file", None))}
         replies.write(json.dumps(reply, default=str) + "\n")

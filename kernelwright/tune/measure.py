@@ -14,6 +14,7 @@ import torch
 
 from kernelwright.codegen.kernel import KernelSource
 from kernelwright.fuse.plan import FusionPlan, execute_plan, run_group_with_aten
+from kernelwright.gpulock import gpu_timing, gpu_work
 from kernelwright.judge.compare import compare_outputs
 from kernelwright.problem import Problem
 
@@ -50,7 +51,7 @@ def measure_groups(plan: FusionPlan, kernels: Sequence[KernelSource], module: ob
     for seed in seeds:
         model = problem.build_model(seed, device)
         inputs = problem.inputs(seed, device)
-        with torch.no_grad():
+        with torch.no_grad(), gpu_work():
             _, _, values = execute_plan(plan, inputs, model, device)
             for group in groups:
                 if id(group) in failures:
@@ -73,7 +74,7 @@ def measure_groups(plan: FusionPlan, kernels: Sequence[KernelSource], module: ob
             reports.append(GroupReport(kernel.name, False, failures[id(group)]))
             continue
         args = last_inputs[id(group)]
-        with torch.no_grad():
+        with torch.no_grad(), gpu_timing():
             ours = time_ms(functools.partial(calls[id(group)], args))
             aten = time_ms(functools.partial(run_group_with_aten, group, args, device))
         reports.append(GroupReport(kernel.name, True, "", ours, aten))

@@ -9,7 +9,7 @@ import time
 import pytest
 from conftest import FakeExecutor
 
-from kernelwright.bench.devices import Worker, resolve_workers
+from kernelwright.bench.devices import Worker, lock_path, resolve_workers
 from kernelwright.bench.plan import BenchTask, SystemRun
 from kernelwright.bench.pool import run_pool
 from kernelwright.bench.runner import BenchConfig, run_bench
@@ -131,8 +131,14 @@ def test_kernelwright_cannot_be_benched_shrunk(tiny_suite, tmp_path):
 def test_gpus_map_through_cuda_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     monkeypatch.setattr("kernelwright.bench.devices.gpu_properties", lambda gpu: {"name": f"GPU model {gpu}"})
-    assert resolve_workers("cuda", "1") == [Worker("5", "GPU model 5")]
+    assert resolve_workers("cuda", "1") == [Worker("5", "GPU model 5", lock_path("5"))]
     assert [w.gpu for w in resolve_workers("cuda", None)] == ["3", "5"]
+    # --jobs: slots per GPU, sharing that GPU's lock file
+    assert [(w.gpu, w.lock) for w in resolve_workers("cuda", None, jobs=2)] == [
+        ("3", lock_path("3")), ("3", lock_path("3")), ("5", lock_path("5")), ("5", lock_path("5"))]
+    assert lock_path("GPU-1a:2").endswith("kernelwright-gpu-GPU-1a_2.lock")
+    with pytest.raises(UsageError, match="--jobs"):
+        resolve_workers("cuda", None, jobs=0)
     with pytest.raises(UsageError, match="not a visible GPU"):
         resolve_workers("cuda", "2")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
