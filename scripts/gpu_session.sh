@@ -4,6 +4,8 @@
 #   bash scripts/gpu_session.sh tests            # pytest -m gpu
 #   bash scripts/gpu_session.sh kernels          # kernel-family benchmarks (bench/kernels/*.py)
 #   bash scripts/gpu_session.sh suite [ARGS...]  # kernelwright bench on the bundled suite
+# The suite stage resumes from suite.tgz in the repo root when there is one (a previous call's result,
+# carried back in), and leaves $OUT/suite.tgz: a run can span several calls on fresh machines.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OUT="${OUT:-/tmp/kw_out}"
 mkdir -p "$OUT"
@@ -31,7 +33,11 @@ case "$stage" in
       python3 "$script" "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log" | tail -25
     done ;;
   suite)
-    kernelwright bench "$@" --out "$OUT/suite" 2>&1 | tee "$OUT/suite.log" | tail -60 ;;
+    rm -rf /tmp/kw_suite
+    resume=()
+    if [ -f suite.tgz ]; then mkdir -p /tmp/kw_suite && tar xzf suite.tgz -C /tmp/kw_suite && resume=(--resume); fi
+    kernelwright bench "$@" "${resume[@]}" --out /tmp/kw_suite/suite 2>&1 | tee "$OUT/suite.log" | tail -60
+    tar czf "$OUT/suite.tgz" -C /tmp/kw_suite suite ;;
   *)
     echo "unknown stage $stage"; exit 2 ;;
 esac
