@@ -36,7 +36,10 @@ case "$stage" in
     rm -rf /tmp/kw_suite
     resume=()
     if [ -f suite.tgz ]; then mkdir -p /tmp/kw_suite && tar xzf suite.tgz -C /tmp/kw_suite && resume=(--resume); fi
-    kernelwright bench "$@" "${resume[@]}" --out /tmp/kw_suite/suite 2>&1 | tee "$OUT/suite.log" | tail -60
+    # SUITE_STOP: seconds after which the bench is interrupted (its finished rows are kept), so that the
+    # tarball below is written before the call's limit.
+    timeout -s INT -k 30 "${SUITE_STOP:-100000}" kernelwright bench "$@" "${resume[@]}" --out /tmp/kw_suite/suite 2>&1 \
+      | tee "$OUT/suite.log" | tail -60
     tar czf "$OUT/suite.tgz" -C /tmp/kw_suite suite ;;
   *)
     echo "unknown stage $stage"; exit 2 ;;
