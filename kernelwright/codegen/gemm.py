@@ -21,6 +21,7 @@ must be built with the `nvidia-cutlass` wheel's include directory, which the bui
 from __future__ import annotations
 
 import hashlib
+import re
 from string import Template
 
 import torch
@@ -151,8 +152,12 @@ inline int64_t row_stride(const at::Tensor& v, int64_t cols, int64_t align) {
 
 std::vector<at::Tensor> ${name}(std::vector<at::Tensor> inputs) {
   TORCH_CHECK(inputs.size() == ${n_inputs}, "${name}: expected ${n_inputs} inputs, got ", inputs.size());
-  for (const auto& t : inputs) {
-    TORCH_CHECK(t.is_cuda() && t.scalar_type() == at::kFloat, "${name}: inputs must be float32 CUDA tensors");
+  // Every input as passed, before any is viewed or copied: a CUDA float32 tensor of the planned shape, all
+  // on one device (the kernel runs on input 0's). Strides are free: what the kernel cannot read is copied.
+${checks}
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    TORCH_CHECK(inputs[i].device() == inputs[0].device(), "${name}: input ", i, " is on ", inputs[i].device(),
+                ", input 0 on ", inputs[0].device());
   }
   const c10::cuda::CUDAGuard guard(inputs[0].device());
   const int64_t batch = ${batch}, m = ${m}, n = ${n}, k = ${k};
@@ -194,8 +199,14 @@ def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, 
         operand_lines.append(f"  at::Tensor e{j} = {name}_detail::dense(inputs[{index(operand.node)}], "
                              f"{lo}, {mo}, {no});")
         operand_args.append(f"e{j}.data_ptr<float>(), {no if mo > 1 else 0}LL, {mo * no if lo > 1 else 0}LL,")
+    checks = []
+    for k, node in enumerate(group.inputs):
+        shape = ", ".join(map(str, node.shape))
+        checks.append(f'  kw_check_input(inputs[{k}], at::kFloat, at::IntArrayRef{{{shape}}}, '
+                      f'"{name} ({_role(node, view)})", {k});')
     return _BINDING.substitute(
         name=name, launcher=launcher, params=launcher_params(view), n_inputs=len(group.inputs),
+        checks="\n".join(checks),
         batch=view.batch, m=view.m, n=view.n, k=view.k,
         a_expr=_matrix_expr(index(view.a), a_batch, a_rows, a_cols),
         b_expr=_matrix_expr(index(view.b), b_batch, b_rows, b_cols),
@@ -204,6 +215,14 @@ def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, 
         operand_lines="\n".join(operand_lines), operand_args=" ".join(operand_args),
         out_shape=", ".join(str(s) for s in view.output.shape) or "",
     ).lstrip()
+
+
+def _role(node: Node, view: GemmView) -> str:
+    """How an input appears in check messages: its role and its IR name (letters, digits, `._` only, so it
+    is safe inside a C string literal)."""
+    role = "A" if node is view.a else "B" if node is view.b else "epilogue tensor"
+    label = re.sub(r"[^\w.]", "_", node.name or node.op)
+    return f"{role} {label}"
 
 
 def _matrix_expr(index: int, batch: int, rows: int, cols: int) -> str:

@@ -4,6 +4,7 @@ kernel it prints, the binding's operand plumbing, and (one slow test) nvcc compi
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 from pathlib import Path
 
@@ -86,6 +87,37 @@ def test_binding_maps_inputs_to_roles_and_collapses_operands():
     assert "dense(inputs[3], 1, 1, 201)" in cpp       # bias row
     assert "dense(inputs[4], 3, 96, 1)" in cpp        # per-batch gate column
     assert "at::empty({3, 96, 201}" in cpp and "getCurrentCUDAStream" in cpp
+
+
+def _linear_gemv_group() -> FusedGroup:
+    x, w, b = input_node("x", 0, (1, 2048)), param_node("w", (4096, 2048)), param_node("b", (4096,))
+    return group_of(make_node("relu", [make_node("linear", [x, w, b])]), inputs=(x,), params=(w, b))
+
+
+# anything in a binding body that reads, copies or views an input, or launches
+_USES = re.compile(r"data_ptr|CUDAGuard|at::empty|\.(reshape|clone|contiguous)\(|_detail::|_launch\(")
+
+
+@pytest.mark.parametrize("make", [epilogue_group, _linear_gemv_group], ids=["cutlass", "gemv"])
+def test_binding_checks_every_input_before_using_any(make):
+    """Count, then each input as passed (CUDA, float32, planned shape, named by role and IR name), then
+    one device for all: a wrong call is a RuntimeError naming the input, never a launch on bad memory."""
+    group = make()
+    source = render(group)
+    signature = f"std::vector<at::Tensor> {source.name}(std::vector<at::Tensor> inputs)"
+    lines = source.cpp[source.cpp.index(signature):].splitlines()[1:]
+    n = len(group.inputs)
+    assert re.match(rf"\s*TORCH_CHECK\(inputs\.size\(\) == {n},", lines[0]), lines[0]
+    first_use = next(i for i, line in enumerate(lines) if _USES.search(line))
+    for k, node in enumerate(group.inputs):
+        shape = ", ".join(map(str, node.shape))
+        check = next(i for i, line in enumerate(lines)
+                     if f"kw_check_input(inputs[{k}], at::kFloat, at::IntArrayRef{{{shape}}}," in line)
+        assert check < first_use and f"{node.name})\", {k});" in lines[check], lines[check]
+    same_device = "inputs[i].device() == inputs[0].device()"
+    assert next(i for i, line in enumerate(lines) if same_device in line) < first_use
+    assert f'"{source.name} (A a)", 0);' in source.cpp if make is epilogue_group else \
+        f'"{source.name} (B w)", 1);' in source.cpp
 
 
 @pytest.mark.parametrize(("a_shape", "b_shape", "transpose_a", "form"), [
