@@ -9,6 +9,7 @@ claimed becomes an `AtenStep`.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,8 +50,13 @@ Matcher = Callable[[Graph, frozenset[int]], list[FusedGroup]]
 
 @dataclass(frozen=True)
 class FusionPlan:
+    """`steps` run on every call; `derived_steps` compute the `derived` values (roots of parameter-only
+    subgraphs, see the module docstring), which `steps` read as if they were leaves."""
+
     steps: tuple[Step, ...]
     graph: Graph
+    derived: tuple[Node, ...] = ()
+    derived_steps: tuple[AtenStep, ...] = ()
 
     @property
     def groups(self) -> list[FusedGroup]:
@@ -62,7 +68,7 @@ class FusionPlan:
 
     def replace(self, group: FusedGroup, steps: Sequence[Step]) -> FusionPlan:
         index = next(i for i, s in enumerate(self.steps) if s is group)
-        return FusionPlan(self.steps[:index] + tuple(steps) + self.steps[index + 1:], self.graph)
+        return dataclasses.replace(self, steps=self.steps[:index] + tuple(steps) + self.steps[index + 1:])
 
 
 def make_group(graph: Graph, family: str, nodes: Iterable[Node], config: tuple = (),
@@ -127,27 +133,64 @@ class Partition:
             self._unit[id(node)] = index
 
 
-def plan_fusion(graph: Graph, matchers: Sequence[Matcher] | None = None) -> FusionPlan:
-    """Run the matchers in priority order, keep the groups that are valid, order all steps."""
+def plan_fusion(graph: Graph, matchers: Sequence[Matcher] | None = None,
+                derived: Sequence[Node] = ()) -> FusionPlan:
+    """Run the matchers in priority order, keep the groups that are valid, order all steps. `derived`:
+    roots of parameter-only subgraphs to compute once (`rewrite.hoistable_nodes`), kept out of the groups
+    and the per-call steps."""
     if matchers is None:
         from kernelwright.fuse import MATCHERS
 
         matchers = MATCHERS
     users = graph.users()
     partition = Partition(graph, users)
+    once = derived_nodes(graph, derived, users)
+    if once:
+        partition.add(once)  # claimed up front: no matcher may put a derived node into a per-call kernel
     groups: list[FusedGroup] = []
     for match in matchers:
         for group in match(graph, partition.claimed):
             if group.nodes and partition.is_convex(group.nodes):
                 partition.add(group.nodes)
                 groups.append(group)
-    return FusionPlan(_order_steps(graph, groups, users), graph)
+    skip = frozenset(id(n) for n in once)
+    return FusionPlan(_order_steps(graph, groups, users, skip), graph, tuple(derived),
+                      tuple(AtenStep(n) for n in once))
 
 
-def _order_steps(graph: Graph, groups: list[FusedGroup], users: dict[int, list[Node]]) -> tuple[Step, ...]:
+def derived_nodes(graph: Graph, roots: Sequence[Node], users: dict[int, list[Node]] | None = None
+                  ) -> list[Node]:
+    """The non-leaf nodes computing `roots`, in topological order. Raises ValueError unless every root is
+    computed from parameters, buffers and constants only, is not itself a graph output or buffer update,
+    and is the only node of its subgraph that per-call nodes read (the `hoistable_nodes` contract)."""
+    if not roots:
+        return []
+    users = graph.users() if users is None else users
+    root_ids = {id(r) for r in roots}
+    if root_ids & {id(n) for n in graph.roots()}:
+        raise ValueError("a derived value is a graph output or buffer update: it would alias across calls")
+    inside: set[int] = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if node.op == "input":
+            raise ValueError(f"derived value {node!r} depends on a forward input")
+        if id(node) in inside or node.is_leaf:
+            continue
+        inside.add(id(node))
+        stack.extend(node.inputs)
+    for node in graph.nodes():
+        if id(node) in inside and id(node) not in root_ids \
+                and any(id(u) not in inside for u in users[id(node)]):
+            raise ValueError(f"{node!r} inside a derived subgraph is read per call; only its root may be")
+    return [n for n in graph.nodes() if id(n) in inside]
+
+
+def _order_steps(graph: Graph, groups: list[FusedGroup], users: dict[int, list[Node]],
+                 skip: frozenset[int] = frozenset()) -> tuple[Step, ...]:
     """Kahn's algorithm on the graph with each group contracted, ties broken by original position so
-    the plan reads like the model's forward."""
-    order = [n for n in graph.nodes() if not n.is_leaf]
+    the plan reads like the model's forward. Nodes in `skip` (derived values) are not steps."""
+    order = [n for n in graph.nodes() if not n.is_leaf and id(n) not in skip]
     position = {id(n): i for i, n in enumerate(order)}
     steps: list[Step] = []
     step_of: dict[int, int] = {}
@@ -193,10 +236,10 @@ GroupRunner = Callable[[FusedGroup, list[Any]], Sequence[Any]]
 def execute_plan(plan: FusionPlan, inputs: Sequence[Any],
                  params: Mapping[str, torch.Tensor] | torch.nn.Module, device: str | torch.device = "cpu",
                  run_group: GroupRunner | None = None) -> tuple[list[Any], dict[str, Any], dict[int, Any]]:
-    """Run a plan step by step: ATen steps with their ATen source, groups with `run_group(group, input
-    values) -> output values` (default: their nodes' ATen sources). Later steps see only a group's
-    outputs, so a plan with wrong inputs/outputs fails here. Returns (graph outputs, new buffer values by
-    FQN, every visible value by node id)."""
+    """Run a plan step by step: the derived steps, then ATen steps with their ATen source, groups with
+    `run_group(group, input values) -> output values` (default: their nodes' ATen sources). Later steps
+    see only a group's outputs, so a plan with wrong inputs/outputs fails here. Returns (graph outputs,
+    new buffer values by FQN, every visible value by node id)."""
     device = torch.device(device)
     run_group = run_group or (lambda group, args: run_group_with_aten(group, args, device))
     values: dict[int, Any] = {}
@@ -208,7 +251,7 @@ def execute_plan(plan: FusionPlan, inputs: Sequence[Any],
     def value(node: Node) -> Any:
         return node.attr("value") if node.op == "const" else values[id(node)]
 
-    for step in plan.steps:
+    for step in plan.derived_steps + plan.steps:
         if isinstance(step, FusedGroup):
             results = run_group(step, [value(i) for i in step.inputs])
             values.update((id(n), r) for n, r in zip(step.outputs, results, strict=True))
@@ -242,6 +285,9 @@ def describe_plan(plan: FusionPlan) -> str:
     """One line per step, for `--explain`."""
     names = _short_names(plan.graph)
     lines = []
+    for step in plan.derived_steps:
+        ins = ", ".join(names.get(id(n), n.op) for n in step.node.inputs)
+        lines.append(f"once {names[id(step.node)]} = {step.node.op}({ins})")
     for step in plan.steps:
         if isinstance(step, FusedGroup):
             ops = " → ".join(n.op for n in step.nodes)

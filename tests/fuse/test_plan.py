@@ -173,3 +173,49 @@ def test_plan_emulation_matches_the_model(problem_id):
     direct = direct if isinstance(direct, (tuple, list)) else [direct]
     for want, got in zip(direct, outputs, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def linear_sum_graph():
+    """sum over the features of x @ W.T + b, rewritten to a GEMV: the reduced weights are derived values."""
+    from kernelwright.rewrite import hoistable_nodes, rewrite_graph
+
+    x, w, b = x_input(), param_node("fc.weight", (6, 8)), param_node("fc.bias", (6,))
+    out = make_node("relu", [make_node("sum", [make_node("linear", [x, w, b], has_bias=True)], dims=(1,))])
+    graph, _ = rewrite_graph(Graph((x,), (w, b), (out,)))
+    return graph, hoistable_nodes(graph)
+
+
+def test_derived_subgraphs_leave_the_per_call_steps():
+    graph, roots = linear_sum_graph()
+    plan = plan_fusion(graph, derived=roots)
+    assert plan.derived == tuple(roots) and plan.derived_steps
+    once = {id(s.node) for s in plan.derived_steps}
+    assert {id(r) for r in roots} <= once
+    for step in plan.steps:
+        nodes = step.nodes if isinstance(step, FusedGroup) else (step.node,)
+        assert not once & {id(n) for n in nodes}
+    # the per-call steps read only the roots of the derived subgraphs
+    read = {id(i) for s in plan.steps for n in (s.nodes if isinstance(s, FusedGroup) else (s.node,))
+            for i in n.inputs}
+    assert read & once == {id(r) for r in roots}
+    weights = {"fc.weight": torch.randn(6, 8), "fc.bias": torch.randn(6)}
+    x = torch.randn(4, 8)
+    (got,), _, _ = execute_plan(plan, [x], weights)
+    torch.testing.assert_close(got, torch.relu((x @ weights["fc.weight"].T + weights["fc.bias"]).sum(1)))
+    assert plan.without(plan.groups[0]).derived_steps == plan.derived_steps
+
+
+def test_derived_roots_must_keep_the_hoisting_contract():
+    x, w = x_input(), param_node("w", (8, 8))
+    scaled = make_node("mul", [w, const_node(2.0)])
+    doubled = make_node("add", [scaled, scaled])
+    x_scaled = make_node("mm", [x, scaled])          # reads `scaled` per call
+    out = make_node("add", [make_node("mm", [x, doubled]), x_scaled])
+    graph = Graph((x,), (w,), (out,))
+    with pytest.raises(ValueError, match="read per call"):
+        plan_fusion(graph, derived=[doubled])           # `scaled` is read per call too
+    with pytest.raises(ValueError, match="forward input"):
+        plan_fusion(graph, derived=[x_scaled])
+    with pytest.raises(ValueError, match="graph output"):
+        plan_fusion(graph, derived=[out])
+    assert plan_fusion(graph, derived=[scaled, doubled]).derived_steps
