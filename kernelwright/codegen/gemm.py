@@ -9,9 +9,11 @@ Launcher (in the .cu, no torch headers):
     const char* NAME_launch(const float* a, const float* b, float* d,
                             [const float* eJ, long long eJ_sm, long long eJ_sl,]...
                             int batch, int m, int n, int k, long long lda, long long ldb,
-                            long long batch_stride_a, long long batch_stride_b,
+                            long long batch_stride_a, long long batch_stride_b, int split_k,
                             void* workspace, cudaStream_t stream);   // nullptr on success, else the error
-    size_t NAME_workspace(int batch, int m, int n, int k);
+    size_t NAME_workspace(int batch, int m, int n, int k, int split_k);
+
+`split_k` is the config's (a launcher argument, so variants that differ only in it share one instantiation).
 
 CUTLASS sources include `<cutlass/...>` headers (angle brackets: they are not ours to inline): the extension
 must be built with the `nvidia-cutlass` wheel's include directory, which the build recipe in
@@ -43,6 +45,9 @@ def render(group: FusedGroup) -> KernelSource:
     in one translation unit costs nothing), while each group keeps its own binding."""
     view = describe(group)
     config = group.config if isinstance(group.config, GemmConfig) else GemmConfig(*group.config)
+    if config.split_k > 1 and (config.kernel, config.swizzle, view.batch) != ("cutlass", "streamk", 1):
+        raise ValueError(f"split-K needs the CUTLASS stream-K kernel and an unbatched product, got {config} "
+                         f"for batch {view.batch}")
     if config.kernel == "gemv":
         from kernelwright.codegen.gemm_gemv import render_cuda
     else:
@@ -95,7 +100,7 @@ def launcher_params(view: GemmView) -> str:
     operands = "".join(f"const float* e{j}, long long e{j}_sm, long long e{j}_sl, "
                        for j in range(len(view.operands)))
     return (f"const float* a, const float* b, float* d, {operands}int batch, int m, int n, int k, "
-            "long long lda, long long ldb, long long batch_stride_a, long long batch_stride_b, "
+            "long long lda, long long ldb, long long batch_stride_a, long long batch_stride_b, int split_k, "
             "void* workspace, cudaStream_t stream")
 
 
@@ -104,8 +109,9 @@ def ir_comment(view: GemmView, config: GemmConfig) -> str:
     if config.kernel == "gemv":
         kernel = "matrix-vector kernel (exact FP32, bandwidth-bound)"
     else:
+        split = f" split-K {config.split_k}" if config.split_k > 1 else ""
         kernel = (f"CUTLASS 3xTF32 tile {'x'.join(map(str, config.block))} warp "
-                  f"{'x'.join(map(str, config.warp))} {config.stages} stages {config.swizzle}")
+                  f"{'x'.join(map(str, config.warp))} {config.stages} stages {config.swizzle}{split}")
     epilogue = " → ".join(n.op for n in view.epilogue) or "none"
     operands = ", ".join(f"{o.node.name or o.node.op}:{o.kind}" for o in view.operands) or "none"
     return (f"{view.anchor.op} [batch {view.batch}] {view.m}x{view.n}x{view.k} ({layout}) via {kernel}; "
@@ -117,7 +123,7 @@ def ir_comment(view: GemmView, config: GemmConfig) -> str:
 # Assumes `kernelwright.codegen.binding.CPP_PRELUDE` (ATen tensor and empty, c10 CUDA guard and stream).
 _BINDING = Template(r'''
 const char* ${launcher}_launch(${params});
-size_t ${launcher}_workspace(int batch, int m, int n, int k);
+size_t ${launcher}_workspace(int batch, int m, int n, int k, int split_k);
 
 namespace ${name}_detail {
 // The kernel reads a matrix operand as [batch, rows, cols] with unit column stride and `align`-float
@@ -161,18 +167,19 @@ ${checks}
   }
   const c10::cuda::CUDAGuard guard(inputs[0].device());
   const int64_t batch = ${batch}, m = ${m}, n = ${n}, k = ${k};
+  const int split_k = ${split_k};
   at::Tensor a = ${name}_detail::matrix(${a_expr}, ${a_batch}, ${a_rows}, ${a_cols}, ${align_a}, "A");
   at::Tensor b = ${name}_detail::matrix(${b_expr}, ${b_batch}, ${b_rows}, ${b_cols}, ${align_b}, "B");
 ${operand_lines}
   at::Tensor out = at::empty({${out_shape}}, inputs[0].options());
-  const size_t workspace_bytes = ${launcher}_workspace(batch, m, n, k);
+  const size_t workspace_bytes = ${launcher}_workspace(batch, m, n, k, split_k);
   at::Tensor workspace =
       at::empty({static_cast<int64_t>(workspace_bytes)}, inputs[0].options().dtype(at::kByte));
   const char* error = ${launcher}_launch(
       a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), ${operand_args}
       batch, m, n, k, ${name}_detail::row_stride(a, ${a_cols}, ${align_a}),
       ${name}_detail::row_stride(b, ${b_cols}, ${align_b}),
-      a.size(0) == 1 ? 0 : a.stride(0), b.size(0) == 1 ? 0 : b.stride(0),
+      a.size(0) == 1 ? 0 : a.stride(0), b.size(0) == 1 ? 0 : b.stride(0), split_k,
       workspace_bytes ? workspace.data_ptr() : nullptr, c10::cuda::getCurrentCUDAStream().stream());
   TORCH_CHECK(error == nullptr, "${name}: ", error == nullptr ? "" : error);
   return {out};
@@ -207,7 +214,7 @@ def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, 
     return _BINDING.substitute(
         name=name, launcher=launcher, params=launcher_params(view), n_inputs=len(group.inputs),
         checks="\n".join(checks),
-        batch=view.batch, m=view.m, n=view.n, k=view.k,
+        batch=view.batch, m=view.m, n=view.n, k=view.k, split_k=config.split_k,
         a_expr=_matrix_expr(index(view.a), a_batch, a_rows, a_cols),
         b_expr=_matrix_expr(index(view.b), b_batch, b_rows, b_cols),
         a_batch=a_batch, b_batch=b_batch, a_rows=a_rows, a_cols=a_cols, b_rows=b_rows, b_cols=b_cols,

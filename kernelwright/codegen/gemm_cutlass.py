@@ -8,6 +8,12 @@ The epilogue is one `VisitorCompute` node whose functor applies `NAME_epilogue` 
 the epilogue tensors, fetched by visitors chosen from each tensor's broadcast kind: `VisitorAuxLoad`
 (full [M, N] rows), `VisitorRowBroadcast` (a vector along N), `VisitorColBroadcast` (one value per row;
 M stride 0 makes it a scalar). Every visitor has a runtime batch stride (0 = shared by all batches).
+
+Split-K rides on the stream-K kernel (`ThreadblockSwizzleStreamK`, whose EVT form is
+`GemmWithEpilogueVisitorStreamk`): unbatched, its "batch count" argument is the split factor, and CTAs
+that own only part of a tile's K loop hand their accumulators over through the workspace (in a fixed
+turnstile order, so results do not vary run to run) to the one that writes the tile, or to separate
+reduction CTAs; either runs the visitor tree once, on the complete sum.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ using ThreadblockShape = cutlass::gemm::GemmShape<$block>;
 using WarpShape = cutlass::gemm::GemmShape<$warp>;
 using InstructionShape = cutlass::gemm::GemmShape<16, 8, 8>;   // the TF32 mma.sync shape
 constexpr int kAlignA = $align_a, kAlignB = $align_b, kAlignC = $align_c;
+constexpr bool kStreamK = $streamk;
 using OutputTileThreadMap = tb::OutputTileThreadLayout<ThreadblockShape, WarpShape, float, kAlignC, 1>;
 
 // VisitorCompute instantiates its functor on cutlass::Array fragments.
@@ -85,12 +92,15 @@ inline Gemm::Arguments arguments($argument_params) {
   };
   using cutlass::gemm::GemmUniversalMode;
   const auto mode = batch > 1 ? GemmUniversalMode::kBatched : GemmUniversalMode::kGemm;
-  return Gemm::Arguments(mode, {m, n, k}, batch, callbacks, a, b, nullptr, nullptr, batch_stride_a,
+  // Unbatched, the count is the stream-K kernel's split factor (1: its own heuristic). The data-parallel
+  // kernel would read a count > 1 as a split whose partial tiles each run the epilogue: never pass one.
+  const int count = batch > 1 ? batch : kStreamK ? split_k : 1;
+  return Gemm::Arguments(mode, {m, n, k}, count, callbacks, a, b, nullptr, nullptr, batch_stride_a,
                          batch_stride_b, 0, int64_t(m) * n, lda, ldb, 0, 0);
 }
 }  // namespace ${name}_cutlass
 
-size_t ${name}_workspace(int batch, int m, int n, int k) {
+size_t ${name}_workspace(int batch, int m, int n, int k, int split_k) {
   return ${name}_cutlass::Gemm::get_workspace_size(${name}_cutlass::arguments($null_args));
 }
 
@@ -120,8 +130,8 @@ def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function
     argument_params = params.rsplit(", void* workspace", 1)[0]
     arg_names = [p.split()[-1].lstrip("*") for p in argument_params.split(", ")]
     nulls = {"a", "b", "d"} | {f"e{j}" for j in operands}
-    sizes = {"batch", "m", "n", "k"}
-    # Workspace size depends only on the problem size; pointers and strides are placeholders.
+    sizes = {"batch", "m", "n", "k", "split_k"}
+    # Workspace size depends only on the problem size and split; pointers and strides are placeholders.
     placeholder = {**{a: "nullptr" for a in nulls}, **{a: a for a in sizes}, "lda": "k", "ldb": "k"}
     null_args = ", ".join(placeholder.get(a, "0") for a in arg_names)
     return _TEMPLATE.substitute(
@@ -129,6 +139,7 @@ def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function
         block=", ".join(map(str, config.block)), warp=", ".join(map(str, config.warp)),
         align_a=config.align_a, align_b=config.align_b, align_c=config.align_c,
         stages=config.stages, swizzle=_SWIZZLES[config.swizzle],
+        streamk="true" if config.swizzle == "streamk" else "false",
         layout_a=_layout(view.a_col_major), layout_b=_layout(view.b_col_major),
         functor_params=", ".join(["cutlass::Array<float, N> const& acc"]
                                  + [f"cutlass::Array<float, N> const& in{j}" for j in operands]),

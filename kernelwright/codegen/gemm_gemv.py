@@ -34,7 +34,7 @@ __device__ __forceinline__ float finish(float acc, long long l, long long r$oper
 $kernel
 }  // namespace ${name}_gemv
 
-size_t ${name}_workspace(int batch, int m, int n, int k) { return 0; }
+size_t ${name}_workspace(int batch, int m, int n, int k, int split_k) { return 0; }
 
 const char* ${name}_launch($params) {
   using namespace ${name}_gemv;

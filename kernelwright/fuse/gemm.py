@@ -35,13 +35,23 @@ MIN_GEMM_MACS = 1 << 18
 MAX_EPILOGUE_OPERANDS = 4
 # H100 SXM; only used to size waves, so another Hopper/Ampere part just shifts a threshold.
 SM_COUNT = 132
+# Split-K (see `split_k_factor`): each split keeps at least this much of K (16 k-iterations of 16, enough
+# to fill the 3-4 stage pipeline), and K is cut into at most this many parts.
+MIN_SPLIT_K = 256
+MAX_SPLIT_K = 16
 
 
 class GemmConfig(NamedTuple):
     """One kernel variant. `kernel` is "cutlass" (SM80-style 3xTF32 tensor-core GEMM, runs on sm_90) or
     "gemv" (a bandwidth-bound matrix-vector kernel). Alignments are in elements (4 = 16-byte accesses)
     and follow from the static shapes; the CUTLASS binding copies an operand whose runtime address or
-    strides disagree (the GEMV kernel picks its access width at run time)."""
+    strides disagree (the GEMV kernel picks its access width at run time).
+
+    `split_k` > 1 needs the "streamk" swizzle and an unbatched product: CUTLASS's stream-K kernel then runs
+    as split-K, each output tile's K loop cut into `split_k` near-equal parts on as many CTAs. Their partial
+    sums meet in a workspace, in a fixed order, and the CTA that finishes a tile (or a reduction CTA) runs
+    the fused epilogue once, on the full sum. With "streamk" and `split_k` 1, CUTLASS's own heuristic
+    decides how much of K to split."""
 
     kernel: str = "cutlass"
     block: tuple[int, int, int] = (128, 64, 16)
@@ -51,6 +61,7 @@ class GemmConfig(NamedTuple):
     align_a: int = 4
     align_b: int = 4
     align_c: int = 4
+    split_k: int = 1
 
 
 @dataclass(frozen=True)
@@ -128,20 +139,38 @@ def describe(group: FusedGroup) -> GemmView:
 
 def select_config(view: GemmView) -> GemmConfig:
     """One variant per GEMM from shape rules (each extra instantiation costs ~20 s of nvcc)."""
-    aligns = _alignments(view)
+    align_a, align_b, align_c = _alignments(view)
     if view.m == 1 or view.n == 1:
-        return GemmConfig(kernel="gemv", align_a=aligns[0], align_b=aligns[1], align_c=aligns[2])
-    big_tiles = _tiles(view, 128, 64)
-    if big_tiles >= 2 * SM_COUNT:
+        return GemmConfig(kernel="gemv", align_a=align_a, align_b=align_b, align_c=align_c)
+    return tile_config(view.m, view.n, view.k, view.batch)._replace(align_a=align_a, align_b=align_b,
+                                                                    align_c=align_c)
+
+
+BIG_TILE = GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3)
+SMALL_TILE = GemmConfig(block=(64, 64, 16), warp=(32, 32, 16), stages=4)
+
+
+def tile_config(m: int, n: int, k: int, batch: int = 1, sm_count: int = SM_COUNT) -> GemmConfig:
+    """Tile shape, swizzle and split-K factor of a tensor-core GEMM from its sizes alone (alignments are
+    left at 4 for the caller to set)."""
+    if _tile_count(m, n, batch, BIG_TILE) >= 2 * sm_count:
         # Measured best on H100 for 3xTF32; 128x128 tiles were slower (register pressure of the split).
-        return GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3, align_a=aligns[0],
-                          align_b=aligns[1], align_c=aligns[2])
-    # Few output tiles (small M or N): smaller tiles fill more SMs; when even those leave SMs idle and
-    # K is long, stream-K splits the K loop across CTAs (its partial sums go through a workspace).
-    small_tiles = _tiles(view, 64, 64)
-    swizzle = "streamk" if small_tiles < SM_COUNT and view.k >= 8 * 64 else "identity"
-    return GemmConfig(block=(64, 64, 16), warp=(32, 32, 16), stages=4, swizzle=swizzle,
-                      align_a=aligns[0], align_b=aligns[1], align_c=aligns[2])
+        return BIG_TILE
+    # Few output tiles (small M or N): smaller tiles fill more SMs, and when even those leave SMs idle the
+    # K loop is split across CTAs.
+    split = split_k_factor(_tile_count(m, n, batch, SMALL_TILE), k, batch, sm_count)
+    return SMALL_TILE._replace(swizzle="streamk", split_k=split) if split > 1 else SMALL_TILE
+
+
+def split_k_factor(tiles: int, k: int, batch: int = 1, sm_count: int = SM_COUNT) -> int:
+    """How many parts to cut each output tile's K loop into: the most that keep all CTAs in one wave at two
+    per SM (tiles * split <= 2 * sm_count), so an SM holds two 4-warp CTAs whose mma.sync streams hide
+    each other's latency instead of one CTA per SM, or none. 1 (no split) when the tiles alone give every
+    SM one (tiles > sm_count), when K is too short to cut (each part keeps MIN_SPLIT_K of it), and for
+    batched products (CUTLASS splits K only in its unbatched mode; the batch fills the GPU instead)."""
+    if batch > 1:
+        return 1
+    return max(1, min(2 * sm_count // tiles, k // MIN_SPLIT_K, MAX_SPLIT_K))
 
 
 def candidate_configs(group: FusedGroup) -> list[GemmConfig]:
@@ -151,10 +180,14 @@ def candidate_configs(group: FusedGroup) -> list[GemmConfig]:
     if chosen.kernel == "gemv":
         return [chosen]
     aligns = dict(align_a=chosen.align_a, align_b=chosen.align_b, align_c=chosen.align_c)
-    shapes = [((128, 64, 16), (64, 32, 16), 3), ((64, 64, 16), (32, 32, 16), 4),
-              ((128, 128, 16), (64, 64, 16), 3), ((64, 128, 16), (32, 64, 16), 4)]
-    others = [GemmConfig(block=b, warp=w, stages=s, swizzle=sw, **aligns)
-              for b, w, s in shapes for sw in ("identity", "streamk")]
+    shapes = [BIG_TILE, SMALL_TILE, GemmConfig(block=(128, 128, 16), warp=(64, 64, 16), stages=3),
+              GemmConfig(block=(64, 128, 16), warp=(32, 64, 16), stages=4)]
+    others = []
+    for shape in shapes:
+        shape = shape._replace(**aligns)
+        split = split_k_factor(_tile_count(view.m, view.n, view.batch, shape), view.k, view.batch)
+        others += [shape, shape._replace(swizzle="streamk")]
+        others += [shape._replace(swizzle="streamk", split_k=split)] if split > 1 else []
     return [chosen] + [c for c in others if c != chosen]
 
 
@@ -369,5 +402,5 @@ def _alignments(view: GemmView) -> tuple[int, int, int]:
             widest(view.n))
 
 
-def _tiles(view: GemmView, tile_m: int, tile_n: int) -> int:
-    return -(-view.m // tile_m) * -(-view.n // tile_n) * view.batch
+def _tile_count(m: int, n: int, batch: int, config: GemmConfig) -> int:
+    return -(-m // config.block[0]) * -(-n // config.block[1]) * batch

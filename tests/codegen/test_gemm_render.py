@@ -75,6 +75,34 @@ def test_cutlass_source_instantiates_the_config():
     assert "bmm" in source.ir_comment and "3xTF32" in source.ir_comment
 
 
+def test_split_k_is_a_binding_constant_on_the_stream_k_instantiation():
+    """Variants that differ only in their split share one CUDA source (the split is a launcher argument);
+    the data-parallel kernel never receives a split."""
+    a, b = input_node("a", 0, (128, 4096)), input_node("b", 1, (4096, 4096))
+    bias = param_node("bias", (4096,))
+    group = group_of(make_node("relu", [make_node("add", [make_node("mm", [a, b]), bias])]), inputs=(a, b),
+                     params=(bias,))
+    assert group.config.split_k == 2 and group.config.swizzle == "streamk"
+    source = render(group)
+    assert "constexpr bool kStreamK = true;" in source.cuda
+    assert "batch > 1 ? batch : kStreamK ? split_k : 1" in source.cuda
+    assert "const int split_k = 2;" in source.cpp and "_workspace(batch, m, n, k, split_k)" in source.cpp
+    assert "split-K 2" in source.ir_comment
+    other = render(dataclasses.replace(group, config=group.config._replace(split_k=5)))
+    assert other.cuda == source.cuda and "const int split_k = 5;" in other.cpp and other.name != source.name
+    data_parallel = render(dataclasses.replace(group, config=group.config._replace(swizzle="identity",
+                                                                                   split_k=1)))
+    assert "constexpr bool kStreamK = false;" in data_parallel.cuda
+    with pytest.raises(ValueError, match="split-K"):
+        render(dataclasses.replace(group, config=group.config._replace(swizzle="identity")))
+
+
+def test_split_k_is_refused_for_batched_products():
+    group = epilogue_group()
+    with pytest.raises(ValueError, match="batch 3"):
+        render(dataclasses.replace(group, config=group.config._replace(swizzle="streamk", split_k=2)))
+
+
 def test_binding_maps_inputs_to_roles_and_collapses_operands():
     group = epilogue_group()
     assert [n.name for n in group.inputs] == ["a", "b", "residual", "bias", "gate"]

@@ -9,7 +9,16 @@ import pytest
 
 import kernelwright.fuse.gemm as fuse_gemm
 from kernelwright.fuse import plan_fusion
-from kernelwright.fuse.gemm import GemmConfig, candidate_configs, describe, match
+from kernelwright.fuse.gemm import (
+    BIG_TILE,
+    SMALL_TILE,
+    GemmConfig,
+    candidate_configs,
+    describe,
+    match,
+    split_k_factor,
+    tile_config,
+)
 from kernelwright.fuse.plan import FusedGroup
 from kernelwright.ir.graph import Graph
 from kernelwright.ir.ops import const_node, input_node, make_node, param_node
@@ -148,7 +157,8 @@ def test_softmax_after_linear_gelu_is_left_to_its_family():
 @pytest.mark.parametrize(("m", "n", "k", "batch", "expected"), [
     (4096, 4096, 4096, 1, GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3, swizzle="identity")),
     (1024, 8192, 8192, 1, GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3, swizzle="identity")),
-    (128, 4096, 4096, 1, GemmConfig(block=(64, 64, 16), warp=(32, 32, 16), stages=4, swizzle="streamk")),
+    (128, 4096, 4096, 1, GemmConfig(block=(64, 64, 16), warp=(32, 32, 16), stages=4, swizzle="streamk",
+                                    split_k=2)),
     (256, 512, 64, 1, GemmConfig(block=(64, 64, 16), warp=(32, 32, 16), stages=4, swizzle="identity")),
     (512, 512, 512, 16, GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3, swizzle="identity")),
 ])
@@ -157,6 +167,49 @@ def test_shape_rules(m, n, k, batch, expected):
     a, b = input_node("a", 0, shape_a), input_node("b", 1, shape_b)
     y = make_node("bmm" if batch > 1 else "mm", [a, b])
     assert single_group(Graph(inputs=(a, b), params=(), outputs=(y,))).config == expected
+
+
+@pytest.mark.parametrize(("m", "n", "k", "batch", "expected"), [
+    # many tiles: 128x64, data-parallel, whatever K
+    (1024, 4096, 4096, 1, BIG_TILE),
+    (8192, 8192, 8192, 1, BIG_TILE),
+    # 256x8192: 256 big tiles (< 2 waves), 512 small ones (> one per SM): small tiles, no split
+    (256, 8192, 8192, 1, SMALL_TILE),
+    # 128 small tiles: 2 splits of 2048 fill 256 CTAs
+    (128, 4096, 4096, 1, SMALL_TILE._replace(swizzle="streamk", split_k=2)),
+    # 32 tiles would take 8 splits; K = 1024 allows 4 of 256
+    (128, 1024, 1024, 1, SMALL_TILE._replace(swizzle="streamk", split_k=4)),
+    # a level2-style Linear, batch 128, 1024 -> 512: 16 tiles, K allows 4
+    (128, 512, 1024, 1, SMALL_TILE._replace(swizzle="streamk", split_k=4)),
+    # 2 tiles and a long K: capped at MAX_SPLIT_K
+    (64, 128, 65536, 1, SMALL_TILE._replace(swizzle="streamk", split_k=16)),
+    # K too short to cut, and batched products: no split
+    (128, 1024, 511, 1, SMALL_TILE),
+    (128, 1024, 4096, 4, SMALL_TILE),
+])
+def test_tile_rule(m, n, k, batch, expected):
+    assert tile_config(m, n, k, batch) == expected
+
+
+@pytest.mark.parametrize("sm_count", [108, 132, 144])
+def test_split_k_keeps_one_wave_of_two_ctas_per_sm_and_a_long_enough_k(sm_count):
+    for tiles in range(1, 3 * sm_count):
+        for k in (64, 255, 256, 300, 1000, 4096, 8192, 1 << 20):
+            split = split_k_factor(tiles, k, sm_count=sm_count)
+            assert 1 <= split <= 16
+            assert split == 1 or (tiles * split <= 2 * sm_count and k // split >= 256)
+            # maximal: one more split would break a bound
+            assert tiles * (split + 1) > 2 * sm_count or k // (split + 1) < 256 or split == 16
+    assert split_k_factor(8, 8192, batch=2) == 1
+
+
+def test_candidates_include_split_k_variants_for_small_m():
+    a, b = input_node("a", 0, (128, 4096)), input_node("b", 1, (4096, 4096))
+    group = single_group(Graph(inputs=(a, b), params=(), outputs=(make_node("mm", [a, b]),)))
+    candidates = candidate_configs(group)
+    assert candidates[0].split_k == 2 and len(set(candidates)) == len(candidates)
+    assert {c.split_k for c in candidates if c.block == (128, 64, 16)} == {1, 4}
+    assert all(c.swizzle == "streamk" for c in candidates if c.split_k > 1)
 
 
 def test_alignment_follows_contiguous_extents():
