@@ -4,11 +4,13 @@ bar is PyTorch's own FP32 error on the same inputs (TF32 off): at most 2x it, pl
 output's magnitude for tiny K where FP32 products are exact and 3xTF32's are not quite.
 
 Each case also runs with every input re-laid out (transposed strides, or a misaligned offset view), which
-the binding must accept by copying what the kernel cannot read as is."""
+the binding must accept by copying what the kernel cannot read as is. Small-M cases check that the planner
+picked split-K and that its results are exact run to run; wrong calls must raise, not fault."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import zlib
 from collections.abc import Callable
 from unittest import mock
@@ -110,6 +112,22 @@ def _scalar_tensor_operands():
     return Graph(inputs=(a, b), params=(s, t), outputs=(y,))
 
 
+def _every_operand_kind(m, n, k):
+    """Linear + bias (row) + residual (full) times a per-row scale (col), then GELU: one visitor of each
+    kind on one product."""
+    x, residual, scale = input_node("x", 0, (m, k)), input_node("residual", 1, (m, n)), input_node(
+        "scale", 2, (m, 1))
+    w, b = param_node("fc.weight", (n, k)), param_node("fc.bias", (n,))
+    y = make_node("mul", [make_node("add", [make_node("linear", [x, w, b]), residual]), scale])
+    y = make_node("gelu", [y], approximate="none")
+    return Graph(inputs=(x, residual, scale), params=(w, b), outputs=(y,))
+
+
+def _split(split_k: int, align_a: int = 4) -> GemmConfig:
+    return GemmConfig(block=(64, 64, 16), warp=(32, 32, 16), stages=4, swizzle="streamk", align_a=align_a,
+                      split_k=split_k)
+
+
 def _nan_bias(inputs: dict[str, torch.Tensor]) -> None:
     inputs["bias"].fill_(float("nan"))
 
@@ -154,11 +172,28 @@ CASES: dict[str, Case] = {
     "activations_cutlass": (lambda: _activations(256, 320, 192), None, None),
     "activations_gemv": (lambda: _activations(1024, 1, 512), None, None),
     "scalar_tensor_operands": (_scalar_tensor_operands, None, None),
+    # Small M: split-K by rule (2 splits keep the cooperative hand-over; 3 or more add reduction CTAs) and
+    # forced, with each visitor kind, odd M and K, N = 1000, and the M = 1 matrix-vector kernel.
+    "mm_m1_long_k": (lambda: _mm(1, 1000, 4099), None, None),
+    "mm_m127_k_odd_split_rule": (lambda: _mm(127, 1000, 1027), None, None),
+    "mm_m127_k_odd_split3": (lambda: _mm(127, 1000, 1027), _split(3, align_a=1), None),
+    "splitk_rule_every_operand_kind": (lambda: _every_operand_kind(128, 1000, 1024), None, None),
+    "splitk2_every_operand_kind": (lambda: _every_operand_kind(128, 1000, 1024), _split(2), None),
+    "splitk16_every_operand_kind": (lambda: _every_operand_kind(128, 1000, 4096), _split(16), None),
+    "splitk_rule_activations": (lambda: _activations(128, 1000, 2048), None, None),
+    "splitk_rule_linear_rank3": (lambda: _linear((4, 25, 640), 4100, epilogue=_relu_gelu), None, None),
 }
 
 
 ACCURACY = {"mm_2048": lambda: _mm(2048, 2048, 2048),
-            "linear_1024x4096x4096": lambda: _linear((1024, 4096), 4096)}
+            "linear_1024x4096x4096": lambda: _linear((1024, 4096), 4096),
+            "linear_128x4096x4096_split_k": lambda: _linear((128, 4096), 4096)}
+
+# The planner's choice for each case whose point is the choice (so a rule change cannot quietly turn a
+# split-K test into a data-parallel one).
+EXPECTED_SPLIT = {"mm_m127_k_odd_split_rule": 4, "splitk_rule_every_operand_kind": 4,
+                  "splitk_rule_activations": 8, "splitk_rule_linear_rank3": 2,
+                  "mm_streamk_small_m": 2, "linear_128x4096x4096_split_k": 2}
 
 
 def _linear_vm(k, n):
@@ -250,7 +285,52 @@ def _check(out: torch.Tensor, ref64: torch.Tensor, ref32: torch.Tensor) -> None:
     assert ours <= 2 * torch_err + 2e-6 * scale, f"error {ours:.3g} vs torch FP32 {torch_err:.3g}"
 
 
-@pytest.mark.parametrize("case", ["mm_1000", "linear_bias"])
+@pytest.mark.parametrize("case", sorted(EXPECTED_SPLIT))
+def test_planner_picked_split_k(built, case):
+    config = built[case][0].config
+    assert (config.swizzle, config.split_k) == ("streamk", EXPECTED_SPLIT[case])
+
+
+def test_mm_m1_is_the_matrix_vector_kernel(built):
+    assert built["mm_m1_long_k"][0].config.kernel == "gemv"
+
+
+@pytest.mark.parametrize("case", ["linear_bias", "mv_dot_tanh"])
+def test_wrong_inputs_raise_a_runtime_error_naming_the_input(built, case):
+    """Checked before anything is read: a wrong call fails cleanly and leaves the context healthy."""
+    group, fn, graph = built[case]
+    inputs, params = _values(graph, seed=3)
+    by_node = {id(n): inputs[n.attr("index")].cuda() for n in graph.inputs}
+    by_node.update({id(n): params[n.name].cuda() for n in graph.params})
+    args = [by_node[id(n)] for n in group.inputs]
+    with pytest.raises(RuntimeError, match="expected"):
+        fn(args[:-1])
+    role = re.escape(f"(B {group.inputs[1].name}): input 1 must have shape")
+    with pytest.raises(RuntimeError, match=role):
+        fn([args[0], args[1][:-1]] + args[2:])
+    with pytest.raises(RuntimeError, match="input 1 must be Float"):
+        fn([args[0], args[1].double()] + args[2:])
+    with pytest.raises(RuntimeError, match="input 0 must be a CUDA tensor"):
+        fn([args[0].cpu()] + args[1:])
+    if torch.cuda.device_count() > 1:
+        with pytest.raises(RuntimeError, match="input 1 is on cuda:1"):
+            fn([args[0], args[1].to("cuda:1")] + args[2:])
+    torch.cuda.synchronize()
+    fn(args)
+
+
+@pytest.mark.parametrize("case", ["splitk_rule_every_operand_kind", "splitk2_every_operand_kind"])
+def test_split_k_is_deterministic(built, case):
+    """The partial sums meet in a fixed order: the same inputs give bit-identical outputs."""
+    group, fn, graph = built[case]
+    inputs, params = _values(graph, seed=5)
+    inputs = [t.cuda() for t in inputs]
+    params = {k: v.cuda() for k, v in params.items()}
+    first = _run(group, fn, graph, inputs, params, None)
+    assert all(torch.equal(first, _run(group, fn, graph, inputs, params, None)) for _ in range(5))
+
+
+@pytest.mark.parametrize("case", ["mm_1000", "linear_bias", "splitk_rule_every_operand_kind"])
 def test_results_do_not_depend_on_the_stream(built, case):
     group, fn, graph = built[case]
     inputs, params = _values(graph, seed=7)
