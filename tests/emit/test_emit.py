@@ -18,14 +18,20 @@ from kernelwright.codegen.registry import render_group
 from kernelwright.emit import EmitInfo, emit_fallback, emit_module
 from kernelwright.fuse.plan import plan_fusion, run_group_with_aten
 from kernelwright.problem import load_shrunk
+from kernelwright.rewrite import hoistable_nodes, rewrite_graph
 
 PROBLEMS = ["level1/05_SiLU", "level1/28_BatchNorm2dTrain", "level3/01_MLP",
             "level3/08_SqueezeExcitationBlock"]
 
 
-def emitted(problem_id: str):
+def emitted(problem_id: str, rewrite: bool = False):
+    """The emitted file; with `rewrite`, of the rewritten graph with its derived weights hoisted (as
+    `optimize` does)."""
     problem = load_shrunk(problem_id)
-    plan = plan_fusion(capture(problem))
+    graph = capture(problem)
+    if rewrite:
+        graph, _ = rewrite_graph(graph)
+    plan = plan_fusion(graph, derived=hoistable_nodes(graph) if rewrite else ())
     kernels = [render_group(g) for g in plan.groups]
     source = emit_module(problem.source, EmitInfo(problem.id, verification="test"), plan, assemble(kernels))
     return problem, plan, kernels, source
@@ -40,15 +46,23 @@ def load_source(source: str, tmp_path, name="new.py") -> types.ModuleType:
     return module
 
 
-@pytest.mark.parametrize("problem_id", PROBLEMS)
-def test_emitted_forward_computes_what_model_computes(problem_id, tmp_path):
-    problem, plan, kernels, source = emitted(problem_id)
+def load_with_aten_kernels(source: str, plan, kernels, tmp_path) -> types.ModuleType:
+    """The emitted module with each kernel replaced by the ATen execution of its group (CPU)."""
     module = load_source(source, tmp_path)
+    if not kernels:
+        return module
     assert module._kw_ext is None                      # no CUDA here: nothing was built at import
     cpu = torch.device("cpu")
     pairs = zip(plan.groups, kernels, strict=True)
     module._kw_ext = types.SimpleNamespace(**{
         k.name: (lambda inputs, g=g: run_group_with_aten(g, inputs, cpu)) for g, k in pairs})
+    return module
+
+
+@pytest.mark.parametrize("problem_id", PROBLEMS)
+def test_emitted_forward_computes_what_model_computes(problem_id, tmp_path):
+    problem, plan, kernels, source = emitted(problem_id)
+    module = load_with_aten_kernels(source, plan, kernels, tmp_path)
     model = problem.build_model(3)
     new = problem.build_model(3, model_class=module.ModelNew)
     assert [(k, v.shape) for k, v in new.state_dict().items()] == \
@@ -104,3 +118,117 @@ def test_fallback_keeps_model_forward(tmp_path):
     model, new = problem.build_model(1), problem.build_model(1, model_class=module.ModelNew)
     x = torch.randn(3, 4)
     torch.testing.assert_close(new(x), model(x))
+
+
+# ------------------------------------------------------------------------------------------ derived weights
+
+DERIVED = ["level2/03_GemmDivideSumScale", "level2/11_GemmScaleResidualAdd", "level2/12_LinearMeanScale"]
+
+
+def derived_setup(problem_id: str, tmp_path):
+    """(problem, Model, ModelNew with the same weights, emitted module); ModelNew counts its derived-weight
+    computations in `module.computed`."""
+    problem, plan, kernels, source = emitted(problem_id, rewrite=True)
+    assert plan.derived, "the rewrite left no derived weights: the test problem no longer exercises them"
+    module = load_with_aten_kernels(source, plan, kernels, tmp_path)
+    module.computed = 0
+    compute = module.ModelNew._kw_compute_derived
+
+    def counted(self, device):
+        module.computed += 1
+        return compute(self, device)
+
+    module.ModelNew._kw_compute_derived = counted
+    model = problem.build_model(3)
+    new = problem.build_model(3, model_class=module.ModelNew)
+    new.load_state_dict(model.state_dict())
+    return problem, model, new, module
+
+
+def assert_same(model, new, inputs):
+    with torch.no_grad():
+        torch.testing.assert_close(new(*inputs), model(*inputs), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("problem_id", DERIVED)
+def test_derived_weights_are_computed_once_and_stay_out_of_the_state_dict(problem_id, tmp_path):
+    problem, model, new, module = derived_setup(problem_id, tmp_path)
+    inputs = problem.inputs(5)
+    for _ in range(3):
+        assert_same(model, new, inputs)
+    assert module.computed == 1
+    assert list(new.state_dict()) == list(model.state_dict())
+    assert [n for n, _ in new.named_buffers()] == [n for n, _ in model.named_buffers()]
+    assert "_kw_derived_cache" in new.__dict__
+
+
+@pytest.mark.parametrize("problem_id", DERIVED)
+def test_derived_weights_follow_every_way_of_changing_a_parameter(problem_id, tmp_path):
+    problem, model, new, module = derived_setup(problem_id, tmp_path)
+    inputs = problem.inputs(5)
+    assert_same(model, new, inputs)
+    computed = module.computed
+
+    def changed(how: str) -> None:
+        nonlocal computed
+        assert_same(model, new, inputs)
+        assert module.computed == computed + 1, f"derived weights not recomputed after {how}"
+        computed = module.computed
+
+    model.load_state_dict(problem.build_model(11).state_dict())
+    new.load_state_dict(problem.build_model(11).state_dict())
+    changed("load_state_dict")
+    with torch.no_grad():
+        for mine, theirs in zip(new.parameters(), model.parameters(), strict=True):
+            mine.add_(0.25)
+            theirs.add_(0.25)
+    changed("an in-place add_")
+    for mine, theirs in zip(new.parameters(), model.parameters(), strict=True):
+        # Twice before the next call: the second new storage may take the address of the one the cache was
+        # computed from, unless the cache keeps that storage alive.
+        for _ in range(2):
+            mine.data = torch.randn_like(mine)
+        theirs.data = mine.detach().clone()
+    changed("param.data = ...")
+    model.double()
+    new.double()
+    inputs = [x.double() for x in inputs]
+    changed(".double()")
+
+
+def test_derived_weights_carry_gradients_when_autograd_records(tmp_path):
+    problem, model, new, module = derived_setup("level2/11_GemmScaleResidualAdd", tmp_path)
+    inputs = problem.inputs(5)
+    for _ in range(2):          # two backward passes: nothing cached holds a consumed autograd graph
+        model.zero_grad()
+        new.zero_grad()
+        model(*inputs).square().sum().backward()
+        new(*inputs).square().sum().backward()
+        for (name, want), got in zip(model.named_parameters(), new.parameters(), strict=True):
+            torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4, msg=name)
+    assert module.computed == 2
+    assert "_kw_derived_cache" not in new.__dict__
+    new.requires_grad_(False)   # frozen weights: cached even with grad mode on
+    new(*inputs)
+    new(*inputs)
+    assert module.computed == 3
+
+
+def test_derived_weights_cached_in_inference_mode_work_outside_it(tmp_path):
+    problem, model, new, module = derived_setup("level2/11_GemmScaleResidualAdd", tmp_path)
+    new.requires_grad_(False)
+    inputs = problem.inputs(5)
+    with torch.inference_mode():
+        new(*inputs)
+    x = inputs[0].clone().requires_grad_(True)
+    new(x).sum().backward()     # saves the cached weights for backward: they must not be inference tensors
+    assert module.computed == 1
+    want = torch.autograd.grad(model(x).sum(), x)[0]
+    torch.testing.assert_close(x.grad, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_plan_without_kernels_builds_nothing(tmp_path):
+    _, plan, kernels, source = emitted("level2/03_GemmDivideSumScale", rewrite=True)
+    assert not kernels and plan.derived
+    assert "load_inline" not in source and "_kw_ext" not in source
+    assert "derived weights: 1 value(s) computed once from weight" in source
