@@ -8,6 +8,11 @@ only that kernel (its group falls back to ATen); whatever cannot be fixed that w
 kernel survives, the judge rejects the file or finds it slower than eager) gives the whole-model
 fallback, a ModelNew that keeps Model's forward. So the emitted file is never incorrect or slower than
 eager beyond noise, when verified.
+
+Derived weights (parameter-only subgraphs a rewrite leaves, `rewrite.hoistable_nodes`) are planned apart
+from the per-call steps and computed once by the emitted module. They are a gain of their own (the
+GEMM → GEMV rewrite leaves a per-call matrix-vector product and a reduced weight), so a plan that has them
+is emitted and judged even when no kernel survives.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from kernelwright.emit import EmitInfo, emit_fallback, emit_module
 from kernelwright.environment import cache_dir, nvcc_path
 from kernelwright.errors import CaptureError
 from kernelwright.fuse.plan import FusedGroup, FusionPlan, plan_fusion
-from kernelwright.ir.graph import Graph
+from kernelwright.ir.graph import Graph, Node
 from kernelwright.problem import Problem
 
 # The judged speedup must reach 1 / (1 + SPEED_NOISE): slower than that is "slower than eager".
@@ -108,17 +113,18 @@ class _Pipeline:
                 return self.fallback(f"capture failed: {exc}")
             note.append(f"{sum(not n.is_leaf for n in result.graph.nodes())} nodes")
         with stages.run("rewrite") as note:
-            result.graph, result.rewrite_log = _rewrite(result.graph)
+            result.graph, result.rewrite_log, derived = _rewrite(result.graph)
             note.append(f"{len(result.rewrite_log.events)} rewrites" if result.rewrite_log else "skipped")
         with stages.run("plan") as note:
-            plan = plan_fusion(result.graph)
+            plan = plan_fusion(result.graph, derived=derived)
             aten_steps = len(plan.steps) - len(plan.groups)
-            note.append(f"{len(plan.groups)} fused group(s), {aten_steps} ATen step(s)")
+            note.append(f"{len(plan.groups)} fused group(s), {aten_steps} ATen step(s)"
+                        + (f", {len(plan.derived)} derived weight(s)" if plan.derived else ""))
         with stages.run("render") as note:
             plan, kernels = _render(plan, result.dropped)
             note.append(f"{len(kernels)} kernel(s)")
         result.plan = plan
-        if not kernels:
+        if not kernels and not plan.derived:
             return self.fallback("no fusable group: every op stays an ATen call")
         if not torch.cuda.is_available():
             return self.without_gpu(plan, kernels)
@@ -145,7 +151,10 @@ class _Pipeline:
         return EmitInfo(self.problem.id, self.options.allow_tf32, verification, notes)
 
     def without_gpu(self, plan: FusionPlan, kernels: list[KernelSource]) -> OptimizeResult:
-        if nvcc_path() is None:
+        if not kernels:
+            self.stages.skip("nvcc check", "no kernels")
+            checked = "no CUDA sources"
+        elif nvcc_path() is None:
             self.stages.skip("nvcc check", "nvcc not found")
             checked = "CUDA sources not compile-checked (no nvcc)"
         else:
@@ -160,6 +169,32 @@ class _Pipeline:
         return self.emit(plan, kernels, f"NOT verified: no CUDA GPU where this was generated ({checked})")
 
     def with_gpu(self, plan: FusionPlan, kernels: list[KernelSource]) -> OptimizeResult:
+        result = self.result
+        if kernels:
+            kept = self.build_and_measure(plan, kernels)
+            if isinstance(kept, OptimizeResult):
+                return kept
+            plan, kernels = kept
+        if not kernels and not plan.derived:
+            return self.fallback("no kernel was both correct and faster than ATen")
+        self.emit(plan, kernels, "being judged")
+        with self.stages.run("judge") as note:
+            result.verdict = _judge(self.problem, result.source, self.options)
+            note.append(_verdict_line(result.verdict))
+        verdict = result.verdict
+        if verdict["status"] != "correct":
+            return self.fallback(f"the judge found the compiled file {verdict['status']}: "
+                                 f"{verdict['detail']}")
+        speedup = verdict.get("speedup_vs_eager")
+        if speedup is not None and speedup < 1 / (1 + SPEED_NOISE):
+            return self.fallback(f"the compiled file was slower than eager ({speedup:.2f}x)")
+        device = torch.cuda.get_device_name()
+        return self.emit(plan, kernels, f"verified on {device}: {_verdict_line(verdict)}")
+
+    def build_and_measure(self, plan: FusionPlan, kernels: list[KernelSource]
+                          ) -> tuple[FusionPlan, list[KernelSource]] | OptimizeResult:
+        """The plan and kernels that build and beat ATen (rebuilt without the others), or the fallback
+        result when nothing builds."""
         from kernelwright.tune import measure_groups
 
         result = self.result
@@ -188,37 +223,24 @@ class _Pipeline:
                     plan = plan.without(group)
             kernels = [k for k, r in zip(kernels, reports, strict=True) if r.keep]
             note.append(f"{len(kernels)} of {len(reports)} kernel(s) kept")
-        if not kernels:
-            return self.fallback("no kernel was both correct and faster than ATen")
-        if len(kernels) < len(reports):
+        if kernels and len(kernels) < len(reports):
             with self.stages.run("rebuild") as note:
                 result.build_seconds = build_extension(assemble(kernels)).seconds
                 note.append(f"{result.build_seconds:.1f} s")
-        self.emit(plan, kernels, "being judged")
-        with self.stages.run("judge") as note:
-            result.verdict = _judge(self.problem, result.source, self.options)
-            note.append(_verdict_line(result.verdict))
-        verdict = result.verdict
-        if verdict["status"] != "correct":
-            return self.fallback(f"the judge found the compiled file {verdict['status']}: "
-                                 f"{verdict['detail']}")
-        speedup = verdict.get("speedup_vs_eager")
-        if speedup is not None and speedup < 1 / (1 + SPEED_NOISE):
-            return self.fallback(f"the compiled file was slower than eager ({speedup:.2f}x)")
-        device = torch.cuda.get_device_name()
-        return self.emit(plan, kernels, f"verified on {device}: {_verdict_line(verdict)}")
+        return plan, kernels
 
 
 # ------------------------------------------------------------------------------------------- helpers
 
 
-def _rewrite(graph: Graph) -> tuple[Graph, Any]:
-    """The rewrite stage, when this checkout has one."""
+def _rewrite(graph: Graph) -> tuple[Graph, Any, list[Node]]:
+    """The rewrite stage, when this checkout has one: (graph, log, roots of its derived weights)."""
     if importlib.util.find_spec("kernelwright.rewrite") is None:
-        return graph, None
-    from kernelwright.rewrite import rewrite_graph
+        return graph, None, []
+    from kernelwright.rewrite import hoistable_nodes, rewrite_graph
 
-    return rewrite_graph(graph)
+    graph, log = rewrite_graph(graph)
+    return graph, log, hoistable_nodes(graph)
 
 
 def _render(plan: FusionPlan, dropped: list[str]) -> tuple[FusionPlan, list[KernelSource]]:

@@ -10,7 +10,7 @@ import torch
 from kernelwright.cli import main
 from kernelwright.compiler import optimize
 from kernelwright.environment import nvcc_path
-from kernelwright.problem import load_problem
+from kernelwright.problem import load_problem, load_shrunk
 
 UNCAPTURABLE = '''
 import torch
@@ -63,3 +63,24 @@ def test_output_may_not_overwrite_the_problem(tmp_path):
     path = tmp_path / "p.py"
     path.write_text(UNCAPTURABLE)
     assert main(["optimize", str(path), "-o", str(path)]) == 2
+
+
+def test_derived_weights_alone_are_worth_emitting(tmp_path):
+    """level2/03 rewrites to a GEMV on a reduced weight: no kernel is left per call, yet the file is
+    emitted (the reduced weight is computed once), runs without a GPU and follows weight changes."""
+    problem = load_shrunk("level2/03_GemmDivideSumScale")
+    result = optimize(problem)
+    assert result.fallback_reason is None and not result.plan.groups and result.plan.derived
+    assert "derived weights: 1 value(s)" in result.source and "load_inline" not in result.source
+    module = types.ModuleType("emitted")
+    exec(compile(result.source, str(tmp_path / "new.py"), "exec"), module.__dict__)
+    model = problem.build_model(3)
+    new = problem.build_model(3, model_class=module.ModelNew)
+    inputs = problem.inputs(5)
+    for seed in (3, 4):
+        state = problem.build_model(seed).state_dict()
+        model.load_state_dict(state)
+        new.load_state_dict(state)
+        with torch.no_grad():
+            torch.testing.assert_close(new(*inputs), model(*inputs), rtol=1e-4, atol=1e-4)
+    assert list(new.state_dict()) == list(model.state_dict())
