@@ -5,12 +5,14 @@ The default set takes a few minutes; `-m "gpu and slow"` runs every other bundle
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
 import pytest
+import torch
 
-from kernelwright.compiler import SPEED_NOISE, optimize
+from kernelwright.compiler import SPEED_NOISE, OptimizeResult, optimize
 from kernelwright.judge import JudgeOptions, evaluate
 from kernelwright.problem import bundled_problem_ids, load_problem
 
@@ -38,7 +40,8 @@ print("PLAIN-CHECK-OK")
 '''
 
 
-def check_problem(problem_id: str, tmp_path) -> None:
+def check_problem(problem_id: str, tmp_path) -> OptimizeResult:
+    """Optimize, judge, plain check; the emitted file is left at tmp_path / "new.py"."""
     result = optimize(load_problem(problem_id))
     output = tmp_path / "new.py"
     output.write_text(result.source)
@@ -53,6 +56,7 @@ def check_problem(problem_id: str, tmp_path) -> None:
     assert "PLAIN-CHECK-OK" in done.stdout, done.stderr[-3000:]
     print(f"{problem_id}: {result.verification or result.fallback_reason}; dropped: {result.dropped}; "
           f"stages: {{{', '.join(f'{k}: {v:.1f} s' for k, v in result.stage_seconds.items())}}}")
+    return result
 
 
 @pytest.mark.parametrize("problem_id", CORE)
@@ -64,3 +68,43 @@ def test_optimize_core_problems(problem_id, tmp_path):
 @pytest.mark.parametrize("problem_id", OTHERS)
 def test_optimize_every_bundled_problem(problem_id, tmp_path):
     check_problem(problem_id, tmp_path)
+
+
+# The GEMM -> GEMV rewrite leaves a reduced weight: computed once, read by a per-call matrix-vector product.
+DERIVED = ["level2/03_GemmDivideSumScale", "level2/12_LinearMeanScale"]
+
+
+@pytest.mark.parametrize("problem_id", DERIVED)
+def test_derived_weights_are_computed_once_and_follow_the_weights(problem_id, tmp_path):
+    result = check_problem(problem_id, tmp_path)
+    assert result.fallback_reason is None and result.plan.derived, result.fallback_reason
+    spec = importlib.util.spec_from_file_location("new", tmp_path / "new.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    computed = []
+    compute = module.ModelNew._kw_compute_derived
+    module.ModelNew._kw_compute_derived = lambda self, device: computed.append(1) or compute(self, device)
+    problem = load_problem(problem_id)
+    model = problem.build_model(0, "cuda")
+    new = problem.build_model(0, "cuda", model_class=module.ModelNew)
+    inputs = problem.inputs(1, "cuda")
+
+    def same() -> None:
+        with torch.no_grad():
+            torch.testing.assert_close(new(*inputs), model(*inputs), rtol=1e-4, atol=1e-4)
+
+    same()
+    same()
+    assert len(computed) == 1
+    state = problem.build_model(5, "cuda").state_dict()
+    model.load_state_dict(state)
+    new.load_state_dict(state)
+    same()
+    assert len(computed) == 2
+    with torch.no_grad():
+        for mine, theirs in zip(new.parameters(), model.parameters(), strict=True):
+            mine.mul_(-0.5)
+            theirs.mul_(-0.5)
+    same()
+    assert len(computed) == 3
+    assert list(new.state_dict()) == list(model.state_dict())
