@@ -5,8 +5,10 @@ epilogue fused into the last pass.
 `fuse/reduction.py` decided the members, their levels (per element or per row), the passes and the
 launch shape; this module only prints them into `cuda/kw_row_kernel.cu.in`. Per pass, the generated code
 is: a loop over this thread's chunks of the row (VEC consecutive elements, one 16-byte load per input
-where aligned), the elementwise statements, the accumulator updates; then one reduction of the pass's
-packed accumulators; then the per-row scalars. The last pass writes the elementwise outputs.
+where aligned), the elementwise statements, the accumulator updates (once per chunk); then one reduction
+of the pass's packed accumulators; then the per-row scalars. The last pass writes the elementwise outputs.
+With a row cache, the inputs read by several passes are first copied to shared memory (cp.async) and
+every pass reads them from there.
 """
 
 from __future__ import annotations
@@ -80,8 +82,9 @@ class _RowKernel:
         self.vec = spec.vec if vec_ok else 1
         self.frozen = True      # every access is known: the layout above covers them all
         self.readers = {k: self._passes_reading(k) for k in range(len(group.inputs))}
-        self.cached = [k for k in cached_inputs(group, space) if len(self.readers[k]) > 1] \
-            if spec.cache else []
+        # one cache slot per input: an input addressed two ways (two views) is not cached
+        self.cached = [k for k in cached_inputs(group, space) if len(self.readers[k]) > 1
+                       and sum(key[0] == k for key in self.access_keys) == 1] if spec.cache else []
         extents = [space.rows * space.row_length] + [i.numel for i in group.inputs]
         self.idx_t = index_type(*extents)
 
@@ -190,9 +193,9 @@ class _RowKernel:
                 f"  __device__ void combine(const {name}& o) {{ {combine} }}\n"
                 f"  __device__ {name} shfl_xor(int m) const {{ return {{{shuffle}}}; }}\n}};")
 
-    def _loop(self, env: _PassEnv, inner: list[str], before_store: list[str]) -> list[str]:
-        """The chunk loop of one pass: coordinates, loads (from global or the row cache), the per-element
-        statements, then `before_store` after the element loop."""
+    def _loop(self, env: _PassEnv, inner: list[str], after: list[str], decls: list[str] = ()) -> list[str]:
+        """The chunk loop of one pass: coordinates, loads (from global or the row cache), `decls`, the
+        per-element statements and `inner`, then `after` once per chunk."""
         layout = self.layout
         # unrolled so that several independent 16-byte loads per thread are in flight (the accumulator
         # chain is serial, the loads are not)
@@ -204,47 +207,71 @@ class _RowKernel:
         if env.loads or env.stores:
             lines += ["      " + s for s in decompose("p0", layout.reduced_dims, layout.sizes, "rd", "idx_t")]
         for a in env.loads:
-            lines.append("      " + self._load(a, env.p))
+            lines.append("      " + self._load(a))
+        lines += ["      " + d for d in decls]
         lines += ["      #pragma unroll", "      for (int j = 0; j < VEC; ++j) {"]
         lines += ["        " + s for s in env.lines + inner]
-        lines += ["      }"] + ["      " + s for s in before_store] + ["    }", "  }"]
+        lines += ["      }"] + ["      " + s for s in after] + ["    }", "  }"]
         return lines
 
-    def _from_cache(self, access: int, p: int) -> bool:
-        position = self.access_keys[access][0]
-        return position in self.cached and min(self.readers[position]) < p
+    def _cache_slot(self, a: int) -> str:
+        slot = self.cached.index(self.access_keys[a][0])
+        return f"cache + ({slot} * PER_BLOCK + (c - c_begin)) * VEC"
 
-    def _load(self, a: int, p: int) -> str:
-        position = self.access_keys[a][0]
+    def _address(self, a: int) -> str:
+        along = offset(self.layout.reduced_dims, self.layout.accesses[a], "rd")
+        return f"in{self.access_keys[a][0]} + kb{a} + {along}"
+
+    def _load(self, a: int) -> str:
         vec = "kw::Vec<float, VEC>"
-        address = f"in{position} + kb{a} + {offset(self.layout.reduced_dims, self.layout.accesses[a], 'rd')}"
         if self.layout.innermost_stride(a) == 0 and self.layout.reduced and self.layout.reduced[-1]:
-            load = f"kw::splat<float, VEC>(kw::load({address}))"
+            load = f"kw::splat<float, VEC>(kw::load({self._address(a)}))"
         else:
-            load = f"kw::load_vec<float, VEC>({address})"
-        if position not in self.cached:
+            load = f"kw::load_vec<float, VEC>({self._address(a)})"
+        if self.access_keys[a][0] not in self.cached:
             return f"const {vec} x{a} = {load};"
-        slot = self.cached.index(position)
-        where = f"reinterpret_cast<{vec}*>(cache + ({slot} * PER_BLOCK + (c - c_begin)) * VEC)"
-        if self._from_cache(a, p):
-            return f"const {vec} x{a} = CACHE ? *{where} : {load};"
-        return f"const {vec} x{a} = {load};\n      if (CACHE) *{where} = x{a};"
+        return f"const {vec} x{a} = CACHE ? *reinterpret_cast<const {vec}*>({self._cache_slot(a)}) : {load};"
+
+    def _cache_fill(self) -> list[str]:
+        """With CACHE, before the first pass: every chunk of the cached inputs that this thread will read,
+        copied to the row cache asynchronously; each thread later reads back only what it copied."""
+        layout = self.layout
+        fills = [a for a, (position, _, _) in enumerate(self.access_keys) if position in self.cached]
+        lines = ["  // row cache fill: this thread's whole share of the row in flight at once (cp.async),",
+                 "  // then every pass reads it from shared memory; HBM sees one read of the row",
+                 "  if (CACHE && live) {",
+                 "    #pragma unroll 4",
+                 "    for (idx_t c = c_begin + t; c < c_end; c += STEP) {",
+                 "      const idx_t p0 = c * VEC;"]
+        lines += ["      " + s for s in decompose("p0", layout.reduced_dims, layout.sizes, "rd", "idx_t")]
+        lines += [f"      kw::copy_async<VEC>({self._cache_slot(a)}, {self._address(a)});" for a in fills]
+        lines += ["    }", "    kw::copy_async_wait_all();", "  }"]
+        return lines
 
     def _reduction_pass(self, p: int, column: bool) -> list[str]:
         env = _PassEnv(self, p)
-        updates = []
+        inner, after, decls = [], [], []
         for node in self.group.nodes:
             if self.pass_of.get(id(node)) != p:
                 continue
             x = env.elem(node.inputs[0])
-            field = f"acc{p}.a{self.index[id(node)]}"
-            entry = accumulation(node, self.spec.space.row_length)
-            updates.append(f"{field}.update({x}, p0 + j);" if entry.indexed else f"{field}.update({x});")
+            i = self.index[id(node)]
+            field = f"acc{p}.a{i}"
+            if accumulation(node, self.spec.space.row_length).indexed:
+                inner.append(f"{field}.update({x}, p0 + j);")
+            else:
+                # the chunk's values, folded in together after the element loop
+                decls.append(f"float u{i}[VEC];")
+                inner.append(f"u{i}[j] = {x};")
+                after.append(f"{field}.update_vec<VEC>(u{i});")
         scratch = "THREADS" if column else "THREADS / 32"
         reduce = "column_reduce" if column else "group_reduce"
         slots = "32" if column else "ROWS_PER_BLOCK"
-        lines = [f"  // ---- pass {p}", f"  Pass{p} acc{p} = Pass{p}::init();"]
-        lines += self._loop(env, updates, [])
+        lines = [f"  // ---- pass {p}"]
+        if p == 0 and self.cached:
+            lines += self._cache_fill()
+        lines += [f"  Pass{p} acc{p} = Pass{p}::init();"]
+        lines += self._loop(env, inner, after, decls)
         lines += ["  {",
                   f"    __shared__ Pass{p} scratch[{scratch}];",
                   f"    acc{p} = kw::{reduce}<WARPS>(acc{p}, scratch);",
@@ -273,11 +300,7 @@ class _RowKernel:
             stores.append(f"kw::store_vec<float, VEC>(out{k} + kb{env.out_access} + {along}, y{k});")
         env.stores = [env.out_access]
         decls = [f"kw::Vec<float, VEC> y{self._out_pos(n)};" for n in self.elem_outputs]
-        lines = ["  // ---- output pass"]
-        loop = self._loop(env, inner, stores)
-        # the output vectors live in the chunk loop, declared before the element loop
-        at = loop.index("      #pragma unroll")
-        return lines + loop[:at] + ["      " + d for d in decls] + loop[at:]
+        return ["  // ---- output pass"] + self._loop(env, inner, stores, decls)
 
     def _launcher(self, params: list[str], rows_per_block: int) -> dict[str, str]:
         spec = self.spec

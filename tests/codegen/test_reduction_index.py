@@ -1,7 +1,8 @@
 """The row kernel's index arithmetic on the CPU: for every reduction case, the offset statements of the
 rendered CUDA source (kept coordinates of a row, coordinates along the row, each load's and store's
-address) are evaluated in Python over every (row, position) pair and compared with the element the IR
-semantics name: the tensor permuted to (kept dims, reduced dims) and flattened to [rows, row length]."""
+address, the row cache's fill) are evaluated in Python over every (row, position) pair and compared with
+the element the IR semantics name: the tensor permuted to (kept dims, reduced dims) and flattened to
+[rows, row length]."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ VECTOR_LOAD = re.compile(r"kw::load_vec<float, VEC>\(in(\d+) \+ kb(\d+) \+ ([^)]
 SPLAT_LOAD = re.compile(r"kw::splat<float, VEC>\(kw::load\(in(\d+) \+ kb(\d+) \+ ([^)]+)\)\)")
 ROW_LOAD = re.compile(r"kw::load\(in(\d+) \+ kb(\d+)\)")
 STORE = re.compile(r"kw::store_vec<float, VEC>\(out(\d+) \+ kb(\d+) \+ ([^,]+),")
+CACHE_FILL = re.compile(r"kw::copy_async<VEC>\([^,]+, in(\d+) \+ kb(\d+) \+ ([^)]+)\);")
 
 REDUCTION_CASES = sorted(name for name, make in CASES.items()
                          if any(g.family == "reduction" for g in plan_fusion(make()).groups))
@@ -66,7 +68,7 @@ def test_rendered_offsets_address_the_logical_elements(case):
         position, view, context = kernel.access_keys[access]
         assert position == tensor, f"kb{access} belongs to input {position}, used for {tensor}"
         want = logical_offsets(space, view, context)
-        got = torch.broadcast_to(eval(f"kb{access} + {expr}", {}, env), want.shape)  # noqa: S307
+        got = torch.broadcast_to(torch.as_tensor(eval(f"kb{access} + {expr}", {}, env)), want.shape)  # noqa: S307
         assert torch.equal(got, want), f"{case}: access {access} {kernel.access_keys[access]}"
         if int32 and got.numel():
             assert int(got.max()) < 2**31 - 1, f"{case}: access {access} overflows 32-bit indexing"
@@ -79,6 +81,7 @@ def test_rendered_offsets_address_the_logical_elements(case):
     loads = [(int(k), int(a), e, False) for k, a, e in VECTOR_LOAD.findall(cuda)]
     loads += [(int(k), int(a), e, True) for k, a, e in SPLAT_LOAD.findall(cuda)]
     loads += [(int(k), int(a), "0", False) for k, a in ROW_LOAD.findall(cuda)]
+    loads += [(int(k), int(a), e, False) for k, a, e in CACHE_FILL.findall(cuda)]
     assert loads, case
     for tensor, access, expr, splat in loads:
         check(tensor, access, expr, splat)

@@ -60,6 +60,32 @@ __host__ __device__ __forceinline__ bool is_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % sizeof(T) == 0;
 }
 
+// Asynchronous global -> shared copy of N floats (cp.async, sm_80+; N = 1 or 4, `src` aligned to 4 * N
+// bytes). The data does not pass through registers, so one thread can have its whole share of a row in
+// flight at once instead of a few loads per loop iteration. Visible to the issuing thread after
+// copy_async_wait_all(); other threads need a barrier as well.
+template <int N>
+__device__ __forceinline__ void copy_async(float* dst, const float* src) {
+  static_assert(N == 1 || N == 4, "cp.async copies 4, 8 or 16 bytes");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned shared = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  if constexpr (N == 4) {
+    // .cg: 16-byte copies bypass L1 (the row is read from HBM once, no reuse)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared), "l"(src) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(shared), "l"(src) : "memory");
+  }
+#else
+  *reinterpret_cast<Vec<float, N>*>(dst) = load_vec<float, N>(src);
+#endif
+}
+
+__device__ __forceinline__ void copy_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
 // ------------------------------------------------------------------------------------------- indexing
 
 template <typename IndexT>

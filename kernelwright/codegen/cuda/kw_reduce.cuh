@@ -4,6 +4,8 @@
 // An accumulator is a small value type with
 //   static Acc init();                 the identity
 //   void update(float x[, long long i])  fold in one element (i: its index along the reduction)
+//   void update_vec<N>(const float (&x)[N])  fold in N consecutive elements (not for indexed ones);
+//                                      Welford and online softmax do per-vector work once per N
 //   void combine(const Acc& o)          merge another partial result
 //   Acc shfl_xor(int mask) const        the same accumulator read from lane (lane ^ mask)
 // Generated kernels pack the accumulators of one pass into a struct with the same four members, so
@@ -28,6 +30,11 @@ struct SumAcc {
     __device__ static SumAcc init() { return {0.f}; }
     __device__ void update(float x) { v += x; }
     __device__ void combine(const SumAcc& o) { v += o.v; }
+    template <int N>
+    __device__ void update_vec(const float (&x)[N]) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) update(x[j]);
+    }
     __device__ SumAcc shfl_xor(int m) const { return {__shfl_xor_sync(FULL_MASK, v, m)}; }
 };
 
@@ -36,6 +43,11 @@ struct ProdAcc {
     __device__ static ProdAcc init() { return {1.f}; }
     __device__ void update(float x) { v *= x; }
     __device__ void combine(const ProdAcc& o) { v *= o.v; }
+    template <int N>
+    __device__ void update_vec(const float (&x)[N]) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) update(x[j]);
+    }
     __device__ ProdAcc shfl_xor(int m) const { return {__shfl_xor_sync(FULL_MASK, v, m)}; }
 };
 
@@ -44,6 +56,11 @@ struct MaxAcc {
     __device__ static MaxAcc init() { return {-INFINITY}; }
     __device__ void update(float x) { v = nan_max(v, x); }
     __device__ void combine(const MaxAcc& o) { v = nan_max(v, o.v); }
+    template <int N>
+    __device__ void update_vec(const float (&x)[N]) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) update(x[j]);
+    }
     __device__ MaxAcc shfl_xor(int m) const { return {__shfl_xor_sync(FULL_MASK, v, m)}; }
 };
 
@@ -52,6 +69,11 @@ struct MinAcc {
     __device__ static MinAcc init() { return {INFINITY}; }
     __device__ void update(float x) { v = nan_min(v, x); }
     __device__ void combine(const MinAcc& o) { v = nan_min(v, o.v); }
+    template <int N>
+    __device__ void update_vec(const float (&x)[N]) {
+#pragma unroll
+        for (int j = 0; j < N; ++j) update(x[j]);
+    }
     __device__ MinAcc shfl_xor(int m) const { return {__shfl_xor_sync(FULL_MASK, v, m)}; }
 };
 
@@ -61,11 +83,34 @@ struct MinAcc {
 struct WelfordAcc {
     float mean, m2, n;
     __device__ static WelfordAcc init() { return {0.f, 0.f, 0.f}; }
+    // __fdividef (2 ulp) instead of an IEEE division per element: the weight 1/n only scales the step
+    // of the running mean, and the division was most of the per-element cost.
     __device__ void update(float x) {
         n += 1.f;
         const float d = x - mean;
-        mean += d / n;
+        mean += __fdividef(d, n);
         m2 += d * (x - mean);
+    }
+    // N elements: their own mean and squared deviations, merged as one partial (one division per N).
+    template <int N>
+    __device__ void update_vec(const float (&x)[N]) {
+        if constexpr (N == 1) {
+            update(x[0]);
+        } else {
+            float sum = 0.f;
+#pragma unroll
+            for (int j = 0; j < N; ++j) sum += x[j];
+            const float chunk_mean = sum * (1.f / N);
+            float chunk_m2 = 0.f;
+#pragma unroll
+            for (int j = 0; j < N; ++j) chunk_m2 = fmaf(x[j] - chunk_mean, x[j] - chunk_mean, chunk_m2);
+            const float total = n + N;
+            const float d = chunk_mean - mean;
+            const float wo = __fdividef(static_cast<float>(N), total);
+            mean += d * wo;
+            m2 += chunk_m2 + d * d * n * wo;
+            n = total;
+        }
     }
     __device__ void combine(const WelfordAcc& o) {
         const float total = n + o.n;
@@ -98,6 +143,30 @@ struct SoftmaxAcc {
             m = x;
         } else {
             s += exp_shift(x, m);
+        }
+    }
+    // N elements with one rescale of the running sum (instead of a compare and branch per element).
+    template <int N>
+    __device__ void update_vec(const float (&x)[N]) {
+        if constexpr (N == 1) {
+            update(x[0]);
+        } else {
+            float mx = m;
+#pragma unroll
+            for (int j = 0; j < N; ++j) mx = fmaxf(mx, x[j]);   // drops NaN: caught by the sum below
+            if (mx == -INFINITY) {
+                // only -inf so far, or NaN: a NaN poisons the state as the element-wise update does
+#pragma unroll
+                for (int j = 0; j < N; ++j)
+                    if (x[j] != x[j]) { m = x[j]; s = x[j]; }
+                return;
+            }
+            // m == -inf: exp(-inf) = 0 times s (0, or NaN that must stay NaN)
+            float total = s * exp_shift(m, mx);
+#pragma unroll
+            for (int j = 0; j < N; ++j) total += exp_shift(x[j], mx);
+            s = total;
+            m = mx;
         }
     }
     __device__ void combine(const SoftmaxAcc& o) {
