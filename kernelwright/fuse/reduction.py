@@ -328,27 +328,32 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
 
     vec = 4 if live and domain[live[-1]] % 4 == 0 else 1
     chunks = length // vec
+    # at least 16 elements per thread (four 16-byte vectors): fewer leave the threads waiting on the
+    # row's reduction barriers more than on memory (a 3071-long row on 1024 threads ran at half bandwidth)
     warps = 1
-    while warps < 32 and chunks > 32 * warps * 4:
+    while warps < 32 and length > 32 * warps * 16:
         warps *= 2
     rows_per_block = max(1, 8 // warps)
     row_bytes = length * 4 * max(1, len(cached_inputs(group, space)))
     # Shared memory left after the reduction scratch; half of it lets two blocks share an SM, so one
     # block's loads overlap the other's reductions and stores.
     budget = device.smem_per_block - 8 * 1024
-    cache, cluster = passes > 1, 1
+    cache, cluster, blocks_per_sm = passes > 1, 1, 2
     if cache and row_bytes * rows_per_block > budget // 2:
         rows_per_block = 1
-        cluster = (_smallest_cluster(row_bytes, budget // 2, device)
-                   or _smallest_cluster(row_bytes, budget, device))
+        cluster = _smallest_cluster(row_bytes, budget // 2, device)
         if cluster is None:
-            cache = False
+            cluster, blocks_per_sm = _smallest_cluster(row_bytes, budget, device), 1
+        if cluster is None:
+            cache, blocks_per_sm = False, 2
             cluster = _cluster_for_parallelism(rows, device)
-    elif not cache and rows < device.sms and chunks >= 8192:
+    if rows < device.sms and chunks >= 8192:
+        # few long rows: more blocks per row so that every SM has work (the row cache, if any, shrinks)
         rows_per_block = 1
-        cluster = _cluster_for_parallelism(rows, device)
+        cluster = max(cluster, _cluster_for_parallelism(rows, device))
     if cluster > 1:
-        warps = min(warps, 16)
+        # one block per SM (a row cache of most of shared memory) gets all 32 warps; two get 16 each
+        warps = min(warps, 32 if blocks_per_sm == 1 else 16)
     threads = 32 * warps * rows_per_block
     return ReductionSpec(space, levels, "row", threads, warps, cluster, cache, passes, vec)
 
