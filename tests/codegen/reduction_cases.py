@@ -120,7 +120,18 @@ CASES: dict[str, Callable[[], Graph]] = {
     "softmax_odd": lambda: one("softmax", (33, 1001), dim=1),
     "softmax_vec": lambda: one("softmax", (9, 12292), dim=-1),
     "softmax_long_cluster": lambda: one("softmax", (6, 262144), dim=1),
-    "softmax_huge_prime": lambda: one("softmax", (3, 1000003), dim=1),
+    "softmax_huge_prime": lambda: one("softmax", (3, 1000003), dim=1),     # too long to cache: two reads
+    # rows held in the shared memory of a cluster of 2, 4, 8, 16 blocks; odd lengths (scalar accesses)
+    "softmax_cluster2_odd": lambda: one("softmax", (150, 40001), dim=1),
+    "softmax_few_rows": lambda: one("softmax", (3, 50001), dim=1),          # cluster widened for the SMs
+    "softmax_vec_cluster": lambda: one("softmax", (6, 40000), dim=1),
+    "log_softmax_cluster4": lambda: one("log_softmax", (140, 70001), dim=1),
+    "rms_norm_cluster4_vec": lambda: rms_norm((140, 65540)),
+    "layer_norm_cluster8": lambda: layer_norm((133, 200003), 1, True),
+    "layer_norm_too_long": lambda: layer_norm((2, 1000001), 1, True),       # uncached fallback
+    "group_norm_cluster16": lambda: group_norm((2, 8, 300, 301), 2),
+    "group_norm_one_block_per_sm": lambda: group_norm((1, 4, 650, 651), 2),  # 1024-thread blocks
+    "layer_norm_size1": lambda: layer_norm((7, 1), 1, True),
     "softmax_dim0": lambda: one("softmax", (1000, 37), dim=0),
     "softmax_middle": lambda: one("softmax", (5, 17, 33), dim=1),
     "log_softmax": lambda: one("log_softmax", (31, 2049), dim=1),

@@ -9,6 +9,7 @@ import hashlib
 
 import pytest
 import torch
+from kernel_variants import launched_variants
 from reduction_cases import CASES, one, random_inputs
 
 from kernelwright.codegen.binding import assemble
@@ -92,7 +93,8 @@ def test_case_matches_pytorch(built, case):
 
 
 @pytest.mark.parametrize("case", ["softmax_odd", "layer_norm_affine", "sum_dim0", "argmax_middle",
-                                  "cumsum_rows", "reverse_cumsum", "batch_norm_train"])
+                                  "cumsum_rows", "reverse_cumsum", "batch_norm_train",
+                                  "softmax_cluster2_odd", "layer_norm_cluster8", "group_norm_cluster16"])
 def test_non_contiguous_inputs(built, case):
     module, cases = built
     graph, group, kernel_name = cases[case]
@@ -114,7 +116,8 @@ def test_misaligned_input_takes_the_scalar_path(built):
 
 
 @pytest.mark.parametrize("case", ["softmax_small", "softmax_long_cluster", "log_softmax", "logsumexp",
-                                  "softmax_dim0", "amax_last", "argmin_last"])
+                                  "softmax_dim0", "amax_last", "argmin_last", "softmax_cluster2_odd",
+                                  "softmax_few_rows", "log_softmax_cluster4", "softmax_huge_prime"])
 def test_adversarial_values(built, case):
     module, cases = built
     graph, group, kernel_name = cases[case]
@@ -125,6 +128,52 @@ def test_adversarial_values(built, case):
     x[0] = -float("inf")                                               # a row (or column) of -inf only
     ours, expected = run_case(module, group, kernel_name, graph, [x], {})
     assert_close(case + " adversarial", ours, expected, tolerance_kind(case, group))
+
+
+def _row_cluster(group) -> bool:
+    return group.family == "reduction" and group.config[0].cluster > 1 and group.config[0].layout == "row"
+
+
+CLUSTER_CASES = sorted(name for name, make in CASES.items()
+                       if any(map(_row_cluster, plan_fusion(make()).groups)))
+
+
+@pytest.mark.parametrize("case", CLUSTER_CASES)
+def test_long_rows_take_the_planned_cluster_kernel(built, case):
+    """The launcher falls back to one block per row when a cluster does not fit; on sm_90 the planned
+    cluster (and the shared-memory row cache, when planned) must be what runs."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("thread-block clusters need sm_90")
+    module, cases = built
+    graph, group, kernel_name = cases[case]
+    spec = group.config[0]
+    inputs, params = random_inputs(graph, "cuda", seed=4)
+    leaves = {id(n): v for n, v in zip(graph.inputs, inputs, strict=True)}
+    leaves.update({id(p): params[p.name] for p in graph.params})
+    args = [leaves[id(n)] for n in group.inputs]
+    (variant,) = launched_variants(lambda: getattr(module, kernel_name)(args))
+    assert variant.cluster == spec.cluster, f"{case}: ran {variant}, planned cluster {spec.cluster}"
+    assert variant.cache == spec.cache, f"{case}: ran {variant}, planned cache {spec.cache}"
+    assert variant.vec == spec.vec, f"{case}: ran {variant}, planned vec {spec.vec}"
+
+
+def test_softmax_keeps_nan_and_all_minus_inf_rows(built):
+    """The per-vector online softmax update (16-byte path, cluster, row cache): a NaN anywhere makes its
+    row NaN, a row of -inf only is NaN (0 / 0, as torch), and a NaN in a vector after only -inf values is
+    not dropped by the vector's max."""
+    module, cases = built
+    graph, group, kernel_name = cases["softmax_vec_cluster"]
+    spec = group.config[0]
+    assert spec.vec == 4 and spec.cluster > 1 and spec.cache
+    x = torch.randn(graph.inputs[0].shape, device="cuda")
+    x[0, 12345] = float("nan")
+    x[1] = -float("inf")
+    x[2, :8] = -float("inf")
+    x[2, 5] = float("nan")
+    x[3, ::3] = -float("inf")
+    (ours,) = getattr(module, kernel_name)([x])
+    want = torch.softmax(x.double(), dim=1).float()
+    torch.testing.assert_close(ours, want, rtol=1e-4, atol=1e-6, equal_nan=True)
 
 
 @pytest.mark.parametrize("case", ["argmax_middle", "argmin_last", "argmax_flat"])
