@@ -5,7 +5,10 @@
 
 Bytes moved = the bytes our kernel must read and write at least once (inputs + outputs), so GB/s =
 bytes / time and `of_copy` = that bandwidth / the copy's bandwidth (a copy also reads and writes once).
-Times: CUDA events, median of repeated runs with the L2 flushed between runs.
+Times: CUDA events, median of repeated runs with the L2 flushed between runs. `variant`: the row-kernel
+instantiation that ran (vector width, blocks per row, shared-memory row cache), from the profiler.
+All kernels are built as one extension (one compile), and OUT.json is rewritten after every workload so
+an interrupted run keeps what it measured.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "codegen"))
 
 from _timing import time_ms  # noqa: E402
+from kernel_variants import launched_variants  # noqa: E402
 from reduction_cases import batch_norm_train, group_norm, layer_norm, one, rms_norm  # noqa: E402
 
 from kernelwright.codegen.binding import assemble  # noqa: E402
@@ -67,35 +71,44 @@ def copy_bandwidth(flush: torch.Tensor) -> float:
     return 2 * src.numel() * 4 / ms / 1e6
 
 
-def build(graph: Graph):
+def build(graphs: dict[str, Graph]):
+    """One extension holding every workload's kernel; returns, per workload, (kernel function, group)."""
     from torch.utils.cpp_extension import load_inline
 
-    plan = plan_fusion(graph)
-    (group,) = [g for g in plan.groups if g.family in ("reduction", "scan")]
-    kernel = render_group(group)
-    sources = assemble([kernel])
+    groups, kernels = {}, []
+    for name, graph in graphs.items():
+        plan = plan_fusion(graph)
+        (group,) = [g for g in plan.groups if g.family in ("reduction", "scan")]
+        kernel = render_group(group)
+        groups[name] = (kernel.name, group)
+        if all(k.name != kernel.name for k in kernels):
+            kernels.append(kernel)
+    sources = assemble(kernels)
     digest = hashlib.sha1((sources.cuda_text + sources.cpp_text).encode()).hexdigest()[:12]
     module = load_inline(f"kw_bench_{digest}", cpp_sources=sources.cpp_sources,
                          cuda_sources=sources.cuda_sources, no_implicit_headers=True,
                          extra_cuda_cflags=["-O3", "-std=c++17"])
-    return getattr(module, kernel.name), group
+    return {name: (getattr(module, kernel_name), group) for name, (kernel_name, group) in groups.items()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile timings")
     args = parser.parse_args()
     flush = torch.empty(64 * 2**20, dtype=torch.int8, device="cuda")     # larger than the 50 MB L2
     copy_gbs = copy_bandwidth(flush)
-    print(f"{torch.cuda.get_device_name()}: device-to-device copy {copy_gbs:.0f} GB/s")
+    print(f"{torch.cuda.get_device_name()}: device-to-device copy {copy_gbs:.0f} GB/s", flush=True)
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_gbs": copy_gbs,
                "workloads": {}}
-    for name, (make, eager) in WORKLOADS.items():
-        if args.only and name not in args.only:
-            continue
-        graph = make()
-        kernel, group = build(graph)
+    names = [n for n in WORKLOADS if not args.only or n in args.only]
+    graphs = {name: WORKLOADS[name][0]() for name in names}
+    built = build(graphs)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        graph, eager = graphs[name], WORKLOADS[name][1]
+        kernel, group = built[name]
         gen = torch.Generator(device="cuda").manual_seed(0)
         inputs = [torch.randn(n.shape, device="cuda", generator=gen) for n in graph.inputs]
         params = {p.name: torch.rand(p.shape, device="cuda", generator=gen) + 0.5 for p in graph.params}
@@ -107,23 +120,30 @@ def main() -> None:
         ours_ms = time_ms(lambda k=kernel, a=args_in: k(a), flush)
         row = {"ours_ms": ours_ms, "bytes": moved, "ours_gbs": moved / ours_ms / 1e6}
         row["of_copy"] = row["ours_gbs"] / copy_gbs
+        spec = group.config[0]
+        if group.family == "reduction":
+            cache = "cached" if spec.cache else "uncached"
+            row["planned"] = f"vec{spec.vec} cluster{spec.cluster} {cache} {spec.threads} threads"
+            row["variant"] = " ".join(str(v) for v in launched_variants(lambda k=kernel, a=args_in: k(a)))
         if eager is not None:
             x = inputs[0]
             row["eager_ms"] = time_ms(lambda f=eager, x=x, p=params: f(x, p), flush)
-            compiled = torch.compile(eager)
-            row["compile_ms"] = time_ms(lambda f=compiled, x=x, p=params: f(x, p), flush)
+            if not args.no_compile:
+                compiled = torch.compile(eager)
+                row["compile_ms"] = time_ms(lambda f=compiled, x=x, p=params: f(x, p), flush)
             reference = eager(x, params)
             (ours,) = kernel(args_in)[:1]
             # error relative to the output's scale (entries near zero make per-element ratios meaningless)
             row["max_err_vs_scale"] = float((ours - reference).abs().max() / reference.abs().max())
+            del reference, ours
         results["workloads"][name] = row
+        args.out.write_text(json.dumps(results, indent=2))
         extra = "".join(f"  {k} {row[k]:.3f} ms" for k in ("eager_ms", "compile_ms") if k in row)
+        ran = f"  [{row['variant']}]" if "variant" in row else ""
         print(f"{name:34s} ours {ours_ms:8.3f} ms  {row['ours_gbs']:7.0f} GB/s "
-              f"({100 * row['of_copy']:5.1f}% of copy){extra}", flush=True)
+              f"({100 * row['of_copy']:5.1f}% of copy){extra}{ran}", flush=True)
         del inputs, params, leaves, args_in
         torch.cuda.empty_cache()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
