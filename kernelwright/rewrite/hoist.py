@@ -7,7 +7,9 @@ Contract for the emitter (docs/rewrites.md, "Derived weights"):
   some per-call node reads. Everything under a root is needed only to compute that root.
 - Never listed: graph outputs and mutation values (a cached tensor returned twice would alias across
   calls), values reading a buffer the graph mutates (it changes every call), pure view chains over a
-  leaf (no work to save), and anything random.
+  leaf (no work to save), and anything random. Views on top of a cached value stay per call (they are
+  free, and the planner may fold them into a kernel: a GEMM reads a transposed operand directly), so
+  the root is the computed value under them.
 - `hoist_sources(root)` gives the FQNs of the parameters/buffers it reads: recompute when any of them is
   a different tensor object or has a different `_version` than when cached.
 """
@@ -17,6 +19,9 @@ from __future__ import annotations
 from kernelwright.ir.graph import Graph, Node
 from kernelwright.rewrite.engine import is_param_only
 from kernelwright.rewrite.match import view_of_leaf
+
+# Ops that return a view of a freshly computed (contiguous) tensor: free per call.
+FREE_VIEWS = frozenset({"reshape", "permute", "expand", "slice", "select"})
 
 
 def hoist_sources(node: Node) -> tuple[str, ...]:
@@ -46,6 +51,11 @@ def hoistable_nodes(graph: Graph) -> list[Node]:
         if not n.is_leaf and id(n) not in roots and is_param_only(n, memo)
         and not mutated.intersection(hoist_sources(n))
     }
+    users = graph.users()
+    for node in reversed(nodes):  # users first, so a chain of views is peeled from the top
+        if id(node) in cacheable and node.op in FREE_VIEWS \
+                and not any(id(u) in cacheable for u in users[id(node)]):
+            cacheable.discard(id(node))
     read_per_call: set[int] = set()
     for node in nodes:
         if id(node) not in cacheable:

@@ -94,3 +94,17 @@ def test_derived_weights_recomputed_from_new_parameters_match_the_model():
     after, _ = rewrite_graph(before)
     assert hoistable_nodes(after)
     assert_honest(before, after, seeds=(3, 4, 5), kinds=("normal",))
+
+
+def test_views_over_a_derived_value_stay_per_call():
+    """x @ (w * 2).T: the scaled weight is cached, its transpose stays visible to the planner."""
+    x, w = x_in((4, 8)), p("w", (6, 8))
+    scaled = make_node("mul", [w, const_node(2.0)])
+    transposed = make_node("permute", [scaled], dims=(1, 0))
+    graph = Graph(inputs=(x,), params=(w,), outputs=(make_node("mm", [x, transposed]),))
+    assert hoistable_nodes(graph) == [scaled]
+    # read by another cached value too: the view is cached as well
+    summed = make_node("sum", [transposed], dims=(0,))
+    out = make_node("add", [make_node("mm", [x, transposed]), summed])
+    graph = Graph(inputs=(x,), params=(w,), outputs=(out,))
+    assert hoistable_nodes(graph) == [transposed, summed]
