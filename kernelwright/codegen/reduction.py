@@ -204,6 +204,8 @@ class _RowKernel:
                  "    for (idx_t c = c_begin + t; c < c_end; c += STEP) {",
                  "      const idx_t p0 = c * VEC;   // first element of this chunk, along the row",
                  "      (void)p0;"]
+        if env.p == 0 and self._fill_overlaps_pass0():
+            lines.append("      if (CACHE) kw::copy_async_wait_pending(--fill_pending);  // chunk c landed")
         if env.loads or env.stores:
             lines += ["      " + s for s in decompose("p0", layout.reduced_dims, layout.sizes, "rd", "idx_t")]
         for a in env.loads:
@@ -232,20 +234,32 @@ class _RowKernel:
             return f"const {vec} x{a} = {load};"
         return f"const {vec} x{a} = CACHE ? *reinterpret_cast<const {vec}*>({self._cache_slot(a)}) : {load};"
 
+    def _fill_overlaps_pass0(self) -> bool:
+        """Whether pass 0 reads the row cache, and so waits for each chunk's copy as it reaches it."""
+        return any(0 in self.readers[position] for position in self.cached)
+
     def _cache_fill(self) -> list[str]:
         """With CACHE, before the first pass: every chunk of the cached inputs that this thread will read,
-        copied to the row cache asynchronously; each thread later reads back only what it copied."""
+        copied to the row cache asynchronously, one cp.async group per chunk; pass 0 waits for each
+        chunk's group just before using it, so its work overlaps the copies still in flight. Each thread
+        reads back only what it copied itself."""
         layout = self.layout
         fills = [a for a, (position, _, _) in enumerate(self.access_keys) if position in self.cached]
+        overlap = self._fill_overlaps_pass0()
         lines = ["  // row cache fill: this thread's whole share of the row in flight at once (cp.async),",
                  "  // then every pass reads it from shared memory; HBM sees one read of the row",
+                 "  int fill_pending = 0;   // cp.async groups this thread committed, one per chunk",
+                 "  (void)fill_pending;",
                  "  if (CACHE && live) {",
                  "    #pragma unroll 4",
                  "    for (idx_t c = c_begin + t; c < c_end; c += STEP) {",
                  "      const idx_t p0 = c * VEC;"]
         lines += ["      " + s for s in decompose("p0", layout.reduced_dims, layout.sizes, "rd", "idx_t")]
         lines += [f"      kw::copy_async<VEC>({self._cache_slot(a)}, {self._address(a)});" for a in fills]
-        lines += ["    }", "    kw::copy_async_wait_all();", "  }"]
+        lines += ["      kw::copy_async_commit();", "      ++fill_pending;", "    }"]
+        if not overlap:
+            lines.append("    kw::copy_async_wait_all();")
+        lines.append("  }")
         return lines
 
     def _reduction_pass(self, p: int, column: bool) -> list[str]:

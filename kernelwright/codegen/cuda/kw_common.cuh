@@ -86,6 +86,30 @@ __device__ __forceinline__ void copy_async_wait_all() {
 #endif
 }
 
+// Close the current group of copy_async calls (groups complete in commit order).
+__device__ __forceinline__ void copy_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Wait until at most `pending` of this thread's committed groups are still in flight (the count must be
+// an immediate, hence the switch; above 7 it waits for 7, which only waits longer than needed).
+__device__ __forceinline__ void copy_async_wait_pending(int pending) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  switch (pending) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
+  }
+#endif
+}
+
 // ------------------------------------------------------------------------------------------- indexing
 
 template <typename IndexT>
