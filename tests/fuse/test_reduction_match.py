@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "codegen"))
-from reduction_cases import CASES, batch_norm_train, one, rms_norm  # noqa: E402
+from reduction_cases import CASES, batch_norm_train, group_norm, one, rms_norm  # noqa: E402
 
 from kernelwright.fuse import plan_fusion  # noqa: E402
 from kernelwright.fuse.plan import AtenStep  # noqa: E402
@@ -56,6 +56,25 @@ def test_long_softmax_rows_use_a_cluster_holding_the_row_on_chip():
     spec = groups_of(one("softmax", (4096, 393216), dim=1), "reduction")[0].config[0]
     assert spec.cluster == 16 and spec.cache and spec.vec == 4
     assert 393216 * 4 // spec.cluster <= 227 * 1024 // 2     # two blocks per SM
+
+
+def test_large_rows_are_cached_across_a_cluster_sized_to_shared_memory():
+    smem = 227 * 1024
+    ln = groups_of(CASES["layer_norm_cluster8"](), "reduction")[0].config[0]
+    assert ln.cluster == 8 and ln.cache and ln.threads == 512
+    # a group of 4 x 224 x 224 x 4 bytes x 16 channels (3.2 MB) takes 16 blocks of one per SM: 1024 threads
+    gn = groups_of(group_norm((32, 128, 224, 224), 8), "reduction")[0].config[0]
+    assert gn.cluster == 16 and gn.cache and gn.threads == 1024
+    assert gn.space.row_length * 4 // gn.cluster <= smem - 8 * 1024
+    # too long for 16 blocks' shared memory: two reads, still spread over a cluster for parallelism
+    fallback = groups_of(CASES["layer_norm_too_long"](), "reduction")[0].config[0]
+    assert not fallback.cache and fallback.cluster > 1
+
+
+def test_odd_mid_rows_get_several_elements_per_thread():
+    spec = groups_of(rms_norm((16, 4096, 3071)), "reduction")[0].config[0]
+    assert spec.vec == 1 and spec.cache and spec.cluster == 1
+    assert spec.threads == 256 and 3071 / spec.threads >= 8
 
 
 def test_layouts_follow_the_innermost_dim():
