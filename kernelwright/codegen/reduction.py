@@ -326,6 +326,8 @@ class _RowKernel:
         fields = dict(name=self.name, params=", ".join(params), args=args, cluster=spec.cluster,
                       cache="true" if self.cached else "false",
                       fallback_cache="true" if self.cached and full_row <= SINGLE_BLOCK_SMEM else "false",
+                      portable=min(spec.cluster, 8),
+                      retry="true" if spec.cluster > 8 or self.cached else "false",
                       vec_pick=f"({aligned})" if self.vec == 4 else "false")
         return {"launch": _LAUNCH.substitute(fields), "entry": _ENTRY.substitute(fields)}
 
@@ -486,6 +488,13 @@ int ${name}_launch($params, cudaStream_t stream) {
       err = vec ? launch<VEC_MAX, $cluster, $cache>($args, stream)
                 : launch<1, $cluster, $cache>($args, stream);
       if (err != cudaSuccess) cudaGetLastError();
+      if (err != cudaSuccess && $retry) {
+        // the planned cluster does not fit this device: a portable one without the row cache (two reads
+        // of the row, but every SM busy) before one block per row
+        err = vec ? launch<VEC_MAX, $portable, false>($args, stream)
+                  : launch<1, $portable, false>($args, stream);
+        if (err != cudaSuccess) cudaGetLastError();
+      }
     }
   }
   if (err != cudaSuccess) {
