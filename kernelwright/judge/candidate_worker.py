@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from kernelwright.judge import tensorfile
 from kernelwright.judge.build import install_compile_only_hooks
 from kernelwright.judge.guard import (
     ExtensionRecorder,
@@ -62,7 +63,7 @@ class CandidateWorker:
     def op_build(self, command: dict) -> dict:
         self.device = command["device"]
         self.source_file = command["candidate"]
-        init_inputs = torch.load(command["init_inputs"], weights_only=True)
+        init_inputs = tensorfile.load(command["init_inputs"])
         if self.device == "cuda" and not command["compile_only"]:
             torch.cuda.set_per_process_memory_fraction(command["memory_fraction"])
         protect_paths(command["protected"], self.violations)
@@ -128,7 +129,7 @@ class CandidateWorker:
             return self._trial(command)
         # The perturbed-parameters trial: run with the reference's perturbed state dict, then put the original
         # back, so that the timing afterwards measures the model as constructed.
-        state = torch.load(command["state_dict"], map_location=self.device, weights_only=True)
+        state = tensorfile.load(command["state_dict"], map_location=self.device)
         mismatch = state_dict_mismatch(state, self.model)
         if mismatch:
             return {"ok": False, "status": "rejected", "detail": mismatch, **self._state()}
@@ -141,7 +142,7 @@ class CandidateWorker:
         return reply
 
     def _trial(self, command: dict) -> dict:
-        inputs = self._reuse_storage(torch.load(command["inputs"], weights_only=True))
+        inputs = self._reuse_storage(tensorfile.load(command["inputs"]))
         originals = [t.clone() if isinstance(t, torch.Tensor) else None for t in inputs]
         threads = live_threads()
         calls_before, errors_before = self.recorder.calls, len(self.recorder.errors)
@@ -183,7 +184,8 @@ class CandidateWorker:
                 self.violations.append(f"{shared} (outputs must not alias inputs)")
         buffers = dict(self.model.named_buffers())
         saved = {name: buffers[name].detach().cpu() for name in command["buffers"] if name in buffers}
-        torch.save({"outputs": map_leaves(returned, lambda t: t.cpu()), "buffers": saved}, command["outputs"])
+        result = {"outputs": map_leaves(returned, lambda t: t.cpu()), "buffers": saved}
+        tensorfile.save(result, command["outputs"])
         self.last_output_sizes = [t.numel() * t.element_size() for t in tensor_leaves(returned)]
         if command["determinism"]:
             reply["nondeterministic"] = self._rerun_differs(inputs, returned)
@@ -241,7 +243,7 @@ class CandidateWorker:
     # ------------------------------------------------------------------------------------------- timing
 
     def op_time(self, command: dict) -> dict:
-        loaded = torch.load(command["inputs"], weights_only=True)
+        loaded = tensorfile.load(command["inputs"])
         inputs = [
             _to_device_keep_layout(v, self.device) if isinstance(v, torch.Tensor) else v for v in loaded
         ]

@@ -23,6 +23,7 @@ import torch
 
 from kernelwright.environment import collect_environment
 from kernelwright.errors import ProblemLoadError, UsageError
+from kernelwright.judge import tensorfile
 from kernelwright.judge.build import build_root
 from kernelwright.judge.extract import forbidden_imports, read_candidate
 from kernelwright.judge.options import JudgeOptions
@@ -69,7 +70,7 @@ class Judge:
         self.problem: Problem = load_shrunk(problem) if options.shrink else load_problem(problem)
         self.workdir = Path(tempfile.mkdtemp(prefix="kernelwright-judge-"))
         self.init_inputs_path = self.workdir / "init_inputs.pt"
-        torch.save(self.problem.init_inputs(), self.init_inputs_path)
+        tensorfile.save(self.problem.init_inputs(), self.init_inputs_path)
         self._reference: WorkerProcess | None = None
         self._trials: list[dict] = []
         self._env: dict | None = None

@@ -11,6 +11,7 @@ import torch
 
 from kernelwright.environment import collect_environment
 from kernelwright.gpulock import gpu_work
+from kernelwright.judge import tensorfile
 from kernelwright.judge.compare import compare_buffers, compare_outputs, oracle_check
 from kernelwright.judge.inputs import PERTURBED_PARAMS, Trial, apply_distribution, plan_trials
 from kernelwright.judge.outputs import aliases, flatten
@@ -61,10 +62,10 @@ class ReferenceWorker:
             model = copy.deepcopy(self.model)
             model.load_state_dict(state, strict=True)
             state_path = self.workdir / f"state_{trial.index}.pt"
-            torch.save(state, state_path)
+            tensorfile.save(state, state_path)
         cpu_inputs = self.trial_inputs(trial)
         path = self.workdir / f"inputs_{trial.index}.pt"
-        torch.save(cpu_inputs, path)
+        tensorfile.save(cpu_inputs, path)
         inputs = to_device(cpu_inputs, self.device)
         buffers = dict(model.named_buffers())
         versions = {name: b._version for name, b in buffers.items()}
@@ -87,7 +88,7 @@ class ReferenceWorker:
     def op_compare(self, command: dict) -> dict:
         trial = self.plan[command["index"]]
         outputs, updated, model = self.pending.pop(trial.index)
-        result_file = torch.load(command["outputs"], map_location=self.device, weights_only=True)
+        result_file = tensorfile.load(command["outputs"], map_location=self.device)
         if trial.distribution != "normal" and not _all_finite(outputs):
             # e.g. log() of the all-negative inputs: this distribution says nothing about this problem.
             return {"ok": True, "status": "skipped", "detail": "the reference output is not finite here"}
