@@ -4,6 +4,7 @@
 #   bash scripts/gpu_session.sh tests            # pytest -m gpu
 #   bash scripts/gpu_session.sh kernels          # kernel-family benchmarks (bench/kernels/*.py)
 #   bash scripts/gpu_session.sh suite [ARGS...]  # kernelwright bench on the bundled suite
+#   bash scripts/gpu_session.sh sh 'COMMANDS'    # any commands, in this environment (installed, PYTHONPATH)
 # The suite stage resumes from suite.tgz in the repo root when there is one (a previous call's result,
 # carried back in), and leaves $OUT/suite.tgz: a run can span several calls on fresh machines.
 set -uo pipefail
@@ -41,6 +42,8 @@ case "$stage" in
     timeout -s INT -k 30 "${SUITE_STOP:-100000}" kernelwright bench "$@" "${resume[@]}" --out /tmp/kw_suite/suite 2>&1 \
       | tee "$OUT/suite.log" | tail -60
     tar czf "$OUT/suite.tgz" -C /tmp/kw_suite suite ;;
+  sh)
+    bash -c "$1" ;;
   *)
     echo "unknown stage $stage"; exit 2 ;;
 esac
