@@ -84,7 +84,8 @@ def _header(info: EmitInfo, lines: Sequence[str], builds: bool = True) -> str:
     if builds:
         text += ["built when imported on a CUDA machine (cached under $KERNELWRIGHT_CACHE/builds,",
                  "default ~/.cache/kernelwright); without a GPU the import works and forward raises."]
-    return "\n".join(f"# {line}".rstrip() for line in text)
+    # A note may span lines (a CUDA error message): every line of it stays a comment.
+    return "\n".join(f"# {line}".rstrip() for entry in text for line in str(entry).splitlines() or [""])
 
 
 def _one_line(text: str) -> str:
