@@ -25,21 +25,39 @@ CPP_PRELUDE = r"""#include <ATen/core/Tensor.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <stdexcept>
+#include <utility>
 #include <vector>
+
+// Bindings raise std::runtime_error (a Python RuntimeError), never c10::Error: with torch 2.11 + CUDA 13
+// (the H100 image) a c10::Error leaving a load_inline extension crashed the process (SIGSEGV), while a
+// std::runtime_error arrived as RuntimeError. kw_guard converts what an ATen call inside a binding raises.
+#define KW_CHECK(cond, ...) \
+  do { if (!(cond)) throw std::runtime_error(c10::str(__VA_ARGS__)); } while (0)
+
+using kw_binding = std::vector<at::Tensor> (*)(std::vector<at::Tensor>);
+
+static std::vector<at::Tensor> kw_guard(kw_binding binding, std::vector<at::Tensor> inputs) {
+  try {
+    return binding(std::move(inputs));
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(e.what_without_backtrace());
+  }
+}
 
 // Every kernel binding checks its inputs the same way: a clear message naming the kernel and the input
 // instead of a wild memory access.
 static void kw_check_input(const at::Tensor& t, at::ScalarType dtype, at::IntArrayRef sizes,
                            const char* kernel, int index) {
-  TORCH_CHECK(t.is_cuda(), kernel, ": input ", index, " must be a CUDA tensor");
-  TORCH_CHECK(t.scalar_type() == dtype, kernel, ": input ", index, " must be ", dtype,
+  KW_CHECK(t.is_cuda(), kernel, ": input ", index, " must be a CUDA tensor");
+  KW_CHECK(t.scalar_type() == dtype, kernel, ": input ", index, " must be ", dtype,
               ", got ", t.scalar_type());
-  TORCH_CHECK(t.sizes() == sizes, kernel, ": input ", index, " must have shape ", sizes,
+  KW_CHECK(t.sizes() == sizes, kernel, ": input ", index, " must have shape ", sizes,
               ", got ", t.sizes());
 }
 
 static void kw_check_launch(int error, const char* kernel) {
-  TORCH_CHECK(error == 0, kernel, ": kernel launch failed: ",
+  KW_CHECK(error == 0, kernel, ": kernel launch failed: ",
               cudaGetErrorString(static_cast<cudaError_t>(error)));
 }
 
@@ -127,5 +145,6 @@ def _strip_includes(text: str) -> str:
 
 
 def module_definition(kernels: Sequence[KernelSource]) -> str:
-    lines = "\n".join(f'  m.def("{k.name}", &{k.name});' for k in kernels)
+    lines = "\n".join(f'  m.def("{k.name}", [](std::vector<at::Tensor> inputs) {{ '
+                      f'return kw_guard(&{k.name}, std::move(inputs)); }});' for k in kernels)
     return f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{lines}\n}}\n"

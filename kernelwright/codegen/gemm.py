@@ -140,7 +140,7 @@ inline at::Tensor matrix(const at::Tensor& v, int64_t batch, int64_t rows, int64
                          const char* role) {
   if (readable(v, batch, rows, align)) return v;
   at::Tensor copy = v.clone(at::MemoryFormat::Contiguous);
-  TORCH_CHECK(readable(copy, batch, rows, align), "${name}: operand ", role, " [", batch, ", ", rows, ", ",
+  KW_CHECK(readable(copy, batch, rows, align), "${name}: operand ", role, " [", batch, ", ", rows, ", ",
               cols, "] cannot be read with ", align, "-float accesses");
   return copy;
 }
@@ -157,12 +157,12 @@ inline int64_t row_stride(const at::Tensor& v, int64_t cols, int64_t align) {
 }  // namespace ${name}_detail
 
 std::vector<at::Tensor> ${name}(std::vector<at::Tensor> inputs) {
-  TORCH_CHECK(inputs.size() == ${n_inputs}, "${name}: expected ${n_inputs} inputs, got ", inputs.size());
+  KW_CHECK(inputs.size() == ${n_inputs}, "${name}: expected ${n_inputs} inputs, got ", inputs.size());
   // Every input as passed, before any is viewed or copied: a CUDA float32 tensor of the planned shape, all
   // on one device (the kernel runs on input 0's). Strides are free: what the kernel cannot read is copied.
 ${checks}
   for (size_t i = 1; i < inputs.size(); ++i) {
-    TORCH_CHECK(inputs[i].device() == inputs[0].device(), "${name}: input ", i, " is on ", inputs[i].device(),
+    KW_CHECK(inputs[i].device() == inputs[0].device(), "${name}: input ", i, " is on ", inputs[i].device(),
                 ", input 0 on ", inputs[0].device());
   }
   const c10::cuda::CUDAGuard guard(inputs[0].device());
@@ -181,7 +181,7 @@ ${operand_lines}
       ${name}_detail::row_stride(b, ${b_cols}, ${align_b}),
       a.size(0) == 1 ? 0 : a.stride(0), b.size(0) == 1 ? 0 : b.stride(0), split_k,
       workspace_bytes ? workspace.data_ptr() : nullptr, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(error == nullptr, "${name}: ", error == nullptr ? "" : error);
+  KW_CHECK(error == nullptr, "${name}: ", error == nullptr ? "" : error);
   return {out};
 }
 ''')

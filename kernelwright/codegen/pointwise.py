@@ -494,7 +494,7 @@ CPP_TEMPLATE = r"""
 int ${NAME}_launch(const void* const* in, const long long* strides, void* const* out, cudaStream_t stream);
 
 std::vector<at::Tensor> $NAME(std::vector<at::Tensor> inputs) {
-  TORCH_CHECK(inputs.size() == $NUM_INPUTS, "$NAME expects $NUM_INPUTS tensors, got ", inputs.size());
+  KW_CHECK(inputs.size() == $NUM_INPUTS, "$NAME expects $NUM_INPUTS tensors, got ", inputs.size());
 $CHECKS
   const c10::cuda::CUDAGuard guard(inputs[0].device());
   // The inputs as seen by the kernel: views and broadcasts folded into strides over the domain.

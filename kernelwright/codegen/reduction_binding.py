@@ -18,7 +18,7 @@ def binding_source(name: str, inputs: Sequence[Node], outputs: Sequence[Node]) -
         f"int {name}_launch({', '.join(params + ['cudaStream_t stream'])});",
         "",
         f"std::vector<at::Tensor> {name}(std::vector<at::Tensor> inputs) {{",
-        f'  TORCH_CHECK(inputs.size() == {len(inputs)}, "{name}: expected {len(inputs)} inputs, got ", '
+        f'  KW_CHECK(inputs.size() == {len(inputs)}, "{name}: expected {len(inputs)} inputs, got ", '
         "inputs.size());",
     ]
     # every input is checked as given before any of them is copied or read

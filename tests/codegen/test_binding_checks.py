@@ -31,7 +31,7 @@ def bindings():
 def test_every_input_is_checked_before_it_is_used(kernel, n_inputs):
     signature = f"std::vector<at::Tensor> {kernel.name}(std::vector<at::Tensor> inputs)"
     lines = kernel.cpp[kernel.cpp.index(signature):].splitlines()[1:]
-    assert re.match(rf"\s*TORCH_CHECK\(inputs\.size\(\) == {n_inputs},", lines[0]), lines[0]
+    assert re.match(rf"\s*KW_CHECK\(inputs\.size\(\) == {n_inputs},", lines[0]), lines[0]
     first_use = next(i for i, line in enumerate(lines) if USES.search(line))
     for k in range(n_inputs):
         check = next((i for i, line in enumerate(lines) if f"kw_check_input(inputs[{k}], " in line), None)

@@ -135,7 +135,7 @@ def test_binding_checks_every_input_before_using_any(make):
     signature = f"std::vector<at::Tensor> {source.name}(std::vector<at::Tensor> inputs)"
     lines = source.cpp[source.cpp.index(signature):].splitlines()[1:]
     n = len(group.inputs)
-    assert re.match(rf"\s*TORCH_CHECK\(inputs\.size\(\) == {n},", lines[0]), lines[0]
+    assert re.match(rf"\s*KW_CHECK\(inputs\.size\(\) == {n},", lines[0]), lines[0]
     first_use = next(i for i, line in enumerate(lines) if _USES.search(line))
     for k, node in enumerate(group.inputs):
         shape = ", ".join(map(str, node.shape))
