@@ -92,7 +92,12 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.numel() == 0:
         return True
-    return torch.equal(a.detach().reshape(-1).view(torch.uint8), b.detach().reshape(-1).view(torch.uint8))
+    # contiguous() first: reshape(-1) of a strided 1-D view (the non-contiguous trial) is that same view,
+    # which cannot be reinterpreted as bytes
+    def as_bytes(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().contiguous().view(-1).view(torch.uint8)
+
+    return torch.equal(as_bytes(a), as_bytes(b))
 
 
 def map_leaves(value: Any, fn) -> Any:

@@ -250,6 +250,8 @@ def test_aliases_and_bitwise_equal():
     nan = torch.tensor([math.nan, 1.0])
     assert bitwise_equal(nan, nan.clone()) and not bitwise_equal(nan, torch.tensor([math.nan, 2.0]))
     assert bitwise_equal(torch.tensor(3.0), torch.tensor(3.0))
+    strided = torch.arange(8.0)[::2]  # a non-contiguous 1-D trial input (seen: level1/45 on the GPU)
+    assert bitwise_equal(strided, strided.clone()) and not bitwise_equal(strided, strided + 1)
 
 
 # ------------------------------------------------------------------------------------------------ guards
