@@ -26,14 +26,37 @@ CPP_PRELUDE = r"""#include <ATen/core/Tensor.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
-// Bindings raise std::runtime_error (a Python RuntimeError), never c10::Error: with torch 2.11 + CUDA 13
-// (the H100 image) a c10::Error leaving a load_inline extension crashed the process (SIGSEGV), while a
-// std::runtime_error arrived as RuntimeError. kw_guard converts what an ATen call inside a binding raises.
+// Bindings raise std::runtime_error (a Python RuntimeError) with messages built by plain string
+// concatenation. On the H100 image (torch 2.11+cu130, g++ 13) any std::ostringstream in the extension's
+// own code crashed the process (SIGSEGV), and with it c10::str and TORCH_CHECK's formatting; a
+// std::runtime_error with a concatenated std::string arrived as RuntimeError (probe in the closing note of
+// that session). kw_guard converts what an ATen call inside a binding raises.
+static void kw_append(std::string& s, const char* v) { s += v; }
+static void kw_append(std::string& s, const std::string& v) { s += v; }
+static void kw_append(std::string& s, at::ScalarType v) { s += c10::toString(v); }
+static void kw_append(std::string& s, const c10::Device& v) { s += v.str(); }
+static void kw_append(std::string& s, at::IntArrayRef v) {
+  s += "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  s += "]";
+}
+template <typename T, typename = std::enable_if_t<std::is_integral<T>::value>>
+static void kw_append(std::string& s, T v) { s += std::to_string(v); }
+
+template <typename... A>
+static std::string kw_str(const A&... parts) {
+  std::string s;
+  (kw_append(s, parts), ...);
+  return s;
+}
+
 #define KW_CHECK(cond, ...) \
-  do { if (!(cond)) throw std::runtime_error(c10::str(__VA_ARGS__)); } while (0)
+  do { if (!(cond)) throw std::runtime_error(kw_str(__VA_ARGS__)); } while (0)
 
 using kw_binding = std::vector<at::Tensor> (*)(std::vector<at::Tensor>);
 
