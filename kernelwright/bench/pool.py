@@ -1,7 +1,7 @@
 """Runs bench tasks on the workers: one thread per worker slot (`--jobs` per GPU) pulls tasks from a
 shared queue and runs each in a fresh subprocess pinned to its GPU (CUDA_VISIBLE_DEVICES) and given its
-GPU's lock file. The GPU work is all in those subprocesses;
-the threads only wait on them, and hand rows back to the main thread, the only writer of results.
+GPU's lock file. The GPU work is all in those subprocesses; the threads only wait on them, and hand rows
+back to the main thread, the only writer of results.
 
 A task's process runs in its own session, so a hang is ended by killing its whole process group
 (the judge's and compiler's children included), and a crash only costs that task's rows.

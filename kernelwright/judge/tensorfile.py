@@ -4,7 +4,6 @@ copied once, straight to their device). For gigabyte-sized inputs this halves a 
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 import torch
@@ -25,7 +24,6 @@ def save(value: object, path: str | Path) -> None:
 
 
 def load(path: str | Path, map_location: str | torch.device | None = None) -> object:
-    """Tensors (and plain containers) only: `weights_only`, as the files come from another process."""
-    with contextlib.suppress(RuntimeError):
-        return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
-    return torch.load(path, map_location=map_location, weights_only=True)
+    """Tensors (and plain containers) only: `weights_only`, as the files come from another process. Every
+    file is written by `save` (the zip format), which `mmap` reads on any supported torch."""
+    return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
