@@ -74,14 +74,14 @@ static void kw_check_input(const at::Tensor& t, at::ScalarType dtype, at::IntArr
                            const char* kernel, int index) {
   KW_CHECK(t.is_cuda(), kernel, ": input ", index, " must be a CUDA tensor");
   KW_CHECK(t.scalar_type() == dtype, kernel, ": input ", index, " must be ", dtype,
-              ", got ", t.scalar_type());
+           ", got ", t.scalar_type());
   KW_CHECK(t.sizes() == sizes, kernel, ": input ", index, " must have shape ", sizes,
-              ", got ", t.sizes());
+           ", got ", t.sizes());
 }
 
 static void kw_check_launch(int error, const char* kernel) {
   KW_CHECK(error == 0, kernel, ": kernel launch failed: ",
-              cudaGetErrorString(static_cast<cudaError_t>(error)));
+           cudaGetErrorString(static_cast<cudaError_t>(error)));
 }
 
 // Launchers over strided operands take every operand's pointer, its strides over the kernel's domain

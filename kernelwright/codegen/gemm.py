@@ -141,7 +141,7 @@ inline at::Tensor matrix(const at::Tensor& v, int64_t batch, int64_t rows, int64
   if (readable(v, batch, rows, align)) return v;
   at::Tensor copy = v.clone(at::MemoryFormat::Contiguous);
   KW_CHECK(readable(copy, batch, rows, align), "${name}: operand ", role, " [", batch, ", ", rows, ", ",
-              cols, "] cannot be read with ", align, "-float accesses");
+           cols, "] cannot be read with ", align, "-float accesses");
   return copy;
 }
 // An epilogue tensor collapsed to its (L, M, N) extents, dense, at a 16-byte aligned address (the visitors
@@ -163,7 +163,7 @@ std::vector<at::Tensor> ${name}(std::vector<at::Tensor> inputs) {
 ${checks}
   for (size_t i = 1; i < inputs.size(); ++i) {
     KW_CHECK(inputs[i].device() == inputs[0].device(), "${name}: input ", i, " is on ", inputs[i].device(),
-                ", input 0 on ", inputs[0].device());
+             ", input 0 on ", inputs[0].device());
   }
   const c10::cuda::CUDAGuard guard(inputs[0].device());
   const int64_t batch = ${batch}, m = ${m}, n = ${n}, k = ${k};
