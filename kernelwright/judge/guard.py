@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -233,6 +234,9 @@ class ExtensionRecorder:
         loader_class.exec_module = exec_module
 
     def _wrap_loader(self, loader: Callable) -> Callable:
+        # functools.wraps keeps the loader's __module__ (torch's): the candidate holds this wrapper, and the
+        # check that a candidate does not use kernelwright must not see it as ours.
+        @functools.wraps(loader)
         def wrapped(*args, **kwargs):
             start = time.perf_counter()
             try:
@@ -246,7 +250,6 @@ class ExtensionRecorder:
                 self._instrument(module)
             return module
 
-        wrapped.__wrapped__ = loader
         return wrapped
 
     def _instrument(self, module: types.ModuleType) -> None:
@@ -264,6 +267,7 @@ class ExtensionRecorder:
                 continue
 
     def _counting(self, fn: Callable, name: str) -> Callable:
+        @functools.wraps(fn)
         def counted(*args, **kwargs):
             self.calls += 1
             try:

@@ -1,6 +1,10 @@
-"""Correct, pure PyTorch (problem gelu.py). Expected: correct, flags.no_custom_kernel = true."""
+"""Correct, pure PyTorch (problem gelu.py). Expected: correct, flags.no_custom_kernel = true.
+
+It imports `load_inline` without calling it: the judge wraps the loader before the candidate is imported,
+and that wrapper must not read as "the candidate uses kernelwright" (seen on the GPU, session 3)."""
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.cpp_extension import load_inline  # noqa: F401
 
 
 class ModelNew(nn.Module):
