@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import re
 import sys
@@ -202,6 +203,19 @@ def _is_installed_file(path: str) -> bool:
     return any(resolved.startswith(os.path.realpath(root) + os.sep) for root in roots if root)
 
 
+def _quiet(loader: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The loader's arguments with verbose=False: torch puts the compiler's output into the exception it
+    raises only when the build is quiet (verbose builds print it to stdout, and the verdict would say no
+    more than "Error building extension")."""
+    try:
+        bound = inspect.signature(loader).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return args, kwargs  # the loader raises its own error for bad arguments
+    if "verbose" in inspect.signature(loader).parameters:
+        bound.arguments["verbose"] = False
+    return bound.args, bound.kwargs
+
+
 class ExtensionRecorder:
     """Wraps torch.utils.cpp_extension.load_inline/load: records each module built, wraps its functions with
     counters (exceptions included), and marks failures raised while building as build errors."""
@@ -238,6 +252,7 @@ class ExtensionRecorder:
         # check that a candidate does not use kernelwright must not see it as ours.
         @functools.wraps(loader)
         def wrapped(*args, **kwargs):
+            args, kwargs = _quiet(loader, args, kwargs)
             start = time.perf_counter()
             try:
                 module = loader(*args, **kwargs)

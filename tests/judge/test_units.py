@@ -14,7 +14,13 @@ from kernelwright.judge import extract_code
 from kernelwright.judge.build import trim_build_log
 from kernelwright.judge.compare import compare_buffers, compare_outputs
 from kernelwright.judge.extract import forbidden_imports, read_candidate
-from kernelwright.judge.guard import FunctionSnapshot, SwallowedExceptions, precision_changes, precision_state
+from kernelwright.judge.guard import (
+    ExtensionRecorder,
+    FunctionSnapshot,
+    SwallowedExceptions,
+    precision_changes,
+    precision_state,
+)
 from kernelwright.judge.inputs import apply_distribution, plan_trials
 from kernelwright.judge.outputs import aliases, bitwise_equal, not_plain
 from kernelwright.judge.perturb import perturbed_state_dict, state_dict_mismatch
@@ -322,3 +328,22 @@ def test_trim_build_log_keeps_first_errors_with_context():
     assert "^" in trimmed and 'cuda.cu(12): error: identifier "g" is undefined' in trimmed
     assert "ninja" not in trimmed and "/tmp/build" not in trimmed
     assert trim_build_log("linker exploded") == "linker exploded"
+
+
+def test_recorded_loader_is_quiet_and_looks_like_torchs():
+    """A verbose build prints the compiler's output instead of putting it in the exception (seed 002 asks
+    for verbose=True: its verdict said only "Error building extension"); and a candidate holding the
+    wrapped loader must not look like it uses kernelwright."""
+    seen = {}
+
+    def load_inline(name, cpp_sources, cuda_sources=None, verbose=False, **kwargs):
+        seen.update(name=name, verbose=verbose, kwargs=kwargs)
+        return None
+
+    load_inline.__module__ = "torch.utils.cpp_extension"
+    wrapped = ExtensionRecorder()._wrap_loader(load_inline)
+    wrapped("ext", "", "", True, extra_cflags=["-O3"])
+    assert seen == {"name": "ext", "verbose": False, "kwargs": {"extra_cflags": ["-O3"]}}
+    wrapped(name="ext", cpp_sources="", verbose=True)
+    assert seen["verbose"] is False
+    assert wrapped.__module__ == "torch.utils.cpp_extension" and wrapped.__name__ == "load_inline"
