@@ -49,7 +49,7 @@ namespace ${name}_cutlass {
 namespace tb = cutlass::epilogue::threadblock;
 using ThreadblockShape = cutlass::gemm::GemmShape<$block>;
 using WarpShape = cutlass::gemm::GemmShape<$warp>;
-using InstructionShape = cutlass::gemm::GemmShape<16, 8, 8>;   // the TF32 mma.sync shape
+using InstructionShape = cutlass::gemm::GemmShape<16, 8, 8>;   // the TF32 tensor-core instruction shape
 constexpr int kAlignA = $align_a, kAlignB = $align_b, kAlignC = $align_c;
 constexpr bool kStreamK = $streamk;
 using OutputTileThreadMap = tb::OutputTileThreadLayout<ThreadblockShape, WarpShape, float, kAlignC, 1>;
