@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from kernelwright.ir.graph import Graph, Node
+from kernelwright.ir.interpret import upcast, upcast_attrs
 from kernelwright.ir.ops import compiled
 
 VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "select"})
@@ -263,12 +264,15 @@ def execute_plan(plan: FusionPlan, inputs: Sequence[Any],
     return outputs, {fqn: value(n) for fqn, n in plan.graph.mutations}, values
 
 
-def run_group_with_aten(group: FusedGroup, args: Sequence[Any], device: torch.device) -> list[Any]:
-    """A group's outputs computed node by node with ATen: the reference a kernel is checked against."""
-    local: dict[int, Any] = {id(n): a for n, a in zip(group.inputs, args, strict=True)}
+def run_group_with_aten(group: FusedGroup, args: Sequence[Any], device: torch.device,
+                        dtype: torch.dtype | None = None) -> list[Any]:
+    """A group's outputs computed node by node with ATen: the reference a kernel is checked against. With
+    `dtype` (float64) every floating value is upcast first: the group's higher-precision oracle."""
+    local: dict[int, Any] = {id(n): upcast(a, dtype) for n, a in zip(group.inputs, args, strict=True)}
     for node in group.nodes:
         operands = [i.attr("value") if i.op == "const" else local[id(i)] for i in node.inputs]
-        local[id(node)] = compiled(node.op, node.attrs, len(operands))(device, *operands)
+        attrs = upcast_attrs(node.attrs, dtype) if dtype is not None else node.attrs
+        local[id(node)] = compiled(node.op, attrs, len(operands))(device, *operands)
     return [local[id(n)] for n in group.outputs]
 
 

@@ -31,9 +31,9 @@ def interpret(
     values: dict[int, Any] = {}
     for node in graph.nodes():
         if node.op == "input":
-            values[id(node)] = _upcast(_argument(node, inputs), dtype)
+            values[id(node)] = upcast(_argument(node, inputs), dtype)
         elif node.op in ("param", "buffer"):
-            values[id(node)] = _upcast(_lookup(params, node.name), dtype)
+            values[id(node)] = upcast(_lookup(params, node.name), dtype)
         elif node.op == "const":
             values[id(node)] = node.attr("value")
         else:
@@ -45,7 +45,7 @@ def interpret(
 
 def run_node(node: Node, args: Sequence[Any], dtype: torch.dtype | None = None) -> Any:
     """One node on concrete values (tensors on the CPU or Python scalars)."""
-    attrs = _upcast_attrs(node.attrs, dtype) if dtype is not None else node.attrs
+    attrs = upcast_attrs(node.attrs, dtype) if dtype is not None else node.attrs
     return compiled(node.op, attrs, len(args))(_CPU, *args)
 
 
@@ -65,16 +65,16 @@ def _lookup(params: Mapping[str, torch.Tensor] | torch.nn.Module, fqn: str) -> t
     return params[fqn]
 
 
-def _upcast(value: Any, dtype: torch.dtype | None) -> Any:
+def upcast(value: Any, dtype: torch.dtype | None) -> Any:
     if dtype is not None and isinstance(value, torch.Tensor) and value.is_floating_point():
         return value.to(dtype)
     return value
 
 
-def _upcast_attrs(attrs: Any, dtype: torch.dtype) -> Any:
+def upcast_attrs(attrs: Any, dtype: torch.dtype) -> Any:
     """Attributes with every floating dtype replaced by `dtype` (a `cast` to float32 stays a no-op)."""
     if isinstance(attrs, torch.dtype):
         return dtype if attrs.is_floating_point else attrs
     if isinstance(attrs, tuple):
-        return tuple(_upcast_attrs(a, dtype) for a in attrs)
+        return tuple(upcast_attrs(a, dtype) for a in attrs)
     return attrs

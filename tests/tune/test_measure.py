@@ -1,0 +1,49 @@
+"""The per-kernel correctness rule of `optimize` (tune/measure.py), on the CPU: the judge's tolerance
+table first, then the float64 oracle for kernels more accurate than ATen's FP32."""
+
+from __future__ import annotations
+
+import torch
+
+from kernelwright.fuse.plan import FusedGroup, run_group_with_aten
+from kernelwright.ir.ops import input_node, make_node
+from kernelwright.tune.measure import group_verdict
+
+CPU = torch.device("cpu")
+
+
+def _mm_group(m: int, k: int, n: int) -> FusedGroup:
+    a, b = input_node("a", 0, (m, k)), input_node("b", 1, (k, n))
+    y = make_node("mm", [a, b])
+    return FusedGroup(family="gemm", nodes=(y,), inputs=(a, b), outputs=(y,))
+
+
+def test_more_accurate_than_aten_is_accepted_by_the_oracle():
+    torch.manual_seed(0)
+    group = _mm_group(8, 1 << 16, 8)
+    a, b = torch.randn(8, 1 << 16) * 3, torch.randn(1 << 16, 8) * 3
+    (aten,) = run_group_with_aten(group, [a, b], CPU)
+    exact = (a.double() @ b.double()).float()       # correctly rounded: as accurate as FP32 can be
+    assert not torch.allclose(exact, aten, atol=1e-4, rtol=1e-4), "the case must miss the table"
+    verdict = group_verdict(group, [a, b], [aten], [exact], "default", CPU)
+    assert verdict["status"] == "correct" and "float64 oracle" in verdict["detail"]
+
+
+def test_less_accurate_than_aten_still_fails():
+    torch.manual_seed(0)
+    group = _mm_group(8, 1 << 16, 8)
+    a, b = torch.randn(8, 1 << 16) * 3, torch.randn(1 << 16, 8) * 3
+    (aten,) = run_group_with_aten(group, [a, b], CPU)
+    exact = a.double() @ b.double()
+    aten_error = float((aten.double() - exact).abs().max())
+    tf32_like = (exact + 10 * aten_error).float()      # ten times ATen's error, everywhere
+    verdict = group_verdict(group, [a, b], [aten], [tf32_like], "default", CPU)
+    assert verdict["status"] == "mismatch" and "float64 oracle" in verdict["detail"]
+
+
+def test_within_the_table_needs_no_oracle():
+    group = _mm_group(3, 5, 4)
+    a, b = torch.randn(3, 5), torch.randn(5, 4)
+    (aten,) = run_group_with_aten(group, [a, b], CPU)
+    verdict = group_verdict(group, [a, b], [aten], [aten.clone()], "default", CPU)
+    assert verdict["status"] == "correct" and verdict["detail"] == ""
