@@ -134,15 +134,21 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 def run_pool(tasks: list[BenchTask], workers: list[Worker], execute: Execute,
              on_rows: Callable[[BenchTask, list[dict]], None], deadline: float | None = None,
-             stop: Callable[[], None] | None = None) -> list[BenchTask]:
+             stop: Callable[[], None] | None = None, retry_alone: bool = True) -> list[BenchTask]:
     """Run `tasks` on `workers` (one at a time per worker), calling `on_rows` in this thread as each
     finishes. No task starts after `deadline` (time.monotonic()); the tasks not started are returned.
-    On Ctrl-C, `stop` is called to end the running tasks before the interrupt propagates."""
+    On Ctrl-C, `stop` is called to end the running tasks before the interrupt propagates.
+
+    A task that ran out of GPU memory while sharing its GPU with other tasks (`--jobs` > 1) is not
+    recorded: it runs again at the end, alone on its GPU, and that attempt's rows are the ones kept (on
+    the H100 with --jobs 6, two optimize runs died of the other tasks' memory, not their own)."""
     pending: queue.Queue[BenchTask] = queue.Queue()
     for task in tasks:
         pending.put(task)
     finished: queue.Queue[tuple[BenchTask, list[dict]]] = queue.Queue()
     halt = threading.Event()
+    shared_gpus = {w.gpu for w in workers if w.gpu is not None and sum(v.gpu == w.gpu for v in workers) > 1}
+    again: list[BenchTask] = []
 
     def work(worker: Worker) -> None:
         while not halt.is_set() and (deadline is None or time.monotonic() < deadline):
@@ -156,6 +162,9 @@ def run_pool(tasks: list[BenchTask], workers: list[Worker], execute: Execute,
             except Exception as exc:  # the bench's own failure: recorded, retried by --resume
                 detail = f"{type(exc).__name__}: {exc}"
                 rows = [failure_row(task, run, "bench_error", detail) for run in task.runs]
+            if retry_alone and worker.gpu in shared_gpus and _out_of_memory(rows):
+                again.append(task)
+                continue
             for row in rows:
                 finish(row, worker.device, worker.gpu, time.monotonic() - started)
             finished.put((task, rows))
@@ -176,4 +185,12 @@ def run_pool(tasks: list[BenchTask], workers: list[Worker], execute: Execute,
     left = []
     while not pending.empty():
         left.append(pending.get_nowait())
+    if again:
+        alone = list({w.gpu: w for w in reversed(workers)}.values())
+        left += run_pool(again, alone, execute, on_rows, deadline, stop, retry_alone=False)
     return left
+
+
+def _out_of_memory(rows: list[dict]) -> bool:
+    return any(row.get("status") == "oom" or "out of memory" in str(row.get("detail", "")).lower()
+               for row in rows)

@@ -150,3 +150,32 @@ def test_flat_suite_folder(tmp_path):
     (tmp_path / "relu.py").write_text("x = 1\n")
     (tmp_path / "_helper.py").write_text("")
     assert [(p.id, p.level, p.category) for p in discover_suite(tmp_path)] == [("relu", "", "uncategorized")]
+
+
+def test_a_task_out_of_gpu_memory_beside_others_runs_again_alone():
+    tasks = [BenchTask(f"level1/{i}_X", "x.py", "1", "c", (SystemRun(f"s{i}", "candidates", "c.py"),))
+             for i in range(4)]
+    workers = [Worker("0", "GPU-A"), Worker("0", "GPU-A")]
+    running, attempts, alone = [0], [], []
+    lock = threading.Lock()
+
+    def execute(task, worker):
+        with lock:
+            running[0] += 1
+            attempts.append(task.problem_id)
+            concurrent = running[0] > 1
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        if task.problem_id == "level1/2_X" and attempts.count(task.problem_id) == 1:
+            return [{"problem": task.problem_id, "system": "s2", "status": "optimize_error",
+                     "detail": "the reference Model failed: CUDA error: out of memory"}]
+        if task.problem_id == "level1/2_X":
+            alone.append(not concurrent)
+        return [{"problem": task.problem_id, "system": task.systems[0], "status": "correct"}]
+
+    finished = []
+    left = run_pool(tasks, workers, execute, lambda task, rows: finished.extend(rows))
+    assert not left and attempts.count("level1/2_X") == 2 and alone == [True]
+    assert sorted(r["problem"] for r in finished) == [f"level1/{i}_X" for i in range(4)]
+    assert all(r["status"] == "correct" for r in finished)
