@@ -142,12 +142,22 @@ class _RowKernel:
             else f"{spec.warps_per_row} warp(s)",
             idx_t=self.idx_t, rows=space.rows, length=space.row_length, threads=spec.threads,
             warps=spec.warps_per_row, rows_per_block=rows_per_block, cached=max(1, len(self.cached)),
-            structs="\n\n".join(structs), params=", ".join(params),
+            structs="\n\n".join(structs + self._split_globals()), params=", ".join(params),
             mapping=self._mapping(column), row_offsets="\n".join(self._row_offsets()),
             body="\n".join(body), vec=self.vec, **self._launcher(params, rows_per_block),
         )
         cpp = binding_source(self.name, self.group.inputs, self.group.outputs)
         return KernelSource(self.name, cuda, cpp, _ir_comment(self.group))
+
+    def _split_globals(self) -> list[str]:
+        if not self.spec.split:
+            return []
+        rows, blocks = self.spec.space.rows, self.spec.cluster
+        # Per-kernel device globals (zero at load; the counters are reset by each row's last block): one
+        # launch of this kernel at a time per device, which a stream-ordered forward satisfies.
+        return [f"// split rows: each block's partial, and per row how many blocks have stored theirs\n"
+                f"__device__ Pass0 kw_partials[{rows * blocks}];\n"
+                f"__device__ unsigned kw_arrivals[{rows}];"]
 
     def _params(self) -> list[str]:
         ins = [f"const float* __restrict__ in{k}" for k in range(len(self.group.inputs))]
@@ -169,7 +179,9 @@ class _RowKernel:
                      "  const int t = threadIdx.x % (32 * WARPS);",
                      "  const idx_t row = static_cast<idx_t>(blockIdx.x / CL) * ROWS_PER_BLOCK + slot;",
                      "  constexpr int STEP = 32 * WARPS;"]
-        return "\n".join(lines + ["  const bool leader = t == 0 && rank == 0;", "  (void)leader;"])
+        # split rows: only the block that combines the partials gets past the reduction
+        leader = "t == 0" if self.spec.split else "t == 0 && rank == 0"
+        return "\n".join(lines + [f"  const bool leader = {leader};", "  (void)leader;"])
 
     def _row_offsets(self) -> list[str]:
         layout = self.layout
@@ -290,7 +302,8 @@ class _RowKernel:
                   f"    __shared__ Pass{p} scratch[{scratch}];",
                   f"    acc{p} = kw::{reduce}<WARPS>(acc{p}, scratch);",
                   "  }",
-                  "  if constexpr (CL > 1) {",
+                  *(self._split_combine(p) if self.spec.split else []),
+                  f"  if constexpr (CL > 1 && {'false' if self.spec.split else 'true'}) {{",
                   "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900",
                   f"    __shared__ Pass{p} slots[{slots}];",
                   f"    if (t == 0) slots[slot] = acc{p};",
@@ -301,6 +314,28 @@ class _RowKernel:
                   "#endif",
                   "  }"]
         return lines
+
+    def _split_combine(self, p: int) -> list[str]:
+        """Split rows: each block stores its partial, and the last of the row's blocks to arrive (a
+        counter per row) combines all of them in rank order (the result does not depend on which block
+        is last); the others are done. The last block resets the counter for the next launch."""
+        return ["  {",
+                "    __shared__ bool last;",
+                "    if (t == 0) {",
+                f"      kw_partials[row * CL + rank] = acc{p};",
+                "      __threadfence();",
+                "      last = atomicAdd(&kw_arrivals[row], 1u) == CL - 1;",
+                "    }",
+                "    __syncthreads();",
+                "    if (!last) return;",
+                "    __threadfence();",
+                f"    Pass{p} mine = Pass{p}::init();",
+                "    for (int i = t; i < CL; i += STEP)",
+                "      mine.combine(kw::load_cg(&kw_partials[row * CL + i]));",
+                f"    __shared__ Pass{p} combine_scratch[THREADS / 32];",
+                f"    acc{p} = kw::group_reduce<WARPS>(mine, combine_scratch);",
+                "    if (t == 0) kw_arrivals[row] = 0;",
+                "  }"]
 
     def _output_pass(self) -> list[str]:
         p = self.reduction_passes
@@ -325,6 +360,7 @@ class _RowKernel:
         full_row = rows_per_block * max(1, len(self.cached)) * spec.space.row_length * 4
         fields = dict(name=self.name, params=", ".join(params), args=args, cluster=spec.cluster,
                       cache="true" if self.cached else "false",
+                      split="true" if spec.split else "false",
                       fallback_cache="true" if self.cached and full_row <= SINGLE_BLOCK_SMEM else "false",
                       portable=min(spec.cluster, 8),
                       retry="true" if spec.cluster > 8 or self.cached else "false",
@@ -449,7 +485,7 @@ static cudaError_t launch($params, cudaStream_t stream) {
         cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (configured != cudaSuccess) return configured;
   }
-  if (CL == 1) {
+  if (CL == 1 || $split) {
     fn<<<blocks, THREADS, smem, stream>>>($args);
     return cudaGetLastError();
   }
@@ -480,6 +516,8 @@ int ${name}_launch($params, cudaStream_t stream) {
   using namespace $name;
   const bool vec = $vec_pick;
   cudaError_t err = cudaErrorNotSupported;
+  if ($split) return static_cast<int>(vec ? launch<VEC_MAX, $cluster, false>($args, stream)
+                                          : launch<1, $cluster, false>($args, stream));
   if ($cluster > 1) {
     int device = 0, major = 0;
     cudaGetDevice(&device);

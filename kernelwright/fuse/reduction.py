@@ -84,7 +84,10 @@ class ReductionSpec:
     `warps_per_row` warps walk one row (a block holds threads // 32 // warps_per_row rows); "column":
     the innermost dim is kept, lane l owns kept position l of a 32-wide tile and the warps split the
     row. `cluster` blocks share a row through distributed shared memory (sm_90; 1 = none). `cache`: the
-    row's loaded inputs stay in shared memory between `passes`. `vec`: elements per load (4 = 16 bytes)."""
+    row's loaded inputs stay in shared memory between `passes`. `vec`: elements per load (4 = 16 bytes).
+    `split`: the `cluster` blocks of a row are independent blocks instead (any GPU, any count): each writes
+    its partial accumulators to global memory and the last to finish combines them (one reduction pass,
+    no elementwise output: a loss or a full sum over a few very long rows)."""
 
     space: Space
     levels: tuple[str, ...]      # per group node: "elem", "row" (keepdim form) or "rowsq" (squeezed form)
@@ -95,6 +98,7 @@ class ReductionSpec:
     cache: bool
     passes: int
     vec: int
+    split: bool = False
 
 
 def space_of(node: Node) -> Space | None:
@@ -351,6 +355,14 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
         # few long rows: more blocks per row so that every SM has work (the row cache, if any, shrinks)
         rows_per_block = 1
         cluster = max(cluster, _cluster_for_parallelism(rows, device))
+    if passes == 1 and rows * cluster < 2 * device.sms and chunks >= 16 * 512:
+        # one pass and no elementwise output (a loss, a sum to a scalar): every SM busy with independent
+        # blocks, at least 16 chunks per thread each, whose partials the last block combines
+        split = 1
+        while rows * split * 2 <= 4 * device.sms and chunks // (split * 2) >= 16 * 512:
+            split *= 2
+        if split > cluster:
+            return ReductionSpec(space, levels, "row", 512, 16, split, False, passes, vec, split=True)
     if cluster > 1:
         # one block per SM (a row cache of most of shared memory) gets all 32 warps; two get 16 each
         warps = min(warps, 32 if blocks_per_sm == 1 else 16)

@@ -143,6 +143,12 @@ CASES: dict[str, Callable[[], Graph]] = {
     "sum_12": lambda: one("sum", (6, 35, 17), dims=(1, 2)),
     "sum_all": lambda: one("sum", (64, 1031), dims=None),
     "sum_long_rows": lambda: one("sum", (3, 3_000_000), dims=(1,)),
+    # split rows: independent blocks per row, the last one combining the partials (one pass, no
+    # elementwise output); scalar accesses, Welford and index accumulators, a row epilogue
+    "mean_all_split": lambda: one("mean", (2000, 1503), dims=None),
+    "var_split": lambda: one("var", (3, 1_500_001), dims=(1,), correction=1),
+    "argmax_split": lambda: one("argmax", (2, 1_000_001), dim=1),
+    "sum_squares_split": lambda: sum_of_squares_then_scale((2, 2_000_004)),
     "mean_1_keepdim": lambda: one("mean", (6, 35, 17), dims=(1,), keepdim=True),
     "mean_spatial": lambda: one("mean", (4, 6, 28, 28), dims=(2, 3), keepdim=True),
     "amax_last": lambda: one("amax", (129, 257), dims=(1,)),

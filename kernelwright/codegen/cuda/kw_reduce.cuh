@@ -284,6 +284,18 @@ struct ScanProd {
   __device__ float operator()(float a, float b) const { return a * b; }
 };
 
+// A partial another block stored (split rows): read through L2, word by word, never from a stale L1 line.
+template <class Acc>
+__device__ __forceinline__ Acc load_cg(const Acc* p) {
+    static_assert(sizeof(Acc) % 4 == 0, "accumulators are made of 4- and 8-byte fields");
+    Acc v;
+    const unsigned* src = reinterpret_cast<const unsigned*>(p);
+    unsigned* dst = reinterpret_cast<unsigned*>(&v);
+#pragma unroll
+    for (int k = 0; k < static_cast<int>(sizeof(Acc) / 4); ++k) dst[k] = __ldcg(src + k);
+    return v;
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // Merge per-block partials across a thread-block cluster through distributed shared memory.
 // `slots` (in this block's shared memory) holds SLOTS partials (1 per row or 32 per column tile),
