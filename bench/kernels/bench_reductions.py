@@ -59,6 +59,7 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
     "sum_dim0_20480x16384": (lambda: one("sum", (20480, 16384), dims=(0,)), lambda x, p: x.sum(0)),
     "sum_last_20480x16384": (lambda: one("sum", (20480, 16384), dims=(1,)), lambda x, p: x.sum(1)),
     "sum_last_8x16777216": (lambda: one("sum", (8, 16777216), dims=(1,)), lambda x, p: x.sum(1)),
+    "sum_all_16384x10240": (lambda: one("sum", (16384, 10240), dims=None), lambda x, p: x.sum()),
     "cumsum_8192x16384": (lambda: one("cumsum", (8192, 16384), dim=1), lambda x, p: x.cumsum(1)),
 }
 

@@ -13,6 +13,7 @@ from kernelwright.fuse.plan import FusedGroup
 RENDERERS = {
     "gemm": "kernelwright.codegen.gemm",
     "pointwise": "kernelwright.codegen.pointwise",
+    "pool": "kernelwright.codegen.pool",
     "reduction": "kernelwright.codegen.reduction",
     "scan": "kernelwright.codegen.scan",
 }

@@ -1,17 +1,18 @@
 """The fusion planner: which IR nodes form one kernel, and which kernel family renders it.
 
 `MATCHERS` lists each family's matcher in priority order: anchors first (GEMM/conv with epilogues, then
-reductions, normalizations, softmax, scans), pointwise chains last, so they only take what no anchor
+reductions, normalizations, softmax, scans, pools), pointwise chains last, so they only take what no anchor
 absorbed. A matcher is `match(graph, claimed_node_ids) -> list[FusedGroup]`.
 """
 
-from kernelwright.fuse import gemm, pointwise, reduction, scan
+from kernelwright.fuse import gemm, pointwise, pool, reduction, scan
 from kernelwright.fuse.plan import AtenStep, FusedGroup, FusionPlan, Partition, make_group, plan_fusion
 
 MATCHERS = [
     gemm.match,
     reduction.match,
     scan.match,
+    pool.match,
     pointwise.match,
 ]
 
