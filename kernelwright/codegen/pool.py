@@ -18,17 +18,15 @@ from pathlib import Path
 from string import Template
 
 from kernelwright.codegen.kernel import KernelSource
-from kernelwright.codegen.pointwise import describe_group, emit_statements
+from kernelwright.codegen.pointwise import INT32_LIMIT, describe_group, emit_statements
 from kernelwright.codegen.reduction_binding import binding_source
-from kernelwright.codegen.reduction_index import contiguous_strides
+from kernelwright.codegen.reduction_index import broadcast_strides, contiguous_strides
 from kernelwright.errors import UnsupportedOp
 from kernelwright.fuse.plan import FusedGroup
 from kernelwright.fuse.pool import POOL_OPS, PoolSpec
 from kernelwright.ir.graph import Node
 
 TEMPLATE = Template((Path(__file__).parent / "cuda" / "kw_pool_kernel.cu.in").read_text())
-# Offsets stay below this for 32-bit indexing: room for the grid stride past the last index.
-INT32_LIMIT = 2**31 - 2**26
 
 
 @dataclass(frozen=True)
@@ -176,7 +174,7 @@ class _PoolKernel:
             for inp in node.inputs:
                 if id(inp) not in self.position or any(a.node is inp for a in found):
                     continue
-                strides = _through_unit_reshape(_broadcast_strides(inp.shape, context), context, space)
+                strides = _through_unit_reshape(broadcast_strides(inp.shape, len(context)), context, space)
                 key = (id(inp), strides, id(bases))
                 if key not in self.base_of:
                     self.base_of[key] = len(bases)
@@ -230,16 +228,6 @@ class _PoolKernel:
                       f"dilation {list(spec.dilation)}")
         return (f"{ops}: {spec.planes} planes {list(spec.in_size)} → {list(spec.out_size)}, {window} "
                 f"({spec.layout}, vec {spec.vec})")
-
-
-def _broadcast_strides(shape: Sequence[int], context: Sequence[int]) -> tuple[int, ...]:
-    """Strides over `context` of a contiguous tensor of `shape` broadcast to it (numpy rules)."""
-    own = contiguous_strides(shape)
-    strides = [0] * len(context)
-    for offset in range(1, len(shape) + 1):
-        if shape[-offset] != 1:
-            strides[-offset] = own[-offset]
-    return tuple(strides)
 
 
 def _through_unit_reshape(strides: Sequence[int], source: Sequence[int], target: Sequence[int]

@@ -301,19 +301,19 @@ class _RowKernel:
         lines += ["  {",
                   f"    __shared__ Pass{p} scratch[{scratch}];",
                   f"    acc{p} = kw::{reduce}<WARPS>(acc{p}, scratch);",
-                  "  }",
-                  *(self._split_combine(p) if self.spec.split else []),
-                  f"  if constexpr (CL > 1 && {'false' if self.spec.split else 'true'}) {{",
-                  "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900",
-                  f"    __shared__ Pass{p} slots[{slots}];",
-                  f"    if (t == 0) slots[slot] = acc{p};",
-                  f"    kw::cluster_combine<{slots}>(slots);",
-                  f"    acc{p} = slots[slot];",
-                  "#else",
-                  "    __trap();  // clusters need sm_90; the launcher never starts this variant elsewhere",
-                  "#endif",
                   "  }"]
-        return lines
+        if self.spec.split:
+            return lines + self._split_combine(p)
+        return lines + ["  if constexpr (CL > 1) {",
+                        "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900",
+                        f"    __shared__ Pass{p} slots[{slots}];",
+                        f"    if (t == 0) slots[slot] = acc{p};",
+                        f"    kw::cluster_combine<{slots}>(slots);",
+                        f"    acc{p} = slots[slot];",
+                        "#else",
+                        "    __trap();  // clusters need sm_90; the launcher starts it nowhere else",
+                        "#endif",
+                        "  }"]
 
     def _split_combine(self, p: int) -> list[str]:
         """Split rows: each block stores its partial, and the last of the row's blocks to arrive (a

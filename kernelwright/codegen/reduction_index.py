@@ -20,17 +20,26 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def broadcast_strides(view: Sequence[int], ndim: int) -> tuple[int, ...]:
+    """Strides over `ndim` dims of a contiguous tensor of shape `view` broadcast (right-aligned, numpy
+    rules) to them: 0 along every dim where `view` has size 1 or no dim."""
+    own = contiguous_strides(view)
+    strides = [0] * ndim
+    for offset in range(1, len(view) + 1):
+        if view[-offset] != 1:
+            strides[-offset] = own[-offset]
+    return tuple(strides)
+
+
 def domain_strides(view: Sequence[int], context: Sequence[int], context_dims: Sequence[int],
                    split: Sequence[int], domain: Sequence[int]) -> tuple[int, ...]:
     """Strides over `domain` of a contiguous tensor of shape `view`, broadcast (right-aligned, numpy
     rules) against `context`, whose dims are the IR dims `context_dims`; IR dim d spans `split[d]`
     consecutive domain dims (a split dim's outer part steps by the inner part's size)."""
-    own = contiguous_strides(view)
-    per_ir = [0] * len(split)
-    for offset in range(1, len(view) + 1):
-        if view[-offset] != 1:
-            per_ir[context_dims[-offset]] = own[-offset]
     assert len(context) == len(context_dims)
+    per_ir = [0] * len(split)
+    for d, stride in zip(context_dims, broadcast_strides(view, len(context)), strict=True):
+        per_ir[d] = stride
     strides, start = [], 0
     for d, parts in enumerate(split):
         sizes = domain[start:start + parts]

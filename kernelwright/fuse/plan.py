@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from kernelwright.ir.graph import Graph, Node
-from kernelwright.ir.interpret import upcast, upcast_attrs
+from kernelwright.ir.interpret import run_node, upcast
 from kernelwright.ir.ops import compiled
 
 VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "select"})
@@ -271,8 +271,7 @@ def run_group_with_aten(group: FusedGroup, args: Sequence[Any], device: torch.de
     local: dict[int, Any] = {id(n): upcast(a, dtype) for n, a in zip(group.inputs, args, strict=True)}
     for node in group.nodes:
         operands = [i.attr("value") if i.op == "const" else local[id(i)] for i in node.inputs]
-        attrs = upcast_attrs(node.attrs, dtype) if dtype is not None else node.attrs
-        local[id(node)] = compiled(node.op, attrs, len(operands))(device, *operands)
+        local[id(node)] = run_node(node, operands, dtype, device)
     return [local[id(n)] for n in group.outputs]
 
 

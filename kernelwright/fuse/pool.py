@@ -20,6 +20,7 @@ for small windows, one warp per output (lanes striding over the window) for larg
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 import torch
@@ -66,18 +67,18 @@ class PoolSpec:
 
     @property
     def planes(self) -> int:
-        return _prod(self.lead)
+        return math.prod(self.lead)
 
     @property
     def outputs(self) -> int:
-        return self.planes * _prod(self.out_size)
+        return self.planes * math.prod(self.out_size)
 
     @property
     def window(self) -> int:
         """The most input elements one output reads."""
         if self.adaptive:
-            return _prod(-(-i // o) + 1 for i, o in zip(self.in_size, self.out_size, strict=True))
-        return _prod(self.kernel)
+            return math.prod(-(-i // o) + 1 for i, o in zip(self.in_size, self.out_size, strict=True))
+        return math.prod(self.kernel)
 
 
 def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
@@ -243,9 +244,3 @@ def _outputs_per_thread(spec: PoolSpec) -> int:
             return vec
     return 1
 
-
-def _prod(values) -> int:
-    result = 1
-    for v in values:
-        result *= v
-    return result

@@ -22,6 +22,7 @@ for an H100-class device (`DEVICE`); the generated launcher re-checks cluster su
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -71,11 +72,11 @@ class Space:
 
     @property
     def rows(self) -> int:
-        return _prod(s for d, s in enumerate(self.domain) if d not in self.reduce)
+        return math.prod(s for d, s in enumerate(self.domain) if d not in self.reduce)
 
     @property
     def row_length(self) -> int:
-        return _prod(self.domain[d] for d in self.reduce)
+        return math.prod(self.domain[d] for d in self.reduce)
 
 
 @dataclass(frozen=True)
@@ -292,12 +293,6 @@ def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False))
 
 
-def _prod(values) -> int:
-    result = 1
-    for v in values:
-        result *= v
-    return result
-
 
 def reduction_passes(group: FusedGroup) -> dict[int, int]:
     """The pass (0, 1, ...) in which each reduction or norm/softmax anchor accumulates: one more than
@@ -390,4 +385,4 @@ def _cluster_for_parallelism(blocks: int, device: Device) -> int:
 def cached_inputs(group: FusedGroup, space: Space) -> list[int]:
     """Positions (in `group.inputs`) of the inputs a row cache holds: those as large as the space, which
     differ from row to row; smaller ones (weights) are re-read and hit in L1/L2."""
-    return [k for k, i in enumerate(group.inputs) if i.numel == _prod(space.shape)]
+    return [k for k, i in enumerate(group.inputs) if i.numel == math.prod(space.shape)]

@@ -6,6 +6,7 @@ that are the same scan read differently:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -72,9 +73,9 @@ def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
 
 def plan_scan(scan: Node, reverse: bool, exclusive: bool) -> ScanSpec:
     shape, dim = scan.shape, scan.attr("dim")
-    outer = _prod(shape[:dim])
+    outer = math.prod(shape[:dim])
     length = shape[dim] if shape else 1
-    inner = _prod(shape[dim + 1:])
+    inner = math.prod(shape[dim + 1:])
     if inner == 1:
         vec = 4 if length % 4 == 0 else 1
         threads = 32
@@ -83,9 +84,3 @@ def plan_scan(scan: Node, reverse: bool, exclusive: bool) -> ScanSpec:
         return ScanSpec(scan.op, outer, length, inner, reverse, exclusive, "rows", threads, vec)
     return ScanSpec(scan.op, outer, length, inner, reverse, exclusive, "columns", 256, 1)
 
-
-def _prod(values) -> int:
-    result = 1
-    for v in values:
-        result *= v
-    return result

@@ -43,10 +43,12 @@ def interpret(
     return outputs, updated
 
 
-def run_node(node: Node, args: Sequence[Any], dtype: torch.dtype | None = None) -> Any:
-    """One node on concrete values (tensors on the CPU or Python scalars)."""
-    attrs = upcast_attrs(node.attrs, dtype) if dtype is not None else node.attrs
-    return compiled(node.op, attrs, len(args))(_CPU, *args)
+def run_node(node: Node, args: Sequence[Any], dtype: torch.dtype | None = None,
+             device: torch.device = _CPU) -> Any:
+    """One node on concrete values (tensors on `device` or Python scalars); with `dtype`, the floating
+    dtypes named in its attributes are `dtype` too."""
+    attrs = _upcast_attrs(node.attrs, dtype) if dtype is not None else node.attrs
+    return compiled(node.op, attrs, len(args))(device, *args)
 
 
 def _argument(node: Node, inputs: Sequence[Any]) -> Any:
@@ -71,10 +73,10 @@ def upcast(value: Any, dtype: torch.dtype | None) -> Any:
     return value
 
 
-def upcast_attrs(attrs: Any, dtype: torch.dtype) -> Any:
+def _upcast_attrs(attrs: Any, dtype: torch.dtype) -> Any:
     """Attributes with every floating dtype replaced by `dtype` (a `cast` to float32 stays a no-op)."""
     if isinstance(attrs, torch.dtype):
         return dtype if attrs.is_floating_point else attrs
     if isinstance(attrs, tuple):
-        return tuple(upcast_attrs(a, dtype) for a in attrs)
+        return tuple(_upcast_attrs(a, dtype) for a in attrs)
     return attrs

@@ -208,10 +208,11 @@ def _quiet(loader: Callable, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     raises only when the build is quiet (verbose builds print it to stdout, and the verdict would say no
     more than "Error building extension")."""
     try:
-        bound = inspect.signature(loader).bind(*args, **kwargs)
+        signature = inspect.signature(loader)
+        bound = signature.bind(*args, **kwargs)
     except (TypeError, ValueError):
         return args, kwargs  # the loader raises its own error for bad arguments
-    if "verbose" in inspect.signature(loader).parameters:
+    if "verbose" in signature.parameters:
         bound.arguments["verbose"] = False
     return bound.args, bound.kwargs
 
