@@ -71,6 +71,21 @@ def test_large_rows_are_cached_across_a_cluster_sized_to_shared_memory():
     assert not fallback.cache and fallback.cluster > 1
 
 
+def test_few_very_long_one_pass_rows_split_over_independent_blocks():
+    # a sum to a scalar: every SM busy (about 4 blocks each), each block at least 16 chunks per thread
+    spec = groups_of(one("sum", (16384, 10240), dims=None), "reduction")[0].config[0]
+    assert spec.split and not spec.cache and spec.threads == 512
+    assert 2 * 132 < spec.space.rows * spec.cluster <= 4 * 132
+    assert spec.space.row_length // spec.vec // spec.cluster >= 16 * 512
+    # a row epilogue is fine (it runs once, in the combining block); Welford and index accumulators too
+    for case in ("sum_squares_split", "var_split", "argmax_split", "mean_all_split"):
+        assert groups_of(CASES[case](), "reduction")[0].config[0].split, case
+    # an elementwise output needs the whole row's result in every block: a cluster, never split
+    assert not groups_of(one("softmax", (3, 1000003), dim=1), "reduction")[0].config[0].split
+    # enough rows to fill the GPU already: one block (or a cluster) per row
+    assert not groups_of(one("sum", (4096, 65536), dims=(1,)), "reduction")[0].config[0].split
+
+
 def test_odd_mid_rows_get_several_elements_per_thread():
     spec = groups_of(rms_norm((16, 4096, 3071)), "reduction")[0].config[0]
     assert spec.vec == 1 and spec.cache and spec.cluster == 1
