@@ -1,4 +1,4 @@
-"""Benchmark of the GEMM family: our CUTLASS 3xTF32 kernels against cuBLAS FP32 (TF32 off) and cuBLAS TF32,
+"""Benchmark of the GEMM family: our 3xTF32 kernels (CUTLASS, and split operands on cuBLAS TF32) against cuBLAS FP32 (TF32 off) and cuBLAS TF32,
 with each one's error against a float64 product of the same inputs.
 
     python bench/kernels/bench_gemm.py OUT.json [--only NAME ...] [--no-variants]
@@ -96,9 +96,18 @@ def plan(names: list[str], variants: bool) -> dict[str, dict[str, FusedGroup]]:
         found = match(graph_of(m, n, k, gelu), frozenset())
         assert len(found) == 1, f"{name}: expected one GEMM group, got {len(found)}"
         groups = {"ours": found[0]}
-        if variants and m <= SWEEP_MAX_M and not gelu:
+        if variants:
+            # the other route always (CUTLASS's 128x64 tiles against 3xTF32 on cuBLAS), the tile and split
+            # sweep on small-M products without epilogue
+            chosen = found[0].config
+            routes = {"tf32x3": GemmConfig(kernel="tf32x3"),
+                      "dp_128x64": BIG_TILE._replace(align_a=chosen.align_a, align_b=chosen.align_b,
+                                                     align_c=chosen.align_c)}
+            found_variants = {label: c for label, c in routes.items() if c != chosen}
+            if m <= SWEEP_MAX_M and not gelu:
+                found_variants.update(sweep(found[0]))
             groups.update({label: dataclasses.replace(found[0], config=config)
-                           for label, config in sweep(found[0]).items()})
+                           for label, config in found_variants.items()})
         planned[name] = groups
     return planned
 

@@ -50,13 +50,22 @@ def render(group: FusedGroup) -> KernelSource:
                          f"for batch {view.batch}")
     if config.kernel == "gemv":
         from kernelwright.codegen.gemm_gemv import render_cuda
+    elif config.kernel == "tf32x3":
+        from kernelwright.codegen.gemm_tf32x3 import render_cuda
     else:
         from kernelwright.codegen.gemm_cutlass import render_cuda
     body = render_cuda(_PLACEHOLDER, view, config, epilogue_function(_PLACEHOLDER, view))
     launcher = f"kw_gemm_{_digest(body)}"
     guard = launcher.upper()
     cuda = f"#ifndef {guard}\n#define {guard}\n{body.replace(_PLACEHOLDER, launcher)}#endif  // {guard}\n"
-    cpp = render_binding(_PLACEHOLDER, launcher, group, view, config)
+    if config.kernel == "tf32x3":
+        from kernelwright.codegen import gemm_tf32x3
+
+        checks, operand_lines, operand_args = _plumbing(_PLACEHOLDER, group, view, "kw_tf32x3::dense")
+        cpp = gemm_tf32x3.render_binding(_PLACEHOLDER, launcher, group, view, checks, operand_lines,
+                                         operand_args)
+    else:
+        cpp = render_binding(_PLACEHOLDER, launcher, group, view, config)
     name = f"{launcher}_{_digest(cpp)[:8]}"
     return KernelSource(name=name, cuda=cuda, cpp=cpp.replace(_PLACEHOLDER, name),
                         ir_comment=ir_comment(view, config))
@@ -108,6 +117,8 @@ def ir_comment(view: GemmView, config: GemmConfig) -> str:
     layout = f"A {'col' if view.a_col_major else 'row'}-major, B {'col' if view.b_col_major else 'row'}-major"
     if config.kernel == "gemv":
         kernel = "matrix-vector kernel (exact FP32, bandwidth-bound)"
+    elif config.kernel == "tf32x3":
+        kernel = "3xTF32 split operands + cuBLAS TF32 GEMM of depth 3K"
     else:
         split = f" split-K {config.split_k}" if config.split_k > 1 else ""
         kernel = (f"CUTLASS 3xTF32 tile {'x'.join(map(str, config.block))} warp "
@@ -199,11 +210,31 @@ def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, 
     # CUTLASS's access widths are compiled in; the GEMV kernel picks its own from the pointers and strides
     # it is given, so copying an operand for its sake would only add traffic.
     align_a, align_b = (config.align_a, config.align_b) if config.kernel == "cutlass" else (1, 1)
+    checks, operand_lines, operand_args = _plumbing(name, group, view, f"{name}_detail::dense")
+    return _BINDING.substitute(
+        name=name, launcher=launcher, params=launcher_params(view), n_inputs=len(group.inputs),
+        checks=checks,
+        batch=view.batch, m=view.m, n=view.n, k=view.k, split_k=config.split_k,
+        a_expr=_matrix_expr(index(view.a), a_batch, a_rows, a_cols),
+        b_expr=_matrix_expr(index(view.b), b_batch, b_rows, b_cols),
+        a_batch=a_batch, b_batch=b_batch, a_rows=a_rows, a_cols=a_cols, b_rows=b_rows, b_cols=b_cols,
+        align_a=align_a, align_b=align_b,
+        operand_lines=operand_lines, operand_args=operand_args,
+        out_shape=", ".join(str(s) for s in view.output.shape) or "",
+    ).lstrip()
+
+
+def _plumbing(name: str, group: FusedGroup, view: GemmView, dense: str) -> tuple[str, str, str]:
+    """Binding lines shared by every GEMM kernel: the input checks, the epilogue tensors made dense
+    (`at::Tensor eJ = DENSE(...)`), and the launcher arguments addressing them (`eJ, row stride, batch stride,`)."""
+    def index(node: Node) -> int:
+        return next(i for i, inp in enumerate(group.inputs) if inp is node)
+
     operand_lines, operand_args = [], []
     for j, operand in enumerate(view.operands):
         lo, mo, no = operand.extents
         # Collapsed to (L, M, N) extents and made dense, an operand is addressed by two strides.
-        operand_lines.append(f"  at::Tensor e{j} = {name}_detail::dense(inputs[{index(operand.node)}], "
+        operand_lines.append(f"  at::Tensor e{j} = {dense}(inputs[{index(operand.node)}], "
                              f"{lo}, {mo}, {no});")
         operand_args.append(f"e{j}.data_ptr<float>(), {no if mo > 1 else 0}LL, {mo * no if lo > 1 else 0}LL,")
     checks = []
@@ -211,17 +242,8 @@ def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, 
         shape = ", ".join(map(str, node.shape))
         checks.append(f'  kw_check_input(inputs[{k}], at::kFloat, at::IntArrayRef{{{shape}}}, '
                       f'"{name} ({_role(node, view)})", {k});')
-    return _BINDING.substitute(
-        name=name, launcher=launcher, params=launcher_params(view), n_inputs=len(group.inputs),
-        checks="\n".join(checks),
-        batch=view.batch, m=view.m, n=view.n, k=view.k, split_k=config.split_k,
-        a_expr=_matrix_expr(index(view.a), a_batch, a_rows, a_cols),
-        b_expr=_matrix_expr(index(view.b), b_batch, b_rows, b_cols),
-        a_batch=a_batch, b_batch=b_batch, a_rows=a_rows, a_cols=a_cols, b_rows=b_rows, b_cols=b_cols,
-        align_a=align_a, align_b=align_b,
-        operand_lines="\n".join(operand_lines), operand_args=" ".join(operand_args),
-        out_shape=", ".join(str(s) for s in view.output.shape) or "",
-    ).lstrip()
+    return "\n".join(checks), "\n".join(operand_lines), " ".join(operand_args)
+
 
 
 def _role(node: Node, view: GemmView) -> str:

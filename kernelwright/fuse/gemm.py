@@ -42,8 +42,10 @@ MAX_SPLIT_K = 16
 
 
 class GemmConfig(NamedTuple):
-    """One kernel variant. `kernel` is "cutlass" (SM80-style 3xTF32 tensor-core GEMM, runs on sm_90) or
-    "gemv" (a bandwidth-bound matrix-vector kernel). Alignments are in elements (4 = 16-byte accesses)
+    """One kernel variant. `kernel` is "cutlass" (SM80-style 3xTF32 tensor-core GEMM, runs on sm_90),
+    "tf32x3" (the operands split into TF32 halves, one cuBLAS TF32 GEMM of depth 3K, then the epilogue:
+    `codegen/gemm_tf32x3.py`; the tile fields do not apply) or "gemv" (a bandwidth-bound matrix-vector
+    kernel). Alignments are in elements (4 = 16-byte accesses)
     and follow from the static shapes; the CUTLASS binding copies an operand whose runtime address or
     strides disagree (the GEMV kernel picks its access width at run time).
 
@@ -142,9 +144,24 @@ def select_config(view: GemmView) -> GemmConfig:
     align_a, align_b, align_c = _alignments(view)
     if view.m == 1 or view.n == 1:
         return GemmConfig(kernel="gemv", align_a=align_a, align_b=align_b, align_c=align_c)
+    if tensor_core_bound(view.m, view.n, view.k, view.batch):
+        return GemmConfig(kernel="tf32x3", align_a=align_a, align_b=align_b, align_c=align_c)
     return tile_config(view.m, view.n, view.k, view.batch)._replace(align_a=align_a, align_b=align_b,
                                                                     align_c=align_c)
 
+
+def tensor_core_bound(m: int, n: int, k: int, batch: int = 1, sm_count: int = SM_COUNT) -> bool:
+    """Whether a product is large enough in every dim for the 3xTF32-on-cuBLAS route (`gemm_tf32x3`): its
+    three TF32 passes (at ~7x the FP32 rate) then beat one FP32 pass by ~2x, and splitting the operands (one
+    bandwidth-bound pass over A and B) is small beside the product. Few output tiles or a short K leave the
+    tensor cores idle or the split dominant: those stay with the CUTLASS kernel (small tiles, split-K)."""
+    return (_tile_count(m, n, batch, BIG_TILE) >= 2 * sm_count and min(m, n) >= TF32X3_MIN_MN
+            and k >= TF32X3_MIN_K)
+
+
+# Smallest M/N and K for the cuBLAS 3xTF32 route (see `tensor_core_bound`; measured on H100).
+TF32X3_MIN_MN = 512
+TF32X3_MIN_K = 512
 
 BIG_TILE = GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3)
 SMALL_TILE = GemmConfig(block=(64, 64, 16), warp=(32, 32, 16), stages=4)
@@ -179,6 +196,11 @@ def candidate_configs(group: FusedGroup) -> list[GemmConfig]:
     chosen = select_config(view)
     if chosen.kernel == "gemv":
         return [chosen]
+    if chosen.kernel != "tf32x3":
+        tf32x3 = [GemmConfig(kernel="tf32x3", align_a=chosen.align_a, align_b=chosen.align_b,
+                                   align_c=chosen.align_c)]
+    else:
+        tf32x3 = []
     aligns = dict(align_a=chosen.align_a, align_b=chosen.align_b, align_c=chosen.align_c)
     shapes = [BIG_TILE, SMALL_TILE, GemmConfig(block=(128, 128, 16), warp=(64, 64, 16), stages=3),
               GemmConfig(block=(64, 128, 16), warp=(32, 64, 16), stages=4)]
@@ -188,7 +210,7 @@ def candidate_configs(group: FusedGroup) -> list[GemmConfig]:
         split = split_k_factor(_tile_count(view.m, view.n, view.batch, shape), view.k, view.batch)
         others += [shape, shape._replace(swizzle="streamk")]
         others += [shape._replace(swizzle="streamk", split_k=split)] if split > 1 else []
-    return [chosen] + [c for c in others if c != chosen]
+    return [chosen] + [c for c in tf32x3 + others if c != chosen]
 
 
 # ------------------------------------------------------------------------------------------ the anchor

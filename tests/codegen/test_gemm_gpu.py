@@ -123,6 +123,9 @@ def _every_operand_kind(m, n, k):
     return Graph(inputs=(x, residual, scale), params=(w, b), outputs=(y,))
 
 
+X3 = GemmConfig(kernel="tf32x3")
+
+
 def _split(split_k: int, align_a: int = 4) -> GemmConfig:
     return GemmConfig(block=(64, 64, 16), warp=(32, 32, 16), stages=4, swizzle="streamk", align_a=align_a,
                       split_k=split_k)
@@ -182,6 +185,18 @@ CASES: dict[str, Case] = {
     "splitk16_every_operand_kind": (lambda: _every_operand_kind(128, 1000, 4096), _split(16), None),
     "splitk_rule_activations": (lambda: _activations(128, 1000, 2048), None, None),
     "splitk_rule_linear_rank3": (lambda: _linear((4, 25, 640), 4100, epilogue=_relu_gelu), None, None),
+    # 3xTF32 on cuBLAS (forced on small shapes; the rule picks it for the large ACCURACY cases): odd sizes
+    # (scalar split and epilogue paths), both operand layouts, batches, every epilogue operand kind.
+    "x3_mm_odd_sizes": (lambda: _mm(257, 129, 67), X3, None),
+    "x3_mm_k1": (lambda: _mm(64, 96, 1), X3, None),
+    "x3_mm_transposed_operands": (_mm_transposed, X3, None),
+    "x3_linear_bias": (lambda: _linear((512, 256), 384), X3, None),
+    "x3_linear_rank3_residual": (_linear_residual, X3, None),
+    "x3_bmm_transposed_epilogue": (lambda: _bmm(8, 100, 72, 64, transpose_b=True, epilogue=True), X3, None),
+    "x3_addmm_scaled": (lambda: _addmm(0.5, 2.0), X3, None),
+    "x3_addmm_beta0_ignores_nan": (lambda: _addmm(1.0, 0.0), X3, _nan_bias),
+    "x3_activations": (lambda: _activations(256, 320, 192), X3, None),
+    "x3_every_operand_kind": (lambda: _every_operand_kind(128, 1000, 1024), X3, None),
 }
 
 
@@ -285,6 +300,29 @@ def _check(out: torch.Tensor, ref64: torch.Tensor, ref32: torch.Tensor) -> None:
     assert ours <= 2 * torch_err + 2e-6 * scale, f"error {ours:.3g} vs torch FP32 {torch_err:.3g}"
 
 
+def test_planner_picked_tf32x3_for_large_products(built):
+    for case in ACCURACY:
+        expected = "cutlass" if case in EXPECTED_SPLIT else "tf32x3"
+        assert built[case][0].config.kernel == expected, case
+
+
+def test_tf32x3_weight_split_follows_the_parameter(built):
+    """The binding caches a parameter's split: an in-place update, or another tensor in its place, must
+    be seen (no stale product)."""
+    group, fn, graph = built["x3_linear_bias"]
+    inputs, params = _values(graph, 3)
+    inputs = [t.cuda() for t in inputs]
+    params = {k: v.cuda() for k, v in params.items()}
+    first = _run(group, fn, graph, inputs, params, None)
+    params["fc.weight"].mul_(-2.0)
+    ref64, ref32 = _references(graph, inputs, params)
+    _check(_run(group, fn, graph, inputs, params, None), ref64, ref32)
+    params["fc.weight"] = torch.randn_like(params["fc.weight"])
+    ref64, ref32 = _references(graph, inputs, params)
+    _check(_run(group, fn, graph, inputs, params, None), ref64, ref32)
+    assert not torch.equal(first, _run(group, fn, graph, inputs, params, None))
+
+
 @pytest.mark.parametrize("case", sorted(EXPECTED_SPLIT))
 def test_planner_picked_split_k(built, case):
     config = built[case][0].config
@@ -295,7 +333,7 @@ def test_mm_m1_is_the_matrix_vector_kernel(built):
     assert built["mm_m1_long_k"][0].config.kernel == "gemv"
 
 
-@pytest.mark.parametrize("case", ["linear_bias", "mv_dot_tanh"])
+@pytest.mark.parametrize("case", ["linear_bias", "mv_dot_tanh", "x3_linear_bias"])
 def test_wrong_inputs_raise_a_runtime_error_naming_the_input(built, case):
     """Checked before anything is read: a wrong call fails cleanly and leaves the context healthy."""
     group, fn, graph = built[case]
@@ -330,7 +368,8 @@ def test_split_k_is_deterministic(built, case):
     assert all(torch.equal(first, _run(group, fn, graph, inputs, params, None)) for _ in range(5))
 
 
-@pytest.mark.parametrize("case", ["mm_1000", "linear_bias", "splitk_rule_every_operand_kind"])
+@pytest.mark.parametrize("case", ["mm_1000", "linear_bias", "splitk_rule_every_operand_kind",
+                                  "x3_linear_rank3_residual"])
 def test_results_do_not_depend_on_the_stream(built, case):
     group, fn, graph = built[case]
     inputs, params = _values(graph, seed=7)

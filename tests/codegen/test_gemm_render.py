@@ -206,3 +206,26 @@ def _compile(cuda: str, flags: list[str]) -> None:
                    f"-I{DEVICE_HEADERS}", *flags, "-c", str(source), "-o", str(source.with_suffix(".o"))]
         result = subprocess.run(command, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-4000:]
+
+
+def test_tf32x3_binding_splits_activations_and_caches_parameter_splits():
+    """3xTF32 on cuBLAS: the activation is split every call, an nn.Linear weight (a parameter) once per
+    version; the epilogue pass runs only when there is an epilogue."""
+    x, w, b = input_node("x", 0, (2048, 1024)), param_node("w", (4096, 1024)), param_node("b", (4096,))
+    group = group_of(make_node("gelu", [make_node("linear", [x, w, b])], approximate="none"), inputs=(x,),
+                     params=(w, b))
+    assert group.config.kernel == "tf32x3"
+    source = render(group)
+    assert "kw_tf32x3::split(" in source.cpp and "kw_tf32x3::cached_split(" in source.cpp
+    assert "_finish(out.data_ptr<float>(), e0.data_ptr<float>()" in source.cpp
+    assert "cutlass" not in source.cuda and "cublas_v2.h" not in source.cuda
+    plain = group_of(make_node("linear", [x, w]), inputs=(x,), params=(w,))
+    assert "_finish(out" not in render(plain).cpp
+
+
+def test_tf32x3_source_compiles():
+    """Light (no CUTLASS, no cuBLAS header): the split, epilogue and cuBLAS-lookup launcher."""
+    if nvcc_path() is None:
+        pytest.skip("nvcc is not installed")
+    group = dataclasses.replace(epilogue_group(), config=GemmConfig(kernel="tf32x3"))
+    _compile(render(group).cuda, [])

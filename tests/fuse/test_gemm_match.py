@@ -155,12 +155,16 @@ def test_softmax_after_linear_gelu_is_left_to_its_family():
 
 
 @pytest.mark.parametrize(("m", "n", "k", "batch", "expected"), [
-    (4096, 4096, 4096, 1, GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3, swizzle="identity")),
-    (1024, 8192, 8192, 1, GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3, swizzle="identity")),
+    # large in every dim: 3xTF32 on cuBLAS
+    (4096, 4096, 4096, 1, GemmConfig(kernel="tf32x3")),
+    (1024, 8192, 8192, 1, GemmConfig(kernel="tf32x3")),
+    (512, 512, 512, 16, GemmConfig(kernel="tf32x3")),
+    # many tiles but a short K, or a narrow N: CUTLASS
+    (4096, 4096, 256, 1, GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3, swizzle="identity")),
+    (16384, 256, 4096, 1, GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3, swizzle="identity")),
     (128, 4096, 4096, 1, GemmConfig(block=(64, 64, 16), warp=(32, 32, 16), stages=4, swizzle="streamk",
                                     split_k=2)),
     (256, 512, 64, 1, GemmConfig(block=(64, 64, 16), warp=(32, 32, 16), stages=4, swizzle="identity")),
-    (512, 512, 512, 16, GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3, swizzle="identity")),
 ])
 def test_shape_rules(m, n, k, batch, expected):
     shape_a, shape_b = ((batch, m, k), (batch, k, n)) if batch > 1 else ((m, k), (k, n))

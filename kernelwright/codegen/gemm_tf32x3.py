@@ -1,0 +1,365 @@
+"""3xTF32 GEMMs on cuBLAS's TF32 tensor-core kernels: FP32 accuracy at tensor-core speed.
+
+Each FP32 operand is split exactly into x = big + small, `big` being x rounded to TF32 (10 mantissa bits)
+and `small` the remainder. The product A·B is then A_small·B_big + A_big·B_small + A_big·B_big (the
+small·small term, 2^-22 of the product, is dropped as CUTLASS's `OpMultiplyAddFastF32` drops it), and the
+three products are ONE TF32 GEMM of depth 3K over the operands concatenated along K:
+
+    [A_small | A_big | A_big] · [B_big ; B_small ; B_big]
+
+The tensor cores accumulate all 3K terms in FP32, so the result matches an FP32 GEMM's accuracy (better
+than cuBLAS's FP32 SIMT kernels at large K, measured in `bench/kernels/bench_gemm.py`) while running on the
+TF32 units: about 3x their FP32 rate / 3. The split is a bandwidth-bound kernel of ours (reads an operand
+once, writes it three times); a parameter's split (an `nn.Linear` weight) is cached by the binding and
+redone only when the parameter changes (its version counter moves or its storage is replaced). The GEMM
+epilogue (bias, activations, residuals) runs as one elementwise pass over the product, with the same
+`NAME_epilogue` function as the CUTLASS kernels.
+
+cuBLAS is reached without its headers or a link-time dependency (neither exists on a CPU-only build
+machine): the launcher looks its three entry points up in the libcublas that torch has already loaded, and
+reports an error, which the tuner treats as "keep ATen", where there is none.
+"""
+
+from __future__ import annotations
+
+from string import Template
+
+from kernelwright.fuse.gemm import GemmConfig, GemmView
+
+# Which of the three K blocks carry the small part: A = [small, big, big], B = [big, small, big].
+SMALLS_A = 0b001
+SMALLS_B = 0b010
+
+_CUDA = Template(r'''
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <cstdint>
+#include <mutex>
+#include "kw_common.cuh"
+
+$epilogue_function
+
+namespace ${name}_x3 {
+
+// x == big + small exactly: big is x rounded to the nearest TF32 value, small the (FP32-exact) rest.
+__device__ __forceinline__ void split(float x, float& big, float& small) {
+  const unsigned bits = __float_as_uint(x);
+  if ((bits & 0x7f800000u) == 0x7f800000u) { big = x; small = 0.f; return; }   // inf and NaN pass as is
+  float b = __uint_as_float((bits + 0x1000u) & 0xffffe000u);
+  if (isinf(b)) b = __uint_as_float(bits & 0xffffe000u);   // rounding past FLT_MAX: truncate instead
+  big = b;
+  small = x - b;       // exact (Sterbenz: b is within a factor 2 of x)
+}
+
+// src [batch, rows, cols] (unit column stride) -> dst, dense: [batch, rows, 3 * cols] when K runs along the
+// columns, else [batch, 3 * rows, cols]. Block `part` holds the small halves when bit `part` of `smalls` is set.
+template <int VEC>
+__global__ void __launch_bounds__(256) split_kernel(const float* __restrict__ src, long long ld, long long bs,
+                                                    int rows, int cols, long long vectors, int along_cols,
+                                                    int smalls, float* __restrict__ dst) {
+  const long long per_row = cols / VEC;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long c = (i % per_row) * VEC, rest = i / per_row;
+    const long long r = rest % rows, l = rest / rows;
+    const kw::Vec<float, VEC> x = kw::load_vec<float, VEC>(src + l * bs + r * ld + c);
+    kw::Vec<float, VEC> big, small;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) split(x.v[j], big.v[j], small.v[j]);
+#pragma unroll
+    for (int part = 0; part < 3; ++part) {
+      const long long o = along_cols ? (l * rows + r) * 3 * cols + part * cols + c
+                                     : ((l * 3 + part) * rows + r) * cols + c;
+      kw::store_vec<float, VEC>(dst + o, (smalls >> part) & 1 ? small : big);
+    }
+  }
+}
+
+// d [batch, m, n] in place: d = NAME_epilogue(d, e0[l, m, n], ...).
+template <int VEC>
+__global__ void __launch_bounds__(256) epilogue_kernel(float* __restrict__ d, int m, int n,
+                                                       long long vectors$operand_params) {
+  const long long per_row = n / VEC;
+  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors;
+       i += static_cast<long long>(gridDim.x) * blockDim.x) {
+    const long long c = (i % per_row) * VEC, rest = i / per_row;
+    const long long r = rest % m, l = rest / m;
+    float* at = d + (l * m + r) * n + c;
+    kw::Vec<float, VEC> y = kw::load_vec<float, VEC>(at);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const long long col = c + j;
+      (void)col;
+      y.v[j] = ${name}_epilogue(y.v[j]$operand_loads);
+    }
+    kw::store_vec<float, VEC>(at, y);
+  }
+}
+
+inline unsigned grid_for(long long vectors) {
+  const long long blocks = (vectors + 255) / 256;
+  return static_cast<unsigned>(blocks < 132 * 16 ? (blocks > 0 ? blocks : 1) : 132 * 16);
+}
+
+inline const char* last_error() {
+  const cudaError_t error = cudaGetLastError();
+  return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
+}
+
+// cuBLAS entry points, found in the library torch loaded (no cuBLAS headers or link flags needed).
+using CreateFn = int (*)(void**);
+using SetStreamFn = int (*)(void*, cudaStream_t);
+using GemmFn = int (*)(void*, int, int, int, int, int, const void*, const void*, int, int, long long,
+                       const void*, int, int, long long, const void*, void*, int, int, long long, int, int,
+                       int);
+constexpr int kOpN = 0, kOpT = 1, kR32F = 0, kCompute32FFastTF32 = 77, kGemmDefault = -1;
+
+inline void* cublas_symbol(const char* symbol) {
+  void* found = dlsym(RTLD_DEFAULT, symbol);
+  for (const char* library : {"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"}) {
+    if (found != nullptr) break;
+    void* handle = dlopen(library, RTLD_NOW | RTLD_NOLOAD);
+    if (handle == nullptr) handle = dlopen(library, RTLD_NOW);
+    if (handle != nullptr) found = dlsym(handle, symbol);
+  }
+  return found;
+}
+
+struct Cublas {
+  CreateFn create = nullptr;
+  SetStreamFn set_stream = nullptr;
+  GemmFn gemm = nullptr;
+  void* handles[64] = {};        // one per device, created on first use
+  std::mutex lock;
+};
+
+inline Cublas& cublas() {
+  static Cublas* api = [] {
+    Cublas* c = new Cublas();
+    c->create = reinterpret_cast<CreateFn>(cublas_symbol("cublasCreate_v2"));
+    c->set_stream = reinterpret_cast<SetStreamFn>(cublas_symbol("cublasSetStream_v2"));
+    c->gemm = reinterpret_cast<GemmFn>(cublas_symbol("cublasGemmStridedBatchedEx"));
+    return c;
+  }();
+  return *api;
+}
+
+}  // namespace ${name}_x3
+
+const char* ${name}_split(const float* src, long long ld, long long bs, int batch, int rows, int cols,
+                          int along_cols, int smalls, float* dst, cudaStream_t stream) {
+  using namespace ${name}_x3;
+  const bool wide = cols % 4 == 0 && ld % 4 == 0 && bs % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+  const long long elements = static_cast<long long>(batch) * rows * cols;
+  if (wide) {
+    split_kernel<4><<<grid_for(elements / 4), 256, 0, stream>>>(src, ld, bs, rows, cols, elements / 4,
+                                                               along_cols, smalls, dst);
+  } else {
+    split_kernel<1><<<grid_for(elements), 256, 0, stream>>>(src, ld, bs, rows, cols, elements, along_cols,
+                                                           smalls, dst);
+  }
+  return last_error();
+}
+
+// d[l] (row-major m x n) = x[l] . y[l] over depth k3, both split operands in the layouts the split wrote:
+// x is A's, "[m, k3]" (x_t 0) or "[k3, m]" (x_t 1); y is B's, "[k3, n]" (y_t 0) or "[n, k3]" (y_t 1).
+// cuBLAS is column-major, so it computes d^T = y^T . x^T.
+const char* ${name}_gemm(const float* x, int x_t, long long x_bs, const float* y, int y_t, long long y_bs,
+                         float* d, int batch, int m, int n, int k3, cudaStream_t stream) {
+  using namespace ${name}_x3;
+  Cublas& api = cublas();
+  if (api.create == nullptr || api.set_stream == nullptr || api.gemm == nullptr)
+    return "cuBLAS is not loaded in this process (cublasGemmStridedBatchedEx not found)";
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return "no usable CUDA device";
+  std::lock_guard<std::mutex> hold(api.lock);
+  if (api.handles[device] == nullptr && api.create(&api.handles[device]) != 0) {
+    api.handles[device] = nullptr;
+    return "cublasCreate failed";
+  }
+  void* handle = api.handles[device];
+  if (api.set_stream(handle, stream) != 0) return "cublasSetStream failed";
+  const float one = 1.f, zero = 0.f;
+  const int op_y = y_t ? kOpT : kOpN, ld_y = y_t ? k3 : n;
+  const int op_x = x_t ? kOpT : kOpN, ld_x = x_t ? m : k3;
+  const int status = api.gemm(handle, op_y, op_x, n, m, k3, &one, y, kR32F, ld_y, y_bs, x, kR32F, ld_x, x_bs,
+                              &zero, d, kR32F, n, static_cast<long long>(m) * n, batch, kCompute32FFastTF32,
+                              kGemmDefault);
+  if (status != 0) return "cublasGemmStridedBatchedEx failed";
+  return last_error();
+}
+
+const char* ${name}_finish(float* d, $operand_decls int batch, int m, int n, cudaStream_t stream) {
+  using namespace ${name}_x3;
+  const long long elements = static_cast<long long>(batch) * m * n;
+  if (n % 4 == 0) {
+    epilogue_kernel<4><<<grid_for(elements / 4), 256, 0, stream>>>(d, m, n, elements / 4$operand_args);
+  } else {
+    epilogue_kernel<1><<<grid_for(elements), 256, 0, stream>>>(d, m, n, elements$operand_args);
+  }
+  return last_error();
+}
+''')
+
+
+def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function: str) -> str:
+    del config      # one instantiation serves every shape: sizes are arguments
+    operands = range(len(view.operands))
+    loads = []
+    for j, operand in enumerate(view.operands):
+        n_term = " + col" if operand.kind in ("full", "row") else ""
+        loads.append(f", __ldg(e{j} + l * e{j}_sl + r * e{j}_sm{n_term})")
+    return _CUDA.substitute(
+        name=name, epilogue_function=epilogue_function,
+        operand_params="".join(f", const float* __restrict__ e{j}, long long e{j}_sm, long long e{j}_sl"
+                               for j in operands),
+        operand_decls="".join(f"const float* e{j}, long long e{j}_sm, long long e{j}_sl, " for j in operands),
+        operand_args="".join(f", e{j}, e{j}_sm, e{j}_sl" for j in operands),
+        operand_loads="".join(loads),
+    ).lstrip()
+
+
+def finish_params(view: GemmView) -> str:
+    operands = "".join(f"const float* e{j}, long long e{j}_sm, long long e{j}_sl, " for j in range(len(view.operands)))
+    return f"float* d, {operands}int batch, int m, int n, cudaStream_t stream"
+
+
+def has_epilogue(view: GemmView) -> bool:
+    """Whether anything runs after the product (a bias, addmm's scaling, pointwise ops)."""
+    if view.operands or view.epilogue:
+        return True
+    return view.anchor.op == "addmm" and float(view.anchor.attr("alpha", 1)) != 1
+
+
+_BINDING = Template(r'''
+const char* ${launcher}_split(const float* src, long long ld, long long bs, int batch, int rows, int cols,
+                              int along_cols, int smalls, float* dst, cudaStream_t stream);
+const char* ${launcher}_gemm(const float* x, int x_t, long long x_bs, const float* y, int y_t, long long y_bs,
+                             float* d, int batch, int m, int n, int k3, cudaStream_t stream);
+const char* ${launcher}_finish(${finish_params});
+
+#ifndef KW_TF32X3_DETAIL
+#define KW_TF32X3_DETAIL
+#include <algorithm>
+#include <mutex>
+namespace kw_tf32x3 {
+// An epilogue tensor collapsed to its (L, M, N) extents, dense (copied when it is not).
+inline at::Tensor dense(const at::Tensor& t, int64_t l, int64_t m, int64_t n) {
+  at::Tensor v = t.reshape({l, m, n});
+  return v.is_contiguous() ? v : v.clone(at::MemoryFormat::Contiguous);
+}
+
+using split_fn = const char* (*)(const float*, long long, long long, int, int, int, int, int, float*, cudaStream_t);
+
+// `v` [batch, rows, cols] split into a fresh dense [batch, rows, 3 cols] (along_cols) or [batch, 3 rows, cols].
+inline at::Tensor split(split_fn launch, const at::Tensor& source, int64_t batch, int64_t rows, int64_t cols,
+                        bool along_cols, int smalls, const char* kernel) {
+  at::Tensor v = source.stride(2) == 1 ? source : source.contiguous();
+  at::Tensor out = along_cols ? at::empty({batch, rows, 3 * cols}, v.options())
+                              : at::empty({batch, 3 * rows, cols}, v.options());
+  const char* error = launch(v.data_ptr<float>(), rows == 1 ? cols : v.stride(1), batch == 1 ? 0 : v.stride(0),
+                             static_cast<int>(batch), static_cast<int>(rows), static_cast<int>(cols),
+                             along_cols ? 1 : 0, smalls, out.data_ptr<float>(),
+                             c10::cuda::getCurrentCUDAStream().stream());
+  KW_CHECK(error == nullptr, kernel, ": ", error == nullptr ? "" : error);
+  return out;
+}
+
+// A parameter's split, kept while the parameter is alive and unchanged (same storage, same version).
+struct CacheEntry {
+  c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> source;
+  const c10::TensorImpl* impl;
+  const void* data;
+  int64_t version;
+  int64_t layout[4];         // rows, cols, along_cols, smalls: one parameter may be split several ways
+  at::Tensor split;
+};
+
+inline at::Tensor cached_split(split_fn launch, const at::Tensor& param, const at::Tensor& source, int64_t batch,
+                               int64_t rows, int64_t cols, bool along_cols, int smalls, const char* kernel) {
+  static std::mutex lock;
+  static std::vector<CacheEntry> entries;
+  std::lock_guard<std::mutex> hold(lock);
+  const int64_t version = param._version();
+  const int64_t layout[4] = {rows, cols, along_cols ? 1 : 0, smalls};
+  for (size_t i = 0; i < entries.size();) {
+    CacheEntry& e = entries[i];
+    if (e.source.expired()) {          // the parameter is gone: drop its split
+      entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    if (e.impl == param.unsafeGetTensorImpl() && std::equal(layout, layout + 4, e.layout)) {
+      if (e.data == param.data_ptr() && e.version == version) return e.split;
+      entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(i));   // changed since: redo
+      continue;
+    }
+    ++i;
+  }
+  at::Tensor result = split(launch, source, batch, rows, cols, along_cols, smalls, kernel);
+  entries.push_back({c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(param.getIntrusivePtr()),
+                     param.unsafeGetTensorImpl(), param.data_ptr(), version, {rows, cols, along_cols ? 1 : 0, smalls},
+                     result});
+  return result;
+}
+}  // namespace kw_tf32x3
+#endif  // KW_TF32X3_DETAIL
+
+std::vector<at::Tensor> ${name}(std::vector<at::Tensor> inputs) {
+  KW_CHECK(inputs.size() == ${n_inputs}, "${name}: expected ${n_inputs} inputs, got ", inputs.size());
+${checks}
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    KW_CHECK(inputs[i].device() == inputs[0].device(), "${name}: input ", i, " is on ", inputs[i].device(),
+             ", input 0 on ", inputs[0].device());
+  }
+  const c10::cuda::CUDAGuard guard(inputs[0].device());
+  const int64_t batch = ${batch}, m = ${m}, n = ${n}, k = ${k};
+  at::Tensor x = ${a_split};
+  at::Tensor y = ${b_split};
+${operand_lines}
+  at::Tensor out = at::empty({${out_shape}}, inputs[0].options());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const char* error = ${launcher}_gemm(x.data_ptr<float>(), ${a_t}, ${a_batch} == 1 ? 0 : 3 * m * k,
+                                       y.data_ptr<float>(), ${b_t}, ${b_batch} == 1 ? 0 : 3 * k * n,
+                                       out.data_ptr<float>(), batch, m, n, 3 * k, stream);
+  KW_CHECK(error == nullptr, "${name}: ", error == nullptr ? "" : error);
+${finish}
+  return {out};
+}
+''')
+
+_FINISH = ('  error = ${launcher}_finish(out.data_ptr<float>(), ${operand_args} batch, m, n, stream);\n'
+           '  KW_CHECK(error == nullptr, "${name}: ", error == nullptr ? "" : error);')
+
+
+def render_binding(name: str, launcher: str, group, view: GemmView, checks: str, operand_lines: str,
+                   operand_args: str) -> str:
+    """The C++ binding: split A (and B, cached when it is a parameter), one cuBLAS call, the epilogue."""
+    def index(node) -> int:
+        return next(i for i, inp in enumerate(group.inputs) if inp is node)
+
+    a_rows, a_cols = (view.k, view.m) if view.a_col_major else (view.m, view.k)
+    b_rows, b_cols = (view.n, view.k) if view.b_col_major else (view.k, view.n)
+    a_batch = view.batch if len(view.a.shape) == 3 else 1
+    b_batch = view.batch if len(view.b.shape) == 3 else 1
+
+    def split_expr(node, batch, rows, cols, k_along_cols: bool, smalls: int) -> str:
+        source = f"inputs[{index(node)}].reshape({{{batch}, {rows}, {cols}}})"
+        along = "true" if k_along_cols else "false"
+        if node.op == "param":
+            return (f"kw_tf32x3::cached_split({launcher}_split, inputs[{index(node)}], {source}, {batch}, "
+                    f"{rows}, {cols}, {along}, {smalls}, \"{name}\")")
+        return f"kw_tf32x3::split({launcher}_split, {source}, {batch}, {rows}, {cols}, {along}, {smalls}, \"{name}\")"
+
+    finish = ""
+    if has_epilogue(view):
+        finish = Template(_FINISH).substitute(launcher=launcher, name=name, operand_args=operand_args)
+    return _BINDING.substitute(
+        name=name, launcher=launcher, finish_params=finish_params(view), n_inputs=len(group.inputs),
+        checks=checks, batch=view.batch, m=view.m, n=view.n, k=view.k,
+        # A row-major [M, K]: K along its columns; column-major (stored [K, M]): along its rows. B the opposite.
+        a_split=split_expr(view.a, a_batch, a_rows, a_cols, not view.a_col_major, SMALLS_A),
+        b_split=split_expr(view.b, b_batch, b_rows, b_cols, view.b_col_major, SMALLS_B),
+        a_t=1 if view.a_col_major else 0, b_t=1 if view.b_col_major else 0, a_batch=a_batch, b_batch=b_batch,
+        operand_lines=operand_lines, out_shape=", ".join(str(s) for s in view.output.shape), finish=finish,
+    ).lstrip()
