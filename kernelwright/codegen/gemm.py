@@ -45,7 +45,8 @@ def render(group: FusedGroup) -> KernelSource:
     in one translation unit costs nothing), while each group keeps its own binding."""
     view = describe(group)
     config = group.config if isinstance(group.config, GemmConfig) else GemmConfig(*group.config)
-    if config.split_k > 1 and (config.kernel, config.swizzle, view.batch) != ("cutlass", "streamk", 1):
+    if config.split_k > 1 and config.kernel != "tf32x3" and (config.kernel, config.swizzle, view.batch) != (
+            "cutlass", "streamk", 1):
         raise ValueError(f"split-K needs the CUTLASS stream-K kernel and an unbatched product, got {config} "
                          f"for batch {view.batch}")
     if config.kernel == "gemv":
@@ -62,8 +63,8 @@ def render(group: FusedGroup) -> KernelSource:
         from kernelwright.codegen import gemm_tf32x3
 
         checks, operand_lines, operand_args = _plumbing(_PLACEHOLDER, group, view, "kw_tf32x3::dense")
-        cpp = gemm_tf32x3.render_binding(_PLACEHOLDER, launcher, group, view, checks, operand_lines,
-                                         operand_args)
+        cpp = gemm_tf32x3.render_binding(_PLACEHOLDER, launcher, group, view, config, checks,
+                                         operand_lines, operand_args)
     else:
         cpp = render_binding(_PLACEHOLDER, launcher, group, view, config)
     name = f"{launcher}_{_digest(cpp)[:8]}"

@@ -164,9 +164,12 @@ const char* ${name}_split(const float* src, long long ld, long long bs, int batc
 
 // d[l] (row-major m x n) = x[l] . y[l] over depth k3, both split operands in the layouts the split wrote:
 // x is A's, "[m, k3]" (x_t 0) or "[k3, m]" (x_t 1); y is B's, "[k3, n]" (y_t 0) or "[n, k3]" (y_t 1).
-// cuBLAS is column-major, so it computes d^T = y^T . x^T.
+// cuBLAS is column-major, so it computes d^T = y^T . x^T. The depth is cut into `chunks` consecutive
+// GEMMs, each adding its part to d (beta = 1) with an FP32 add: the tensor cores' accumulator rounds
+// less exactly than an FP32 add (measured: 3-9x the FP32 GEMM's error over one 3K-deep pass), so shorter
+// accumulations inside them buy accuracy back for one more read and write of d per chunk.
 const char* ${name}_gemm(const float* x, int x_t, long long x_bs, const float* y, int y_t, long long y_bs,
-                         float* d, int batch, int m, int n, int k3, cudaStream_t stream) {
+                         float* d, int batch, int m, int n, int k3, int chunks, cudaStream_t stream) {
   using namespace ${name}_x3;
   Cublas& api = cublas();
   if (api.create == nullptr || api.set_stream == nullptr || api.gemm == nullptr)
@@ -183,10 +186,21 @@ const char* ${name}_gemm(const float* x, int x_t, long long x_bs, const float* y
   const float one = 1.f, zero = 0.f;
   const int op_y = y_t ? kOpT : kOpN, ld_y = y_t ? k3 : n;
   const int op_x = x_t ? kOpT : kOpN, ld_x = x_t ? m : k3;
-  const int status = api.gemm(handle, op_y, op_x, n, m, k3, &one, y, kR32F, ld_y, y_bs, x, kR32F, ld_x, x_bs,
-                              &zero, d, kR32F, n, static_cast<long long>(m) * n, batch, kCompute32FFastTF32,
-                              kGemmDefault);
-  if (status != 0) return "cublasGemmStridedBatchedEx failed";
+  chunks = chunks < 1 ? 1 : chunks;
+  bool first = true;
+  for (int c = 0; c < chunks; ++c) {
+    // chunk boundaries on multiples of 4 (16-byte aligned operand addresses), the last one ends at k3
+    const int k0 = static_cast<int>(static_cast<long long>(k3) * c / chunks) / 4 * 4;
+    const int k1 = c + 1 == chunks ? k3 : static_cast<int>(static_cast<long long>(k3) * (c + 1) / chunks) / 4 * 4;
+    if (k1 <= k0) continue;
+    const float* xc = x + (x_t ? static_cast<long long>(k0) * m : k0);
+    const float* yc = y + (y_t ? k0 : static_cast<long long>(k0) * n);
+    const int status = api.gemm(handle, op_y, op_x, n, m, k1 - k0, &one, yc, kR32F, ld_y, y_bs, xc, kR32F, ld_x,
+                                x_bs, first ? &zero : &one, d, kR32F, n, static_cast<long long>(m) * n, batch,
+                                kCompute32FFastTF32, kGemmDefault);
+    if (status != 0) return "cublasGemmStridedBatchedEx failed";
+    first = false;
+  }
   return last_error();
 }
 
@@ -236,7 +250,7 @@ _BINDING = Template(r'''
 const char* ${launcher}_split(const float* src, long long ld, long long bs, int batch, int rows, int cols,
                               int along_cols, int smalls, float* dst, cudaStream_t stream);
 const char* ${launcher}_gemm(const float* x, int x_t, long long x_bs, const float* y, int y_t, long long y_bs,
-                             float* d, int batch, int m, int n, int k3, cudaStream_t stream);
+                             float* d, int batch, int m, int n, int k3, int chunks, cudaStream_t stream);
 const char* ${launcher}_finish(${finish_params});
 
 #ifndef KW_TF32X3_DETAIL
@@ -321,7 +335,7 @@ ${operand_lines}
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const char* error = ${launcher}_gemm(x.data_ptr<float>(), ${a_t}, ${a_batch} == 1 ? 0 : 3 * m * k,
                                        y.data_ptr<float>(), ${b_t}, ${b_batch} == 1 ? 0 : 3 * k * n,
-                                       out.data_ptr<float>(), batch, m, n, 3 * k, stream);
+                                       out.data_ptr<float>(), batch, m, n, 3 * k, ${chunks}, stream);
   KW_CHECK(error == nullptr, "${name}: ", error == nullptr ? "" : error);
 ${finish}
   return {out};
@@ -332,8 +346,8 @@ _FINISH = ('  error = ${launcher}_finish(out.data_ptr<float>(), ${operand_args} 
            '  KW_CHECK(error == nullptr, "${name}: ", error == nullptr ? "" : error);')
 
 
-def render_binding(name: str, launcher: str, group, view: GemmView, checks: str, operand_lines: str,
-                   operand_args: str) -> str:
+def render_binding(name: str, launcher: str, group, view: GemmView, config: GemmConfig, checks: str,
+                   operand_lines: str, operand_args: str) -> str:
     """The C++ binding: split A (and B, cached when it is a parameter), one cuBLAS call, the epilogue."""
     def index(node) -> int:
         return next(i for i, inp in enumerate(group.inputs) if inp is node)
@@ -356,7 +370,7 @@ def render_binding(name: str, launcher: str, group, view: GemmView, checks: str,
         finish = Template(_FINISH).substitute(launcher=launcher, name=name, operand_args=operand_args)
     return _BINDING.substitute(
         name=name, launcher=launcher, finish_params=finish_params(view), n_inputs=len(group.inputs),
-        checks=checks, batch=view.batch, m=view.m, n=view.n, k=view.k,
+        checks=checks, chunks=config.split_k, batch=view.batch, m=view.m, n=view.n, k=view.k,
         # A row-major [M, K]: K along its columns; column-major (stored [K, M]): along its rows. B the opposite.
         a_split=split_expr(view.a, a_batch, a_rows, a_cols, not view.a_col_major, SMALLS_A),
         b_split=split_expr(view.b, b_batch, b_rows, b_cols, view.b_col_major, SMALLS_B),
