@@ -43,9 +43,9 @@ MAX_SPLIT_K = 16
 
 class GemmConfig(NamedTuple):
     """One kernel variant. `kernel` is "cutlass" (SM80-style 3xTF32 tensor-core GEMM, runs on sm_90),
-    "tf32x3" (the operands split into TF32 halves, one cuBLAS TF32 GEMM of depth 3K, then the epilogue:
-    `codegen/gemm_tf32x3.py`; the tile fields do not apply) or "gemv" (a bandwidth-bound matrix-vector
-    kernel). Alignments are in elements (4 = 16-byte accesses)
+    "tf32x3" (the operands split into TF32 halves, cuBLAS TF32 GEMMs over the 3K depth in `split_k`
+    consecutive chunks, then the epilogue: `codegen/gemm_tf32x3.py`; the tile fields do not apply) or
+    "gemv" (a bandwidth-bound matrix-vector kernel). Alignments are in elements (4 = 16-byte accesses)
     and follow from the static shapes; the CUTLASS binding copies an operand whose runtime address or
     strides disagree (the GEMV kernel picks its access width at run time).
 
@@ -145,7 +145,8 @@ def select_config(view: GemmView) -> GemmConfig:
     if view.m == 1 or view.n == 1:
         return GemmConfig(kernel="gemv", align_a=align_a, align_b=align_b, align_c=align_c)
     if tensor_core_bound(view.m, view.n, view.k, view.batch):
-        return GemmConfig(kernel="tf32x3", align_a=align_a, align_b=align_b, align_c=align_c)
+        return GemmConfig(kernel="tf32x3", align_a=align_a, align_b=align_b, align_c=align_c,
+                          split_k=tf32x3_chunks(view.k))
     return tile_config(view.m, view.n, view.k, view.batch)._replace(align_a=align_a, align_b=align_b,
                                                                     align_c=align_c)
 
@@ -162,6 +163,16 @@ def tensor_core_bound(m: int, n: int, k: int, batch: int = 1, sm_count: int = SM
 # Smallest M/N and K for the cuBLAS 3xTF32 route (see `tensor_core_bound`; measured on H100).
 TF32X3_MIN_MN = 512
 TF32X3_MIN_K = 512
+# Longest depth (of the 3K) one tensor-core accumulation may run before an FP32 add takes over. The Hopper
+# TF32 accumulator rounds less exactly than FP32 FMAs: one 3K-deep pass measured 3-9x cuBLAS FP32's error
+# at K = 4096-8192; 2048-deep chunks brought it within 1.6x (4096^3: 1.56 ms, 1.77x FP32's speed) where
+# 3072 did not (2.3x) and 1536 cost another 5% for 1.0x. (`bench/kernels/bench_gemm.py`, H100.)
+TF32X3_CHUNK_DEPTH = 2048
+
+
+def tf32x3_chunks(k: int) -> int:
+    """How many consecutive cuBLAS calls the 3K-deep product is cut into (`GemmConfig.split_k`)."""
+    return max(1, -(-3 * k // TF32X3_CHUNK_DEPTH))
 
 BIG_TILE = GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3)
 SMALL_TILE = GemmConfig(block=(64, 64, 16), warp=(32, 32, 16), stages=4)
@@ -198,7 +209,7 @@ def candidate_configs(group: FusedGroup) -> list[GemmConfig]:
         return [chosen]
     if chosen.kernel != "tf32x3":
         tf32x3 = [GemmConfig(kernel="tf32x3", align_a=chosen.align_a, align_b=chosen.align_b,
-                                   align_c=chosen.align_c)]
+                             align_c=chosen.align_c, split_k=tf32x3_chunks(view.k))]
     else:
         tf32x3 = []
     aligns = dict(align_a=chosen.align_a, align_b=chosen.align_b, align_c=chosen.align_c)

@@ -129,8 +129,8 @@ CASES: dict[str, Callable[[], Graph]] = {
     "rms_norm_cluster4_vec": lambda: rms_norm((140, 65540)),
     "layer_norm_cluster8": lambda: layer_norm((133, 200003), 1, True),
     "layer_norm_too_long": lambda: layer_norm((2, 1000001), 1, True),       # uncached fallback
-    "group_norm_cluster16": lambda: group_norm((2, 8, 300, 301), 2),
-    "group_norm_one_block_per_sm": lambda: group_norm((1, 4, 650, 651), 2),  # 1024-thread blocks
+    "group_norm_1_4mb_rows": lambda: group_norm((2, 8, 300, 301), 2),      # cached, cluster of 8
+    "group_norm_3_4mb_rows": lambda: group_norm((1, 4, 650, 651), 2),      # uncached, read twice
     "layer_norm_size1": lambda: layer_norm((7, 1), 1, True),
     "softmax_dim0": lambda: one("softmax", (1000, 37), dim=0),
     "softmax_middle": lambda: one("softmax", (5, 17, 33), dim=1),

@@ -155,10 +155,10 @@ def test_softmax_after_linear_gelu_is_left_to_its_family():
 
 
 @pytest.mark.parametrize(("m", "n", "k", "batch", "expected"), [
-    # large in every dim: 3xTF32 on cuBLAS
-    (4096, 4096, 4096, 1, GemmConfig(kernel="tf32x3")),
-    (1024, 8192, 8192, 1, GemmConfig(kernel="tf32x3")),
-    (512, 512, 512, 16, GemmConfig(kernel="tf32x3")),
+    # large in every dim: 3xTF32 on cuBLAS, the 3K depth in chunks of at most 2048
+    (4096, 4096, 4096, 1, GemmConfig(kernel="tf32x3", split_k=6)),
+    (1024, 8192, 8192, 1, GemmConfig(kernel="tf32x3", split_k=12)),
+    (512, 512, 512, 16, GemmConfig(kernel="tf32x3", split_k=1)),
     # many tiles but a short K, or a narrow N: CUTLASS
     (4096, 4096, 256, 1, GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3, swizzle="identity")),
     (16384, 256, 4096, 1, GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3, swizzle="identity")),
@@ -212,8 +212,9 @@ def test_candidates_include_split_k_variants_for_small_m():
     group = single_group(Graph(inputs=(a, b), params=(), outputs=(make_node("mm", [a, b]),)))
     candidates = candidate_configs(group)
     assert candidates[0].split_k == 2 and len(set(candidates)) == len(candidates)
-    assert {c.split_k for c in candidates if c.block == (128, 64, 16)} == {1, 4}
-    assert all(c.swizzle == "streamk" for c in candidates if c.split_k > 1)
+    assert {c.split_k for c in candidates if c.kernel == "cutlass" and c.block == (128, 64, 16)} == {1, 4}
+    assert any(c.kernel == "tf32x3" for c in candidates)
+    assert all(c.swizzle == "streamk" for c in candidates if c.split_k > 1 and c.kernel == "cutlass")
 
 
 def test_alignment_follows_contiguous_extents():
