@@ -100,11 +100,9 @@ def plan(names: list[str], variants: bool) -> dict[str, dict[str, FusedGroup]]:
             # the other route always (CUTLASS's 128x64 tiles against 3xTF32 on cuBLAS), the tile and split
             # sweep on small-M products without epilogue
             chosen = found[0].config
-            routes = {f"tf32x3_c{chunks}": GemmConfig(kernel="tf32x3", split_k=chunks)
-                      for chunks in (1, 2, 3, 4, 6, 8)}
-            routes |= {
-                      "dp_128x64": BIG_TILE._replace(align_a=chosen.align_a, align_b=chosen.align_b,
-                                                     align_c=chosen.align_c)}
+            routes = {f"tf32x3_c{chunks}": GemmConfig(kernel="tf32x3", split_k=chunks) for chunks in (1, 2, 4, 8)}
+            routes["dp_128x64"] = BIG_TILE._replace(align_a=chosen.align_a, align_b=chosen.align_b,
+                                                    align_c=chosen.align_c)
             found_variants = {label: c for label, c in routes.items() if c != chosen}
             if m <= SWEEP_MAX_M and not gelu:
                 found_variants.update(sweep(found[0]))

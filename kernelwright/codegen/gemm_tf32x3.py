@@ -162,12 +162,13 @@ const char* ${name}_split(const float* src, long long ld, long long bs, int batc
   return last_error();
 }
 
-// d[l] (row-major m x n) = x[l] . y[l] over depth k3, both split operands in the layouts the split wrote:
-// x is A's, "[m, k3]" (x_t 0) or "[k3, m]" (x_t 1); y is B's, "[k3, n]" (y_t 0) or "[n, k3]" (y_t 1).
-// cuBLAS is column-major, so it computes d^T = y^T . x^T. The depth is cut into `chunks` consecutive
-// GEMMs, each adding its part to d (beta = 1) with an FP32 add: the tensor cores' accumulator rounds
-// less exactly than an FP32 add (measured: 3-9x the FP32 GEMM's error over one 3K-deep pass), so shorter
-// accumulations inside them buy accuracy back for one more read and write of d per chunk.
+// d[l] (row-major m x n) = x[l] . y[l] over depth k3 = 3k, both split operands in the layouts the split
+// wrote: x is A's, "[m, k3]" (x_t 0) or "[k3, m]" (x_t 1); y is B's, "[k3, n]" (y_t 0) or "[n, k3]" (y_t 1).
+// cuBLAS is column-major, so it computes d^T = y^T . x^T. With `chunks` > 1 the big x big block (the last k
+// of the depth) is cut into that many consecutive GEMMs, each adding its part to d (beta = 1) with an FP32
+// add, after one GEMM over the two correction blocks: the tensor cores' accumulator rounds less exactly than
+// FP32 FMAs (measured: 3-9x cuBLAS FP32's error over one 3K-deep pass), so the accumulation of the large
+// terms is kept short; the corrections are 2^-11 of the product and need no such care.
 const char* ${name}_gemm(const float* x, int x_t, long long x_bs, const float* y, int y_t, long long y_bs,
                          float* d, int batch, int m, int n, int k3, int chunks, cudaStream_t stream) {
   using namespace ${name}_x3;
@@ -186,18 +187,25 @@ const char* ${name}_gemm(const float* x, int x_t, long long x_bs, const float* y
   const float one = 1.f, zero = 0.f;
   const int op_y = y_t ? kOpT : kOpN, ld_y = y_t ? k3 : n;
   const int op_x = x_t ? kOpT : kOpN, ld_x = x_t ? m : k3;
-  chunks = chunks < 1 ? 1 : chunks;
+  const int k = k3 / 3;
+  chunks = chunks < 1 ? 1 : (chunks > k / 4 ? (k / 4 > 1 ? k / 4 : 1) : chunks);
   bool first = true;
-  for (int c = 0; c < chunks; ++c) {
-    // chunk boundaries on multiples of 4 (16-byte aligned operand addresses), the last one ends at k3
-    const int k0 = static_cast<int>(static_cast<long long>(k3) * c / chunks) / 4 * 4;
-    const int k1 = c + 1 == chunks ? k3 : static_cast<int>(static_cast<long long>(k3) * (c + 1) / chunks) / 4 * 4;
+  for (int c = chunks == 1 ? -1 : 0; c <= (chunks == 1 ? -1 : chunks); ++c) {
+    // c == -1: the whole depth at once; c == 0: the two correction blocks; c >= 1: chunk c of the big block,
+    // its boundaries on multiples of 4 (16-byte aligned operand addresses)
+    int k0 = 0, k1 = k3;
+    if (c == 0) {
+      k1 = 2 * k;
+    } else if (c > 0) {
+      k0 = 2 * k + static_cast<int>(static_cast<long long>(k) * (c - 1) / chunks) / 4 * 4;
+      k1 = c == chunks ? k3 : 2 * k + static_cast<int>(static_cast<long long>(k) * c / chunks) / 4 * 4;
+    }
     if (k1 <= k0) continue;
     const float* xc = x + (x_t ? static_cast<long long>(k0) * m : k0);
     const float* yc = y + (y_t ? k0 : static_cast<long long>(k0) * n);
-    const int status = api.gemm(handle, op_y, op_x, n, m, k1 - k0, &one, yc, kR32F, ld_y, y_bs, xc, kR32F, ld_x,
-                                x_bs, first ? &zero : &one, d, kR32F, n, static_cast<long long>(m) * n, batch,
-                                kCompute32FFastTF32, kGemmDefault);
+    const int status = api.gemm(handle, op_y, op_x, n, m, k1 - k0, &one, yc, kR32F, ld_y, y_bs, xc, kR32F,
+                                ld_x, x_bs, first ? &zero : &one, d, kR32F, n, static_cast<long long>(m) * n,
+                                batch, kCompute32FFastTF32, kGemmDefault);
     if (status != 0) return "cublasGemmStridedBatchedEx failed";
     first = false;
   }

@@ -163,16 +163,18 @@ def tensor_core_bound(m: int, n: int, k: int, batch: int = 1, sm_count: int = SM
 # Smallest M/N and K for the cuBLAS 3xTF32 route (see `tensor_core_bound`; measured on H100).
 TF32X3_MIN_MN = 512
 TF32X3_MIN_K = 512
-# Longest depth (of the 3K) one tensor-core accumulation may run before an FP32 add takes over. The Hopper
-# TF32 accumulator rounds less exactly than FP32 FMAs: one 3K-deep pass measured 3-9x cuBLAS FP32's error
-# at K = 4096-8192; 2048-deep chunks brought it within 1.6x (4096^3: 1.56 ms, 1.77x FP32's speed) where
-# 3072 did not (2.3x) and 1536 cost another 5% for 1.0x. (`bench/kernels/bench_gemm.py`, H100.)
-TF32X3_CHUNK_DEPTH = 2048
+# Longest run of the big x big terms one tensor-core accumulation may take before an FP32 add takes over.
+# The Hopper TF32 accumulator rounds less exactly than FP32 FMAs: one 3K-deep pass measured 3-9x cuBLAS
+# FP32's error at K = 2048-8192; big-term runs of 2048 brought 4096^3 to 1.5x and 8192^3 to 1.0x, but not
+# K = 2048 (2.7x), hence 1024. (`bench/kernels/bench_gemm.py`, H100.)
+TF32X3_CHUNK_DEPTH = 1024
 
 
 def tf32x3_chunks(k: int) -> int:
-    """How many consecutive cuBLAS calls the 3K-deep product is cut into (`GemmConfig.split_k`)."""
-    return max(1, -(-3 * k // TF32X3_CHUNK_DEPTH))
+    """How many consecutive cuBLAS calls the big x big block is cut into (`GemmConfig.split_k`; 1: the
+    whole 3K depth in one call)."""
+    return max(1, -(-k // TF32X3_CHUNK_DEPTH))
+
 
 BIG_TILE = GemmConfig(block=(128, 64, 16), warp=(64, 32, 16), stages=3)
 SMALL_TILE = GemmConfig(block=(64, 64, 16), warp=(32, 32, 16), stages=4)
