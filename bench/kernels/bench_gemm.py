@@ -1,4 +1,5 @@
-"""Benchmark of the GEMM family: our 3xTF32 kernels (CUTLASS, and split operands on cuBLAS TF32) against cuBLAS FP32 (TF32 off) and cuBLAS TF32,
+"""Benchmark of the GEMM family: our 3xTF32 kernels (CUTLASS, and split operands on cuBLAS TF32)
+against cuBLAS FP32 (TF32 off) and cuBLAS TF32,
 with each one's error against a float64 product of the same inputs.
 
     python bench/kernels/bench_gemm.py OUT.json [--only NAME ...] [--no-variants]
@@ -100,7 +101,8 @@ def plan(names: list[str], variants: bool) -> dict[str, dict[str, FusedGroup]]:
             # the other route always (CUTLASS's 128x64 tiles against 3xTF32 on cuBLAS), the tile and split
             # sweep on small-M products without epilogue
             chosen = found[0].config
-            routes = {f"tf32x3_c{chunks}": GemmConfig(kernel="tf32x3", split_k=chunks) for chunks in (1, 2, 4, 8)}
+            routes = {f"tf32x3_c{chunks}": GemmConfig(kernel="tf32x3", split_k=chunks)
+                      for chunks in (1, 2, 4, 8)}
             routes["dp_128x64"] = BIG_TILE._replace(align_a=chosen.align_a, align_b=chosen.align_b,
                                                     align_c=chosen.align_c)
             found_variants = {label: c for label, c in routes.items() if c != chosen}

@@ -227,7 +227,8 @@ def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, 
 
 def _plumbing(name: str, group: FusedGroup, view: GemmView, dense: str) -> tuple[str, str, str]:
     """Binding lines shared by every GEMM kernel: the input checks, the epilogue tensors made dense
-    (`at::Tensor eJ = DENSE(...)`), and the launcher arguments addressing them (`eJ, row stride, batch stride,`)."""
+    (`at::Tensor eJ = DENSE(...)`), and the launcher arguments addressing them
+    (`eJ, row stride, batch stride,`)."""
     def index(node: Node) -> int:
         return next(i for i, inp in enumerate(group.inputs) if inp is node)
 

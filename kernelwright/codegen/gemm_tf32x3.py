@@ -52,7 +52,8 @@ __device__ __forceinline__ void split(float x, float& big, float& small) {
 }
 
 // src [batch, rows, cols] (unit column stride) -> dst, dense: [batch, rows, 3 * cols] when K runs along the
-// columns, else [batch, 3 * rows, cols]. Block `part` holds the small halves when bit `part` of `smalls` is set.
+// columns, else [batch, 3 * rows, cols]. Block `part` holds the small halves when bit `part` of `smalls`
+// is set.
 template <int VEC>
 __global__ void __launch_bounds__(256) split_kernel(const float* __restrict__ src, long long ld, long long bs,
                                                     int rows, int cols, long long vectors, int along_cols,
@@ -149,7 +150,8 @@ inline Cublas& cublas() {
 const char* ${name}_split(const float* src, long long ld, long long bs, int batch, int rows, int cols,
                           int along_cols, int smalls, float* dst, cudaStream_t stream) {
   using namespace ${name}_x3;
-  const bool wide = cols % 4 == 0 && ld % 4 == 0 && bs % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+  const bool wide = cols % 4 == 0 && ld % 4 == 0 && bs % 4 == 0 &&
+                    reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(dst) % 16 == 0;
   const long long elements = static_cast<long long>(batch) * rows * cols;
   if (wide) {
@@ -243,7 +245,9 @@ def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function
 
 
 def finish_params(view: GemmView) -> str:
-    operands = "".join(f"const float* e{j}, long long e{j}_sm, long long e{j}_sl, " for j in range(len(view.operands)))
+    operands = "".join(
+        f"const float* e{j}, long long e{j}_sm, long long e{j}_sl, " for j in range(len(view.operands))
+    )
     return f"float* d, {operands}int batch, int m, int n, cudaStream_t stream"
 
 
@@ -272,15 +276,18 @@ inline at::Tensor dense(const at::Tensor& t, int64_t l, int64_t m, int64_t n) {
   return v.is_contiguous() ? v : v.clone(at::MemoryFormat::Contiguous);
 }
 
-using split_fn = const char* (*)(const float*, long long, long long, int, int, int, int, int, float*, cudaStream_t);
+using split_fn = const char* (*)(const float*, long long, long long, int, int, int, int, int, float*,
+                                 cudaStream_t);
 
-// `v` [batch, rows, cols] split into a fresh dense [batch, rows, 3 cols] (along_cols) or [batch, 3 rows, cols].
+// `v` [batch, rows, cols] split into a fresh dense [batch, rows, 3 cols] (along_cols) or
+// [batch, 3 rows, cols].
 inline at::Tensor split(split_fn launch, const at::Tensor& source, int64_t batch, int64_t rows, int64_t cols,
                         bool along_cols, int smalls, const char* kernel) {
   at::Tensor v = source.stride(2) == 1 ? source : source.contiguous();
   at::Tensor out = along_cols ? at::empty({batch, rows, 3 * cols}, v.options())
                               : at::empty({batch, 3 * rows, cols}, v.options());
-  const char* error = launch(v.data_ptr<float>(), rows == 1 ? cols : v.stride(1), batch == 1 ? 0 : v.stride(0),
+  const char* error = launch(v.data_ptr<float>(), rows == 1 ? cols : v.stride(1),
+                             batch == 1 ? 0 : v.stride(0),
                              static_cast<int>(batch), static_cast<int>(rows), static_cast<int>(cols),
                              along_cols ? 1 : 0, smalls, out.data_ptr<float>(),
                              c10::cuda::getCurrentCUDAStream().stream());
@@ -298,7 +305,8 @@ struct CacheEntry {
   at::Tensor split;
 };
 
-inline at::Tensor cached_split(split_fn launch, const at::Tensor& param, const at::Tensor& source, int64_t batch,
+inline at::Tensor cached_split(split_fn launch, const at::Tensor& param, const at::Tensor& source,
+                               int64_t batch,
                                int64_t rows, int64_t cols, bool along_cols, int smalls, const char* kernel) {
   static std::mutex lock;
   static std::vector<CacheEntry> entries;
@@ -319,9 +327,9 @@ inline at::Tensor cached_split(split_fn launch, const at::Tensor& param, const a
     ++i;
   }
   at::Tensor result = split(launch, source, batch, rows, cols, along_cols, smalls, kernel);
-  entries.push_back({c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(param.getIntrusivePtr()),
-                     param.unsafeGetTensorImpl(), param.data_ptr(), version, {rows, cols, along_cols ? 1 : 0, smalls},
-                     result});
+  using weak_impl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  entries.push_back({weak_impl(param.getIntrusivePtr()), param.unsafeGetTensorImpl(), param.data_ptr(),
+                     version, {rows, cols, along_cols ? 1 : 0, smalls}, result});
   return result;
 }
 }  // namespace kw_tf32x3
@@ -371,7 +379,8 @@ def render_binding(name: str, launcher: str, group, view: GemmView, config: Gemm
         if node.op == "param":
             return (f"kw_tf32x3::cached_split({launcher}_split, inputs[{index(node)}], {source}, {batch}, "
                     f"{rows}, {cols}, {along}, {smalls}, \"{name}\")")
-        return f"kw_tf32x3::split({launcher}_split, {source}, {batch}, {rows}, {cols}, {along}, {smalls}, \"{name}\")"
+        return (f"kw_tf32x3::split({launcher}_split, {source}, {batch}, {rows}, {cols}, {along}, {smalls}, "
+                f"\"{name}\")")
 
     finish = ""
     if has_epilogue(view):
@@ -379,7 +388,8 @@ def render_binding(name: str, launcher: str, group, view: GemmView, config: Gemm
     return _BINDING.substitute(
         name=name, launcher=launcher, finish_params=finish_params(view), n_inputs=len(group.inputs),
         checks=checks, chunks=config.split_k, batch=view.batch, m=view.m, n=view.n, k=view.k,
-        # A row-major [M, K]: K along its columns; column-major (stored [K, M]): along its rows. B the opposite.
+        # A row-major [M, K]: K along its columns; column-major (stored [K, M]): along its rows.
+        # B the opposite.
         a_split=split_expr(view.a, a_batch, a_rows, a_cols, not view.a_col_major, SMALLS_A),
         b_split=split_expr(view.b, b_batch, b_rows, b_cols, view.b_col_major, SMALLS_B),
         a_t=1 if view.a_col_major else 0, b_t=1 if view.b_col_major else 0, a_batch=a_batch, b_batch=b_batch,

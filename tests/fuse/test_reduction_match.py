@@ -60,7 +60,6 @@ def test_long_softmax_rows_use_a_cluster_holding_the_row_on_chip():
 
 
 def test_large_rows_are_cached_across_a_cluster_sized_to_shared_memory():
-    smem = 227 * 1024
     ln = groups_of(CASES["layer_norm_cluster8"](), "reduction")[0].config[0]
     assert ln.cluster == 8 and ln.cache and ln.threads == 512
     # a group of 224 x 224 x 4 bytes x 16 channels (3.2 MB) would take 16 blocks of one per SM: read twice
