@@ -3,6 +3,9 @@
     capture → rewrite → plan → render → [no GPU: nvcc check] → emit
                                       → [GPU: build → measure groups → drop losers] → emit → judge
 
+A graph with 2-D/3-D convolutions is compiled twice on a GPU: as captured (NCHW) and after the
+channels-last layout pass (`rewrite/layout.py`, `OptimizeOptions.layout`); the faster judged file is kept.
+
 Every stage reports to a callback (the CLI's progress display). Whatever goes wrong with a kernel costs
 only that kernel (its group falls back to ATen); whatever cannot be fixed that way (capture fails, no
 kernel survives, the judge rejects the file or finds it slower than eager) gives the whole-model
@@ -52,6 +55,9 @@ class OptimizeOptions:
     allow_tf32: bool = False            # recorded in the header; FP32 semantics unless set
     seeds: tuple[int, ...] = (0, 1, 2)  # per-group correctness checks
     judge_trials: int = 5
+    # Convolutions: "auto" compiles both layouts on a GPU and keeps the faster verified file (without a GPU,
+    # or with --no-verify, NCHW); "nchw" or "channels_last" forces one (rewrite/layout.py).
+    layout: str = "auto"
 
 
 @dataclass
@@ -68,6 +74,17 @@ class OptimizeResult:
     dropped: list[str] = field(default_factory=list)       # "kernel or group: why it fell back to ATen"
     verdict: dict | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    layout: str = "nchw"                # the convolutions' layout in the emitted file
+    notes: list[str] = field(default_factory=list)         # decisions worth a line in the header
+
+    @property
+    def speedup(self) -> float | None:
+        """The judged speedup over eager of the emitted file (1.0 for the whole-model fallback)."""
+        if self.fallback_reason:
+            return 1.0
+        if self.verdict and self.verdict.get("status") == "correct":
+            return self.verdict.get("speedup_vs_eager")
+        return None
 
 
 class _Stages:
@@ -98,8 +115,10 @@ class _Pipeline:
     def __init__(self, problem: Problem, options: OptimizeOptions, on_stage: StageCallback | None):
         self.problem = problem
         self.options = options
+        self.on_stage = on_stage
         self.result = OptimizeResult(source="", verification="")
         self.stages = _Stages(on_stage, self.result.stage_seconds)
+        self.last_emit: tuple | None = None    # how `result.source` was made, to redo it with more notes
 
     def run(self) -> OptimizeResult:
         result, stages = self.result, self.stages
@@ -115,6 +134,50 @@ class _Pipeline:
         with stages.run("rewrite") as note:
             result.graph, result.rewrite_log, derived = _rewrite(result.graph)
             note.append(f"{len(result.rewrite_log.events)} rewrites" if result.rewrite_log else "skipped")
+        return self.choose_layout(derived)
+
+    def choose_layout(self, derived: list[Node]) -> OptimizeResult:
+        """Compile the rewritten graph; where it has convolutions, also (or instead) in channels-last
+        layout, and keep the faster verified file."""
+        from kernelwright.rewrite.layout import channels_last, has_layout_choice
+
+        graph, options = self.result.graph, self.options
+        choice = has_layout_choice(graph)
+        measured = torch.cuda.is_available() and options.verify
+        if not choice or options.layout == "nchw" or (options.layout == "auto" and not measured):
+            if choice and options.layout == "auto":
+                self.result.notes.append("layout: NCHW (the channels-last variant is only tried where it "
+                                         "can be measured: on a GPU, verified)")
+            return self.compile(derived)
+        other = _Pipeline(self.problem, options, _prefixed(self.on_stage, "[channels-last] "))
+        other.result.rewrite_log = self.result.rewrite_log
+        with other.stages.run("layout") as note:
+            try:
+                other.result.graph, layout_log = channels_last(graph)
+            except Exception as exc:  # a layout bug must cost the variant, not the problem
+                note.append("failed")
+                self.result.notes.append(f"layout: NCHW (the channels-last pass failed: "
+                                         f"{type(exc).__name__}: {exc})")
+                return self.compile(derived)
+            other.result.layout = "channels_last"
+            note.append(f"{len(layout_log.events)} rewrites")
+        from kernelwright.rewrite import hoistable_nodes
+
+        variant = other.compile(hoistable_nodes(other.result.graph))
+        if options.layout == "channels_last":
+            return variant
+        base = self.compile(derived)
+        ours, theirs = base.speedup, variant.speedup
+        text = f"NCHW {_judged(base)}, channels-last {_judged(variant)}"
+        winner = other if theirs is not None and (ours is None or theirs > ours) else self
+        winner.result.notes.append(f"layout: {winner.result.layout} kept (judged vs eager: {text})")
+        winner.redo_emit()
+        return winner.result
+
+    def compile(self, derived: list[Node]) -> OptimizeResult:
+        """Plan, render, then build, measure and judge on a GPU (or compile-check without one): the stages
+        after the rewrite, on `result.graph`."""
+        result, stages = self.result, self.stages
         with stages.run("plan") as note:
             plan = plan_fusion(result.graph, derived=derived)
             aten_steps = len(plan.steps) - len(plan.groups)
@@ -138,16 +201,24 @@ class _Pipeline:
         self.result.verification = verification
         sources = assemble(kernels)
         self.result.source = emit_module(self.problem.source, self.info(verification), plan, sources)
+        self.last_emit = (self.emit, (plan, kernels, verification))
         return self.result
 
     def fallback(self, reason: str) -> OptimizeResult:
         self.result.fallback_reason = reason
         self.result.verification = "not needed: ModelNew is Model"
         self.result.source = emit_fallback(self.problem.source, self.info(self.result.verification), reason)
+        self.last_emit = (self.fallback, (reason,))
         return self.result
 
+    def redo_emit(self) -> None:
+        """Write `result.source` again (the same file, with the notes added since)."""
+        if self.last_emit is not None:
+            method, args = self.last_emit
+            method(*args)
+
     def info(self, verification: str) -> EmitInfo:
-        notes = tuple(f"fell back to ATen: {d}" for d in self.result.dropped)
+        notes = (*self.result.notes, *(f"fell back to ATen: {d}" for d in self.result.dropped))
         return EmitInfo(self.problem.id, self.options.allow_tf32, verification, notes)
 
     def without_gpu(self, plan: FusionPlan, kernels: list[KernelSource]) -> OptimizeResult:
@@ -300,6 +371,18 @@ def _verdict_line(verdict: dict) -> str:
         text += (f", {speedup:.2f}x vs eager ({ours.get('median_ms', float('nan')):.3f} ms vs "
                  f"{eager.get('median_ms', float('nan')):.3f} ms)")
     return text
+
+
+def _judged(result: OptimizeResult) -> str:
+    if result.fallback_reason:
+        return "fell back to Model's forward"
+    return f"{result.speedup:.2f}x" if result.speedup is not None else "not verified"
+
+
+def _prefixed(callback: StageCallback | None, prefix: str) -> StageCallback | None:
+    if callback is None:
+        return None
+    return lambda stage, event, detail, seconds: callback(prefix + stage, event, detail, seconds)
 
 
 def _group_label(group: FusedGroup) -> str:

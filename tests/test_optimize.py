@@ -84,3 +84,27 @@ def test_derived_weights_alone_are_worth_emitting(tmp_path):
         with torch.no_grad():
             torch.testing.assert_close(new(*inputs), model(*inputs), rtol=1e-4, atol=1e-4)
     assert list(new.state_dict()) == list(model.state_dict())
+
+
+def test_channels_last_layout_runs_the_convolutions_on_nhwc_data(tmp_path, monkeypatch):
+    """`layout="channels_last"` (what `auto` keeps on a GPU when it judges faster): the emitted plan runs the
+    convolution on NHWC data with the bias and softmax over channels after it, and computes Model's values."""
+    monkeypatch.setattr("kernelwright.compiler.nvcc_path", lambda: None)   # the plan is under test, not nvcc
+    from kernelwright.compiler import OptimizeOptions
+    from kernelwright.fuse.plan import execute_plan
+
+    problem = load_shrunk("level2/21_Conv2dBiasSoftmaxChannels")
+    result = optimize(problem, OptimizeOptions(layout="channels_last"))
+    assert result.layout == "channels_last" and result.fallback_reason is None
+    conv = next(n for n in result.graph.nodes() if n.op == "conv")
+    assert conv.attr("channels_last") and not conv.attr("has_bias")
+    softmax = next(n for n in result.graph.nodes() if n.op == "softmax")
+    assert softmax.attr("dim") == 3                       # over the contiguous channel dim
+    assert "memory_format=torch.channels_last" in result.source
+    model = problem.build_model(0)
+    inputs = problem.inputs(0)
+    outputs, _, _ = execute_plan(result.plan, inputs, model)
+    torch.testing.assert_close(outputs[0], model(*inputs), rtol=1e-5, atol=1e-5)
+    # without a GPU to measure on, `auto` keeps NCHW and says so
+    auto = optimize(problem)
+    assert auto.layout == "nchw" and any("layout: NCHW" in note for note in auto.notes)

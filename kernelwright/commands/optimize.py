@@ -25,6 +25,9 @@ def register(subparsers) -> None:
     parser.add_argument("--explain", action="store_true", help="print the IR, rewrite log and fusion plan")
     parser.add_argument("--allow-tf32", action="store_true",
                         help="allow TF32 in GEMM/conv kernels (recorded in the header; off by default)")
+    parser.add_argument("--layout", choices=("auto", "nchw", "channels_last"), default="auto",
+                        help="layout of 2-D/3-D convolutions: auto builds and judges both on a GPU and keeps "
+                             "the faster (NCHW without one)")
     parser.set_defaults(func=run)
 
 
@@ -34,7 +37,7 @@ def run(args) -> int:
     if output.resolve() == Path(problem.path).resolve():
         raise UsageError(f"-o {output} would overwrite the problem file")
     console = Console(stderr=True, highlight=False)
-    options = OptimizeOptions(verify=not args.no_verify, allow_tf32=args.allow_tf32)
+    options = OptimizeOptions(verify=not args.no_verify, allow_tf32=args.allow_tf32, layout=args.layout)
     console.print(f"[bold]optimize[/] {escape(problem.id)}")
     with console.status("starting") as status:
         def on_stage(stage: str, event: str, detail: str, seconds: float | None) -> None:
@@ -54,6 +57,8 @@ def run(args) -> int:
 
 
 def _summary(console: Console, result: OptimizeResult, output: Path) -> None:
+    for line in result.notes:
+        console.print(f"  {escape(line)}")
     for line in result.dropped:
         console.print(f"  [yellow]fell back to ATen:[/] {escape(line)}")
     if result.fallback_reason:

@@ -203,10 +203,26 @@ def _conv(a: Sequence[str], k: Mapping[str, Any]) -> str:
             f"padding={literal(k['padding'])}, output_padding={literal(k['output_padding'])}, "
             f"groups={k['groups']}, dilation={literal(k['dilation'])})"
         )
-    return (
-        f"torch.nn.functional.conv{n}d({a[0]}, {a[1]}, {bias}, stride={literal(k['stride'])}, "
+    x, w = a[0], a[1]
+    if k.get("channels_last"):
+        # Input [N, *spatial, C] and weight [O, *kernel, C/groups], both contiguous: their NC* views are
+        # channels_last, which selects cuDNN's NHWC kernels (the faster ones on Hopper); the result is
+        # viewed back as [N, *spatial, O], contiguous (`rewrite/layout.py`).
+        to_nc, fmt = _CHANNELS_LAST[n]
+        x = f"{x}.permute({literal(to_nc)}).contiguous(memory_format={fmt})"
+        w = f"{w}.permute({literal(to_nc)})"
+    call = (
+        f"torch.nn.functional.conv{n}d({x}, {w}, {bias}, stride={literal(k['stride'])}, "
         f"padding={literal(k['padding'])}, dilation={literal(k['dilation'])}, groups={k['groups']})"
     )
+    if k.get("channels_last"):
+        call += f".permute({literal(_CHANNELS_LAST_OUT[n])})"
+    return call
+
+
+# Spatial rank -> (permutation from [N, *spatial, C] to [N, C, *spatial], its memory format), and back.
+_CHANNELS_LAST = {2: ((0, 3, 1, 2), "torch.channels_last"), 3: ((0, 4, 1, 2, 3), "torch.channels_last_3d")}
+_CHANNELS_LAST_OUT = {2: (0, 2, 3, 1), 3: (0, 2, 3, 4, 1)}
 
 
 def _max_pool(a: Sequence[str], k: Mapping[str, Any]) -> str:

@@ -1,0 +1,106 @@
+"""The channels-last layout pass (rewrite/layout.py): convolutions on NHWC data, permutes pushed down through
+pointwise ops, reductions and softmax; every result checked by the interpreter against the original."""
+
+from __future__ import annotations
+
+import pytest
+from rewrite_checks import KINDS, assert_honest, graph_of, p, x_in
+
+from kernelwright.ir.ops import aten_source, make_node
+from kernelwright.rewrite.layout import channels_last, has_layout_choice
+
+
+def conv(x, out_channels: int = 6, bias: bool = True, groups: int = 1, stride: int = 1):
+    rank = len(x.shape)
+    n = rank - 2
+    weight = p("conv.weight", (out_channels, x.shape[1] // groups, *(3,) * n))
+    return make_node("conv", [x, weight] + ([p("conv.bias", (out_channels,))] if bias else []),
+                     stride=(stride,) * n, padding=(1,) * n, dilation=(1,) * n, transposed=False,
+                     output_padding=(0,) * n, groups=groups, has_bias=bias)
+
+
+def ops_of(graph):
+    return [n.op for n in graph.nodes() if not n.is_leaf]
+
+
+def the_conv(graph):
+    return next(n for n in graph.nodes() if n.op == "conv")
+
+
+def test_conv_bias_relu_runs_channels_last_with_the_bias_as_an_add_before_one_final_permute():
+    before = graph_of([make_node("relu", [conv(x_in((2, 4, 7, 5)))])])
+    after, _ = channels_last(before)
+    c = the_conv(after)
+    assert c.attr("channels_last") and not c.attr("has_bias") and c.shape == (2, 7, 5, 6)
+    out = after.outputs[0]
+    assert out.op == "permute" and out.attr("dims") == (0, 3, 1, 2)
+    assert out.inputs[0].op == "relu" and out.inputs[0].inputs[0].op == "add"
+    # the weight is re-laid out once: a copy of a permute of the parameter (a derived weight)
+    assert c.inputs[1].op == "copy" and c.inputs[1].inputs[0].op == "permute"
+    assert_honest(before, after, kinds=KINDS)
+
+
+@pytest.mark.parametrize("dims, keepdim", [((2, 3), False), ((2, 3), True), ((1,), False), ((0, 2, 3), True)])
+def test_reductions_after_a_conv_reduce_the_mapped_dims(dims, keepdim):
+    y = make_node("gelu", [conv(x_in((2, 3, 6, 5)), groups=3, out_channels=6)], approximate="none")
+    before = graph_of([make_node("mean", [y], dims=dims, keepdim=keepdim)])
+    after, _ = channels_last(before)
+    mean = next(n for n in after.nodes() if n.op == "mean")
+    assert mean.inputs[0].op == "gelu" and mean.inputs[0].inputs[0].op == "add"
+    assert_honest(before, after, kinds=KINDS)
+
+
+def test_softmax_over_channels_becomes_a_softmax_over_the_last_dim():
+    before = graph_of([make_node("softmax", [conv(x_in((2, 4, 5, 5)))], dim=1)])
+    after, _ = channels_last(before)
+    softmax = next(n for n in after.nodes() if n.op == "softmax")
+    assert softmax.attr("dim") == 3 and softmax.inputs[0].op == "add"
+    assert_honest(before, after, kinds=KINDS)
+
+
+def test_broadcast_operands_and_other_inputs_follow_the_layout():
+    x = x_in((2, 4, 6, 6))
+    y = conv(x, out_channels=4, stride=2)
+    scale = p("scale", (4, 1, 1))
+    residual = x_in((2, 4, 3, 3), index=1)
+    before = graph_of([make_node("add", [make_node("mul", [y, scale]), residual])])
+    after, _ = channels_last(before)
+    # the per-channel scale is a reshape of the parameter (no strided permute); the residual input is
+    # read through a permuted view
+    mul = next(n for n in after.nodes() if n.op == "mul")
+    assert {i.op for i in mul.inputs} == {"add", "reshape"}
+    assert_honest(before, after, kinds=KINDS)
+
+
+def test_ops_the_permute_cannot_pass_read_the_permuted_view():
+    y = conv(x_in((2, 4, 5, 5)), out_channels=8)
+    before = graph_of([make_node("group_norm", [y], groups=2, eps=1e-5, has_weight=False, has_bias=False)])
+    after, _ = channels_last(before)
+    norm = after.outputs[0]
+    assert norm.op == "group_norm" and norm.inputs[0].op == "permute"
+    assert_honest(before, after, kinds=KINDS)
+
+
+def test_conv3d_and_what_is_left_alone():
+    before = graph_of([make_node("relu", [conv(x_in((1, 2, 4, 5, 3)), bias=False)])])
+    after, _ = channels_last(before)
+    assert the_conv(after).attr("channels_last") and the_conv(after).shape == (1, 4, 5, 3, 6)
+    assert_honest(before, after, kinds=KINDS)
+    # 1-D and transposed convolutions keep their layout
+    conv1d = graph_of([conv(x_in((2, 3, 9)))])
+    transposed = graph_of([make_node("conv", [x_in((1, 6, 4, 4)), p("w", (6, 3, 3, 3))], stride=(1, 1),
+                                     padding=(1, 1), dilation=(1, 1), transposed=True,
+                                     output_padding=(0, 0), groups=1, has_bias=False)])
+    for graph in (conv1d, transposed):
+        assert not has_layout_choice(graph)
+        assert ops_of(channels_last(graph)[0]) == ops_of(graph)
+
+
+def test_the_channels_last_conv_source_selects_the_nhwc_memory_format():
+    c = make_node("conv", [x_in((2, 5, 5, 4)), p("w", (6, 3, 3, 4))], stride=(1, 1), padding=(1, 1),
+                  dilation=(1, 1), transposed=False, output_padding=(0, 0), groups=1, has_bias=False,
+                  channels_last=True)
+    assert c.shape == (2, 5, 5, 6)
+    source = aten_source("conv", ["x", "w"], c.attrs)
+    assert "x.permute((0, 3, 1, 2)).contiguous(memory_format=torch.channels_last)" in source
+    assert source.endswith(".permute((0, 2, 3, 1))")
