@@ -169,15 +169,7 @@ inline int64_t row_stride(const at::Tensor& v, int64_t cols, int64_t align) {
 }  // namespace ${name}_detail
 
 std::vector<at::Tensor> ${name}(std::vector<at::Tensor> inputs) {
-  KW_CHECK(inputs.size() == ${n_inputs}, "${name}: expected ${n_inputs} inputs, got ", inputs.size());
-  // Every input as passed, before any is viewed or copied: a CUDA float32 tensor of the planned shape, all
-  // on one device (the kernel runs on input 0's). Strides are free: what the kernel cannot read is copied.
 ${checks}
-  for (size_t i = 1; i < inputs.size(); ++i) {
-    KW_CHECK(inputs[i].device() == inputs[0].device(), "${name}: input ", i, " is on ", inputs[i].device(),
-             ", input 0 on ", inputs[0].device());
-  }
-  const c10::cuda::CUDAGuard guard(inputs[0].device());
   const int64_t batch = ${batch}, m = ${m}, n = ${n}, k = ${k};
   const int split_k = ${split_k};
   at::Tensor a = ${name}_detail::matrix(${a_expr}, ${a_batch}, ${a_rows}, ${a_cols}, ${align_a}, "A");
@@ -213,7 +205,7 @@ def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, 
     align_a, align_b = (config.align_a, config.align_b) if config.kernel == "cutlass" else (1, 1)
     checks, operand_lines, operand_args = _plumbing(name, group, view, f"{name}_detail::dense")
     return _BINDING.substitute(
-        name=name, launcher=launcher, params=launcher_params(view), n_inputs=len(group.inputs),
+        name=name, launcher=launcher, params=launcher_params(view),
         checks=checks,
         batch=view.batch, m=view.m, n=view.n, k=view.k, split_k=config.split_k,
         a_expr=_matrix_expr(index(view.a), a_batch, a_rows, a_cols),
@@ -226,7 +218,8 @@ def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, 
 
 
 def _plumbing(name: str, group: FusedGroup, view: GemmView, dense: str) -> tuple[str, str, str]:
-    """Binding lines shared by every GEMM kernel: the input checks, the epilogue tensors made dense
+    """Binding lines shared by every GEMM kernel: the input checks (count, dtype, shape, one device; then
+    the device guard), the epilogue tensors made dense
     (`at::Tensor eJ = DENSE(...)`), and the launcher arguments addressing them
     (`eJ, row stride, batch stride,`)."""
     def index(node: Node) -> int:
@@ -239,11 +232,25 @@ def _plumbing(name: str, group: FusedGroup, view: GemmView, dense: str) -> tuple
         operand_lines.append(f"  at::Tensor e{j} = {dense}(inputs[{index(operand.node)}], "
                              f"{lo}, {mo}, {no});")
         operand_args.append(f"e{j}.data_ptr<float>(), {no if mo > 1 else 0}LL, {mo * no if lo > 1 else 0}LL,")
-    checks = []
+    n = len(group.inputs)
+    checks = [
+        f'  KW_CHECK(inputs.size() == {n}, "{name}: expected {n} inputs, got ", inputs.size());',
+        "  // Every input as passed, before any is viewed or copied: a CUDA float32 tensor of the",
+        "  // planned shape, all on one device (the kernel runs on input 0's). Strides are free: what",
+        "  // the kernel cannot read is copied.",
+    ]
     for k, node in enumerate(group.inputs):
         shape = ", ".join(map(str, node.shape))
         checks.append(f'  kw_check_input(inputs[{k}], at::kFloat, at::IntArrayRef{{{shape}}}, '
                       f'"{name} ({_role(node, view)})", {k});')
+    checks += [
+        "  for (size_t i = 1; i < inputs.size(); ++i) {",
+        f'    KW_CHECK(inputs[i].device() == inputs[0].device(), "{name}: input ", i, " is on ", '
+        "inputs[i].device(),",
+        '             ", input 0 on ", inputs[0].device());',
+        "  }",
+        "  const c10::cuda::CUDAGuard guard(inputs[0].device());",
+    ]
     return "\n".join(checks), "\n".join(operand_lines), " ".join(operand_args)
 
 

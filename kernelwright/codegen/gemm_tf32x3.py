@@ -336,13 +336,7 @@ inline at::Tensor cached_split(split_fn launch, const at::Tensor& param, const a
 #endif  // KW_TF32X3_DETAIL
 
 std::vector<at::Tensor> ${name}(std::vector<at::Tensor> inputs) {
-  KW_CHECK(inputs.size() == ${n_inputs}, "${name}: expected ${n_inputs} inputs, got ", inputs.size());
 ${checks}
-  for (size_t i = 1; i < inputs.size(); ++i) {
-    KW_CHECK(inputs[i].device() == inputs[0].device(), "${name}: input ", i, " is on ", inputs[i].device(),
-             ", input 0 on ", inputs[0].device());
-  }
-  const c10::cuda::CUDAGuard guard(inputs[0].device());
   const int64_t batch = ${batch}, m = ${m}, n = ${n}, k = ${k};
   at::Tensor x = ${a_split};
   at::Tensor y = ${b_split};
@@ -386,7 +380,7 @@ def render_binding(name: str, launcher: str, group, view: GemmView, config: Gemm
     if has_epilogue(view):
         finish = Template(_FINISH).substitute(launcher=launcher, name=name, operand_args=operand_args)
     return _BINDING.substitute(
-        name=name, launcher=launcher, finish_params=finish_params(view), n_inputs=len(group.inputs),
+        name=name, launcher=launcher, finish_params=finish_params(view),
         checks=checks, chunks=config.split_k, batch=view.batch, m=view.m, n=view.n, k=view.k,
         # A row-major [M, K]: K along its columns; column-major (stored [K, M]): along its rows.
         # B the opposite.

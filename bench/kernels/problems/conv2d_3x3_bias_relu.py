@@ -1,4 +1,5 @@
-"""The conv bar of issue 8: Conv2d 3x3 (batch 16, 64 -> 128 channels, 256 x 256, same padding) + bias + ReLU."""
+"""The conv bar of issue 8: Conv2d 3x3 (batch 16, 64 -> 128 channels, 256 x 256, same padding),
+then bias and ReLU."""
 
 import torch
 import torch.nn as nn
