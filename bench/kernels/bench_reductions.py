@@ -1,5 +1,6 @@
-"""Benchmark of the reduction-family kernels: achieved GB/s beside the device's measured copy bandwidth
-(a large device-to-device copy in the same run), and eager / torch.compile times of the same op.
+"""Benchmark of the reduction-family (and pointwise) kernels: achieved GB/s beside the device's measured
+copy bandwidth (a large device-to-device copy in the same run), and eager / torch.compile times of the same
+op.
 
     python bench/kernels/bench_reductions.py OUT.json [--only NAME ...]
 
@@ -33,6 +34,19 @@ from kernelwright.codegen.binding import assemble  # noqa: E402
 from kernelwright.codegen.registry import render_group  # noqa: E402
 from kernelwright.fuse import plan_fusion  # noqa: E402
 from kernelwright.ir.graph import Graph  # noqa: E402
+from kernelwright.ir.ops import input_node, make_node, param_node  # noqa: E402
+
+
+def _gelu_affine(shape: tuple[int, ...]) -> Graph:
+    x = input_node("x", 0, shape)
+    w, b = param_node("w", shape[-1:]), param_node("b", shape[-1:])
+    y = make_node("add", [make_node("mul", [make_node("gelu", [x], approximate="none"), w]), b])
+    return Graph((x,), (w, b), (y,))
+
+
+def _sigmoid_mul(shape: tuple[int, ...]) -> Graph:
+    x, y = input_node("x", 0, shape), input_node("y", 1, shape)
+    return Graph((x, y), (), (make_node("mul", [make_node("sigmoid", [x]), y]),))
 
 
 def _rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -61,6 +75,10 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
     "sum_last_8x16777216": (lambda: one("sum", (8, 16777216), dims=(1,)), lambda x, p: x.sum(1)),
     "sum_all_16384x10240": (lambda: one("sum", (16384, 10240), dims=None), lambda x, p: x.sum()),
     "cumsum_8192x16384": (lambda: one("cumsum", (8192, 16384), dim=1), lambda x, p: x.cumsum(1)),
+    # pointwise chains >= 256 MB (the pointwise family, for the copy-bandwidth bar)
+    "pointwise_gelu_affine_16384x16384": (lambda: _gelu_affine((16384, 16384)),
+                                          lambda x, p: torch.nn.functional.gelu(x) * p["w"] + p["b"]),
+    "pointwise_sigmoid_mul_8192x16384": (lambda: _sigmoid_mul((8192, 16384)), None),
 }
 
 
@@ -79,7 +97,7 @@ def build(graphs: dict[str, Graph]):
     groups, kernels = {}, []
     for name, graph in graphs.items():
         plan = plan_fusion(graph)
-        (group,) = [g for g in plan.groups if g.family in ("reduction", "scan")]
+        (group,) = [g for g in plan.groups if g.family in ("reduction", "scan", "pointwise")]
         kernel = render_group(group)
         groups[name] = (kernel.name, group)
         if all(k.name != kernel.name for k in kernels):
@@ -121,8 +139,8 @@ def main() -> None:
         ours_ms = time_ms(lambda k=kernel, a=args_in: k(a), flush)
         row = {"ours_ms": ours_ms, "bytes": moved, "ours_gbs": moved / ours_ms / 1e6}
         row["of_copy"] = row["ours_gbs"] / copy_gbs
-        spec = group.config[0]
         if group.family == "reduction":
+            spec = group.config[0]
             cache = "cached" if spec.cache else "uncached"
             row["planned"] = f"vec{spec.vec} cluster{spec.cluster} {cache} {spec.threads} threads"
             row["variant"] = " ".join(str(v) for v in launched_variants(lambda k=kernel, a=args_in: k(a)))
