@@ -191,15 +191,23 @@ ${operand_lines}
 ''')
 
 
-def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, config: GemmConfig) -> str:
-    def index(node: Node) -> int:
-        return next(i for i, inp in enumerate(group.inputs) if inp is node)
+def input_index(group: FusedGroup, node: Node) -> int:
+    """Where `node` stands among the group's inputs (the binding's `inputs[i]`)."""
+    return next(i for i, inp in enumerate(group.inputs) if inp is node)
 
-    # A is [batch, M, K] (row-major) or its source [batch, K, M]; B is [batch, K, N] or [batch, N, K].
+
+def stored_matrices(view: GemmView) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(batch, rows, cols) of A and of B as stored: A is [batch, M, K] (row-major) or its source
+    [batch, K, M]; B is [batch, K, N] or [batch, N, K]. An operand without a batch dim has batch 1."""
     a_rows, a_cols = (view.k, view.m) if view.a_col_major else (view.m, view.k)
     b_rows, b_cols = (view.n, view.k) if view.b_col_major else (view.k, view.n)
     a_batch = view.batch if len(view.a.shape) == 3 else 1
     b_batch = view.batch if len(view.b.shape) == 3 else 1
+    return (a_batch, a_rows, a_cols), (b_batch, b_rows, b_cols)
+
+
+def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, config: GemmConfig) -> str:
+    (a_batch, a_rows, a_cols), (b_batch, b_rows, b_cols) = stored_matrices(view)
     # CUTLASS's access widths are compiled in; the GEMV kernel picks its own from the pointers and strides
     # it is given, so copying an operand for its sake would only add traffic.
     align_a, align_b = (config.align_a, config.align_b) if config.kernel == "cutlass" else (1, 1)
@@ -208,8 +216,8 @@ def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, 
         name=name, launcher=launcher, params=launcher_params(view),
         checks=checks,
         batch=view.batch, m=view.m, n=view.n, k=view.k, split_k=config.split_k,
-        a_expr=_matrix_expr(index(view.a), a_batch, a_rows, a_cols),
-        b_expr=_matrix_expr(index(view.b), b_batch, b_rows, b_cols),
+        a_expr=_matrix_expr(input_index(group, view.a), a_batch, a_rows, a_cols),
+        b_expr=_matrix_expr(input_index(group, view.b), b_batch, b_rows, b_cols),
         a_batch=a_batch, b_batch=b_batch, a_rows=a_rows, a_cols=a_cols, b_rows=b_rows, b_cols=b_cols,
         align_a=align_a, align_b=align_b,
         operand_lines=operand_lines, operand_args=operand_args,
@@ -222,14 +230,11 @@ def _plumbing(name: str, group: FusedGroup, view: GemmView, dense: str) -> tuple
     the device guard), the epilogue tensors made dense
     (`at::Tensor eJ = DENSE(...)`), and the launcher arguments addressing them
     (`eJ, row stride, batch stride,`)."""
-    def index(node: Node) -> int:
-        return next(i for i, inp in enumerate(group.inputs) if inp is node)
-
     operand_lines, operand_args = [], []
     for j, operand in enumerate(view.operands):
         lo, mo, no = operand.extents
         # Collapsed to (L, M, N) extents and made dense, an operand is addressed by two strides.
-        operand_lines.append(f"  at::Tensor e{j} = {dense}(inputs[{index(operand.node)}], "
+        operand_lines.append(f"  at::Tensor e{j} = {dense}(inputs[{input_index(group, operand.node)}], "
                              f"{lo}, {mo}, {no});")
         operand_args.append(f"e{j}.data_ptr<float>(), {no if mo > 1 else 0}LL, {mo * no if lo > 1 else 0}LL,")
     n = len(group.inputs)
@@ -252,7 +257,6 @@ def _plumbing(name: str, group: FusedGroup, view: GemmView, dense: str) -> tuple
         "  const c10::cuda::CUDAGuard guard(inputs[0].device());",
     ]
     return "\n".join(checks), "\n".join(operand_lines), " ".join(operand_args)
-
 
 
 def _role(node: Node, view: GemmView) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from string import Template
 
+from kernelwright.codegen.gemm import input_index, stored_matrices
 from kernelwright.fuse.gemm import GemmConfig, GemmView
 
 # Which of the three K blocks carry the small part: A = [small, big, big], B = [big, small, big].
@@ -359,19 +360,14 @@ _FINISH = ('  error = ${launcher}_finish(out.data_ptr<float>(), ${operand_args} 
 def render_binding(name: str, launcher: str, group, view: GemmView, config: GemmConfig, checks: str,
                    operand_lines: str, operand_args: str) -> str:
     """The C++ binding: split A (and B, cached when it is a parameter), one cuBLAS call, the epilogue."""
-    def index(node) -> int:
-        return next(i for i, inp in enumerate(group.inputs) if inp is node)
-
-    a_rows, a_cols = (view.k, view.m) if view.a_col_major else (view.m, view.k)
-    b_rows, b_cols = (view.n, view.k) if view.b_col_major else (view.k, view.n)
-    a_batch = view.batch if len(view.a.shape) == 3 else 1
-    b_batch = view.batch if len(view.b.shape) == 3 else 1
+    (a_batch, a_rows, a_cols), (b_batch, b_rows, b_cols) = stored_matrices(view)
 
     def split_expr(node, batch, rows, cols, k_along_cols: bool, smalls: int) -> str:
-        source = f"inputs[{index(node)}].reshape({{{batch}, {rows}, {cols}}})"
+        index = input_index(group, node)
+        source = f"inputs[{index}].reshape({{{batch}, {rows}, {cols}}})"
         along = "true" if k_along_cols else "false"
         if node.op == "param":
-            return (f"kw_tf32x3::cached_split({launcher}_split, inputs[{index(node)}], {source}, {batch}, "
+            return (f"kw_tf32x3::cached_split({launcher}_split, inputs[{index}], {source}, {batch}, "
                     f"{rows}, {cols}, {along}, {smalls}, \"{name}\")")
         return (f"kw_tf32x3::split({launcher}_split, {source}, {batch}, {rows}, {cols}, {along}, {smalls}, "
                 f"\"{name}\")")
