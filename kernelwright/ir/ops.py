@@ -208,7 +208,7 @@ def _conv(a: Sequence[str], k: Mapping[str, Any]) -> str:
         # Input [N, *spatial, C] and weight [O, *kernel, C/groups], both contiguous: their NC* views are
         # channels_last, which selects cuDNN's NHWC kernels (the faster ones on Hopper); the result is
         # viewed back as [N, *spatial, O], contiguous (`rewrite/layout.py`).
-        to_nc, fmt = _CHANNELS_LAST[n]
+        to_nc, fmt = channels_first_dims(n + 2), _CHANNELS_LAST_FORMAT[n]
         x = f"{x}.permute({literal(to_nc)}).contiguous(memory_format={fmt})"
         w = f"{w}.permute({literal(to_nc)})"
     call = (
@@ -216,13 +216,22 @@ def _conv(a: Sequence[str], k: Mapping[str, Any]) -> str:
         f"padding={literal(k['padding'])}, dilation={literal(k['dilation'])}, groups={k['groups']})"
     )
     if k.get("channels_last"):
-        call += f".permute({literal(_CHANNELS_LAST_OUT[n])})"
+        call += f".permute({literal(channels_last_dims(n + 2))})"
     return call
 
 
-# Spatial rank -> (permutation from [N, *spatial, C] to [N, C, *spatial], its memory format), and back.
-_CHANNELS_LAST = {2: ((0, 3, 1, 2), "torch.channels_last"), 3: ((0, 4, 1, 2, 3), "torch.channels_last_3d")}
-_CHANNELS_LAST_OUT = {2: (0, 2, 3, 1), 3: (0, 2, 3, 4, 1)}
+def channels_last_dims(rank: int) -> tuple[int, ...]:
+    """The permutation taking [N, C, *spatial] to [N, *spatial, C]."""
+    return (0, *range(2, rank), 1)
+
+
+def channels_first_dims(rank: int) -> tuple[int, ...]:
+    """The permutation taking [N, *spatial, C] to [N, C, *spatial]."""
+    return (0, rank - 1, *range(1, rank - 1))
+
+
+# Spatial rank -> the memory format of a [N, C, *spatial] view of contiguous [N, *spatial, C] data.
+_CHANNELS_LAST_FORMAT = {2: "torch.channels_last", 3: "torch.channels_last_3d"}
 
 
 def _max_pool(a: Sequence[str], k: Mapping[str, Any]) -> str:

@@ -22,19 +22,11 @@ it moves data, not arithmetic (the bias add is the same single FP32 addition cuD
 from __future__ import annotations
 
 from kernelwright.ir.graph import Graph, Node
-from kernelwright.ir.ops import OPS, category, make_node
+from kernelwright.ir.ops import OPS, category, channels_first_dims, channels_last_dims, make_node
 from kernelwright.rewrite.engine import RewriteContext, RewriteLog, Rule, graph_rewrite, rule
 from kernelwright.rewrite.rules_views import merge_permutes
 
 _REDUCTIONS = ("sum", "mean", "amax", "amin", "logsumexp", "prod", "var", "std")
-
-
-def _to_channels_last(rank: int) -> tuple[int, ...]:
-    return (0, *range(2, rank), 1)
-
-
-def _to_channels_first(rank: int) -> tuple[int, ...]:
-    return (0, rank - 1, *range(1, rank - 1))
 
 
 def _inverse(p: tuple[int, ...]) -> tuple[int, ...]:
@@ -46,17 +38,23 @@ def _inverse(p: tuple[int, ...]) -> tuple[int, ...]:
 
 @rule("conv", summary="2-D/3-D convolution -> channels-last convolution (cuDNN NHWC kernels), bias as an add")
 def conv_channels_last(n: Node, ctx: RewriteContext) -> Node | None:
-    rank = len(n.shape)
-    if n.attr("channels_last") or n.attr("transposed") or rank not in (4, 5):
+    if not _movable_conv(n):
         return None
+    rank = len(n.shape)
     x, w = n.inputs[0], n.inputs[1]
-    to_cl = _to_channels_last(rank)
+    to_cl = channels_last_dims(rank)
     weight = make_node("copy", [make_node("permute", [w], dims=to_cl)])
     attrs = {**n.attr_dict, "channels_last": True, "has_bias": False}
     out = make_node("conv", [make_node("permute", [x], dims=to_cl), weight], **attrs)
     if n.attr("has_bias"):
         out = make_node("add", [out, n.inputs[2]])  # bias [O] broadcasts along the last (channel) dim
-    return make_node("permute", [out], dims=_to_channels_first(rank))
+    return make_node("permute", [out], dims=channels_first_dims(rank))
+
+
+def _movable_conv(n: Node) -> bool:
+    """A 2-D or 3-D, non-transposed convolution still in NCHW layout."""
+    return (n.op == "conv" and not n.attr("transposed") and not n.attr("channels_last")
+            and len(n.shape) in (4, 5))
 
 
 def _moved_permute(node: Node) -> tuple[int, ...] | None:
@@ -130,8 +128,7 @@ RULES: tuple[Rule, ...] = (conv_channels_last, pointwise_through_permute, reduct
 
 def has_layout_choice(graph: Graph) -> bool:
     """Whether the graph has a convolution the pass would move to channels-last."""
-    return any(n.op == "conv" and not n.attr("transposed") and not n.attr("channels_last")
-               and len(n.shape) in (4, 5) for n in graph.nodes())
+    return any(_movable_conv(n) for n in graph.nodes())
 
 
 def channels_last(graph: Graph) -> tuple[Graph, RewriteLog]:
