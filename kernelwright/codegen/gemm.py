@@ -60,11 +60,9 @@ def render(group: FusedGroup) -> KernelSource:
     guard = launcher.upper()
     cuda = f"#ifndef {guard}\n#define {guard}\n{body.replace(_PLACEHOLDER, launcher)}#endif  // {guard}\n"
     if config.kernel == "tf32x3":
-        from kernelwright.codegen import gemm_tf32x3
+        from kernelwright.codegen.gemm_tf32x3 import render_binding as render_tf32x3_binding
 
-        checks, operand_lines, operand_args = _plumbing(_PLACEHOLDER, group, view, "kw_tf32x3::dense")
-        cpp = gemm_tf32x3.render_binding(_PLACEHOLDER, launcher, group, view, config, checks,
-                                         operand_lines, operand_args)
+        cpp = render_tf32x3_binding(_PLACEHOLDER, launcher, group, view, config)
     else:
         cpp = render_binding(_PLACEHOLDER, launcher, group, view, config)
     name = f"{launcher}_{_digest(cpp)[:8]}"
@@ -211,7 +209,7 @@ def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, 
     # CUTLASS's access widths are compiled in; the GEMV kernel picks its own from the pointers and strides
     # it is given, so copying an operand for its sake would only add traffic.
     align_a, align_b = (config.align_a, config.align_b) if config.kernel == "cutlass" else (1, 1)
-    checks, operand_lines, operand_args = _plumbing(name, group, view, f"{name}_detail::dense")
+    checks, operand_lines, operand_args = binding_plumbing(name, group, view, f"{name}_detail::dense")
     return _BINDING.substitute(
         name=name, launcher=launcher, params=launcher_params(view),
         checks=checks,
@@ -225,7 +223,7 @@ def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, 
     ).lstrip()
 
 
-def _plumbing(name: str, group: FusedGroup, view: GemmView, dense: str) -> tuple[str, str, str]:
+def binding_plumbing(name: str, group: FusedGroup, view: GemmView, dense: str) -> tuple[str, str, str]:
     """Binding lines shared by every GEMM kernel: the input checks (count, dtype, shape, one device; then
     the device guard), the epilogue tensors made dense
     (`at::Tensor eJ = DENSE(...)`), and the launcher arguments addressing them

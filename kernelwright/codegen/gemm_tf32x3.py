@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from string import Template
 
-from kernelwright.codegen.gemm import input_index, stored_matrices
+from kernelwright.codegen.gemm import binding_plumbing, input_index, stored_matrices
 from kernelwright.fuse.gemm import GemmConfig, GemmView
 
 # Which of the three K blocks carry the small part: A = [small, big, big], B = [big, small, big].
@@ -357,9 +357,9 @@ _FINISH = ('  error = ${launcher}_finish(out.data_ptr<float>(), ${operand_args} 
            '  KW_CHECK(error == nullptr, "${name}: ", error == nullptr ? "" : error);')
 
 
-def render_binding(name: str, launcher: str, group, view: GemmView, config: GemmConfig, checks: str,
-                   operand_lines: str, operand_args: str) -> str:
+def render_binding(name: str, launcher: str, group, view: GemmView, config: GemmConfig) -> str:
     """The C++ binding: split A (and B, cached when it is a parameter), one cuBLAS call, the epilogue."""
+    checks, operand_lines, operand_args = binding_plumbing(name, group, view, "kw_tf32x3::dense")
     (a_batch, a_rows, a_cols), (b_batch, b_rows, b_cols) = stored_matrices(view)
 
     def split_expr(node, batch, rows, cols, k_along_cols: bool, smalls: int) -> str:
