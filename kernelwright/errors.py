@@ -21,3 +21,14 @@ class UnsupportedOp(KernelwrightError):
 
 class CaptureError(KernelwrightError):
     """A model could not be exported to the IR (callers fall back to the whole original forward)."""
+
+
+class EnvironmentFailure(KernelwrightError):
+    """The machine, not the code, failed: out of GPU memory held by other work, a build that could not be
+    published, a timeout under contention. Never a verdict on a kernel: retried alone, or reported as such."""
+
+    exit_code = 4
+
+    def __init__(self, message: str, cause: str = "environment") -> None:
+        super().__init__(message)
+        self.cause = cause  # "oom", "timeout", "build", ...

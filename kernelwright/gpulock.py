@@ -1,18 +1,24 @@
-"""Sharing one GPU between several processes without spoiling timings: a reader-writer lock on files.
+"""Keeping timings undisturbed when many processes share a machine: locks on files, released by the kernel
+when their holder dies (flock), so a crashed process never leaves one held.
 
-`kernelwright bench --jobs N` runs N tasks per GPU at once, so that compiling (nvcc, torch.compile,
-imports: all CPU work) overlaps. What must not overlap is a timed series with any other GPU work. So:
-- `gpu_timing()` (exclusive) brackets every timed series: the judge's `measure` and the compiler's
-  per-kernel timing. Nothing else runs on the GPU meanwhile.
-- `gpu_work()` (shared) brackets GPU work that is not timed (correctness trials, warm-ups, the compile
-  call of torch.compile): any number at once, but none while a timing holds the lock.
-A waiting timer has priority: new shared holders queue behind it (a turnstile file), so a stream of
-trials cannot starve it.
+Two locks, always taken in this order (GPU lock first), so that they cannot deadlock:
+- **The GPU lock** (per GPU, a reader-writer lock). `kernelwright bench --jobs N` runs N tasks per GPU at
+  once; what must not overlap is a timed series with any other GPU work. `gpu_timing()` holds it exclusively
+  around every timed series (the judge's `measure`, the compiler's per-kernel timing); `gpu_work()` holds it
+  shared around untimed GPU work (correctness trials, warm-ups). Its path comes from `$KERNELWRIGHT_GPU_LOCK`
+  (set by the bench for each worker); unset, it is a no-op (one process per GPU needs no lock).
+- **The machine lock** (one per user and host, two classes that exclude each other). A launch-bound model
+  timed while nvcc builds load every core runs slower (an unchanged ResNet18 was credited 1.32x that
+  way), on any GPU of the host. `gpu_timing()` also enters the *timing* class; `cpu_work()` (builds,
+  capture, torch.compile's compilation, making inputs) enters the *work* class. Any number of holders of one
+  class run together (timings on different GPUs overlap, builds overlap), never a holder of each. On by
+  default (path `$KERNELWRIGHT_MACHINE_LOCK`, default in the temp folder; `off` disables it).
 
-The lock is per GPU: its path comes from `$KERNELWRIGHT_GPU_LOCK` (set by the bench for each worker);
-unset, both are no-ops (one process per GPU needs no lock). Nested use in one process is allowed when
-the inner lock is no stronger than the outer one; a shared holder asking for the exclusive lock would
-wait on itself, so that raises.
+A waiting holder of either lock has priority over later arrivals (a turnstile file), so a stream of trials
+or builds cannot starve a timer, nor a stream of timings a build. Nested use in one process is allowed when
+the inner lock is no stronger than the outer one (inside a timing, trials and builds of the same process are
+no-ops); asking for a timing while holding shared GPU work or CPU work would wait on the process itself, and
+a GPU lock taken inside CPU work could close a circle with a timer, so those raise.
 """
 
 from __future__ import annotations
@@ -20,16 +26,19 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import tempfile
 from collections.abc import Iterator
 
 ENV = "KERNELWRIGHT_GPU_LOCK"
+MACHINE_ENV = "KERNELWRIGHT_MACHINE_LOCK"
 
-_held: list[str] = []  # this process's nesting: "shared" / "exclusive"
+_held: list[str] = []      # this process's GPU-lock nesting: "shared" / "exclusive"
+_machine: list[str] = []   # this process's machine-lock nesting: "timing" / "work"
 
 
 @contextlib.contextmanager
 def gpu_timing() -> Iterator[None]:
-    with _lock(exclusive=True):
+    with _lock(exclusive=True), _machine_lock("timing"):
         yield
 
 
@@ -40,8 +49,26 @@ def gpu_work() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def cpu_work() -> Iterator[None]:
+    """Heavy CPU work (a build, a capture, a compilation): never while a timing runs on this machine."""
+    with _machine_lock("work"):
+        yield
+
+
+def machine_lock_path() -> str | None:
+    value = os.environ.get(MACHINE_ENV)
+    if value is not None:
+        return None if value.strip().lower() in ("", "0", "off", "none") else value
+    return os.path.join(tempfile.gettempdir(), f"kernelwright-machine-{os.getuid()}.lock")
+
+
+@contextlib.contextmanager
 def _lock(exclusive: bool) -> Iterator[None]:
     path = os.environ.get(ENV)
+    if path and "work" in _machine and not _held:
+        # A timer holding this GPU waits for the machine's work to drain: waiting for the GPU here would
+        # close the circle.
+        raise RuntimeError("a GPU lock inside cpu_work(): take the GPU lock first, or outside it")
     if not path or "exclusive" in _held or (_held and not exclusive):
         yield
         return
@@ -64,3 +91,38 @@ def _lock(exclusive: bool) -> Iterator[None]:
     finally:
         os.close(main)  # closing the descriptors releases their locks
         os.close(turnstile)
+
+
+@contextlib.contextmanager
+def _machine_lock(kind: str) -> Iterator[None]:
+    """Enter class `kind` ("timing" or "work") of the machine lock: one file per class, held shared by its
+    members; to enter, a process takes the other class's file exclusively for a moment (which waits until
+    that class is empty), then its own shared, behind a turnstile that orders arrivals."""
+    path = machine_lock_path()
+    if path is None or _machine:
+        if _machine and kind == "timing" and "timing" not in _machine:
+            raise RuntimeError("gpu_timing() inside cpu_work(): the process would wait on itself")
+        yield
+        return
+    other = "work" if kind == "timing" else "timing"
+    try:
+        turnstile = os.open(path + ".turnstile", os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:  # an unwritable temp folder: no machine-wide coordination, timings as before
+        yield
+        return
+    mine = os.open(f"{path}.{kind}", os.O_RDWR | os.O_CREAT, 0o666)
+    theirs = os.open(f"{path}.{other}", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(theirs, fcntl.LOCK_EX)   # waits until the other class has drained
+        fcntl.flock(mine, fcntl.LOCK_SH)
+        fcntl.flock(theirs, fcntl.LOCK_UN)
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+        _machine.append(kind)
+        try:
+            yield
+        finally:
+            _machine.pop()
+    finally:
+        for fd in (mine, theirs, turnstile):
+            os.close(fd)

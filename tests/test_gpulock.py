@@ -14,9 +14,9 @@ from kernelwright import gpulock
 
 HOLD = """
 import sys, time
-from kernelwright.gpulock import gpu_timing, gpu_work
+from kernelwright.gpulock import cpu_work, gpu_timing, gpu_work
 kind, seconds, log = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-with (gpu_timing() if kind == "timing" else gpu_work()):
+with {"timing": gpu_timing, "work": gpu_work, "build": cpu_work}[kind]():
     start = time.time()
     time.sleep(seconds)
     end = time.time()
@@ -25,8 +25,11 @@ with open(log, "a") as f:
 """
 
 
-def _start(kind: str, seconds: float, log: Path, lock: Path) -> subprocess.Popen:
-    env = {"KERNELWRIGHT_GPU_LOCK": str(lock), "PATH": "/usr/bin:/bin"}
+def _start(kind: str, seconds: float, log: Path, lock: Path, machine: str = "off",
+           gpu: bool = True) -> subprocess.Popen:
+    env = {"KERNELWRIGHT_MACHINE_LOCK": machine, "PATH": "/usr/bin:/bin"}
+    if gpu:
+        env["KERNELWRIGHT_GPU_LOCK"] = str(lock)
     return subprocess.Popen([sys.executable, "-c", HOLD, kind, str(seconds), str(log)],
                             env={**env, "PYTHONPATH": str(Path(gpulock.__file__).parents[1])})
 
@@ -63,13 +66,57 @@ def test_timing_excludes_shared_work_and_shared_holders_overlap(tmp_path: Path):
 
 def test_without_the_variable_nothing_locks(monkeypatch, tmp_path: Path):
     monkeypatch.delenv(gpulock.ENV, raising=False)
-    with gpulock.gpu_work(), gpulock.gpu_timing():
+    monkeypatch.setenv(gpulock.MACHINE_ENV, "off")
+    with gpulock.gpu_work(), gpulock.gpu_timing(), gpulock.cpu_work():
         pass
     assert not list(tmp_path.iterdir())
 
 
+def test_machine_lock_keeps_builds_and_timings_apart(tmp_path: Path):
+    """Timings on two GPUs overlap each other, builds overlap each other, never a timing and a build; a
+    build arriving while a timing waits queues behind it."""
+    log, machine = tmp_path / "log", str(tmp_path / "machine.lock")
+    procs = [_start("build", 1.0, log, tmp_path / "gpu0.lock", machine),
+             _start("build", 1.0, log, tmp_path / "gpu1.lock", machine)]
+    time.sleep(0.4)
+    procs += [_start("timing", 0.6, log, tmp_path / "gpu0.lock", machine),
+              _start("timing", 0.6, log, tmp_path / "gpu1.lock", machine)]
+    time.sleep(0.2)
+    procs.append(_start("build", 0.3, log, tmp_path / "gpu0.lock", machine))
+    for p in procs:
+        assert p.wait(timeout=30) == 0
+    spans = _intervals(log)
+    timings = [s for s in spans if s[0] == "timing"]
+    builds = [s for s in spans if s[0] == "build"]
+    assert len(timings) == 2 and len(builds) == 3
+    for t in timings:
+        assert not any(_overlap(t, b) for b in builds)
+    assert _overlap(*timings)  # two GPUs' timings ran together
+    assert _overlap(*sorted(builds, key=lambda s: s[1])[:2])
+    late = max(builds, key=lambda s: s[1])
+    assert late[1] >= max(t[2] for t in timings)  # did not overtake the waiting timers
+
+
+def test_a_dead_holder_releases_the_machine_lock(tmp_path: Path):
+    machine = str(tmp_path / "machine.lock")
+    holder = _start("build", 60.0, tmp_path / "log", tmp_path / "gpu.lock", machine, gpu=False)
+    time.sleep(0.5)
+    holder.kill()
+    holder.wait()
+    timer = _start("timing", 0.0, tmp_path / "log", tmp_path / "gpu.lock", machine)
+    assert timer.wait(timeout=20) == 0
+
+
 def test_nesting(monkeypatch, tmp_path: Path):
     monkeypatch.setenv(gpulock.ENV, str(tmp_path / "gpu.lock"))
+    monkeypatch.setenv(gpulock.MACHINE_ENV, str(tmp_path / "machine.lock"))
+    with gpulock.gpu_timing(), gpulock.cpu_work():
+        pass  # a build inside this process's own timing: a no-op
+    with gpulock.gpu_work(), gpulock.cpu_work():
+        pass
+    with gpulock.cpu_work(), pytest.raises(RuntimeError, match="inside cpu_work"):
+        with gpulock.gpu_work():
+            pass
     with gpulock.gpu_timing(), gpulock.gpu_work(), gpulock.gpu_timing():
         pass  # weaker or equal inside a timing: no-ops
     with gpulock.gpu_work(), gpulock.gpu_work():

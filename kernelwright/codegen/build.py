@@ -2,10 +2,15 @@
 
 The build recipe is Python source (`BUILD_SOURCE`) that the emitter pastes into every ModelNew file (which
 may import only torch) and that `build_extension` executes here: one recipe, so our verification builds
-exactly what the emitted file builds. Choices, each for compile time:
-- one `load_inline` extension per file, named by the hash of its sources and flags, built under
-  `$KERNELWRIGHT_CACHE/builds/<name>-<torch>-sm<arch>`; when that folder already holds the built library
-  it is imported directly (no ninja, no hashing of sources by torch: the warm path is well under a second);
+exactly what the emitted file builds. Choices, for compile time and for many processes at once:
+- one `load_inline` extension per file, named by the hash of its sources and flags, published as
+  `$KERNELWRIGHT_CACHE/builds/<name>-<torch>-sm<arch>[-cutlass<version>]/<name>.so`; when that library
+  exists it is imported directly (no ninja, no hashing of sources by torch: the warm path is well under a
+  second);
+- concurrency: built in that folder's `staging/` under an flock of the folder's `build.lock` (dropped by
+  the kernel when a builder dies), published by an atomic rename, rebuilt once if it does not load, so
+  builders and readers in any number of processes never see half a library (a ResNet fell back with
+  "cannot open shared object file" while other tasks built the same extension);
 - `no_implicit_headers=True`: the `.cu` sees no torch header, the binding only the few it includes;
 - code for the present GPU's architecture only (`sm_90a` on Hopper), `-O3`; `MAX_JOBS` is honoured by
   torch's ninja build.
@@ -26,36 +31,114 @@ from kernelwright.errors import KernelwrightError
 
 BUILD_SOURCE = r'''
 def _kw_build(name, cpp_sources, cuda_sources, root=None):
-    """Build (or load from the cache) the extension; returns (module, seconds)."""
-    import importlib.machinery
-    import importlib.util
+    """Build the extension, or load it from the cache; returns (module, seconds).
+
+    Any number of processes may build or load at once: a library is built in a staging folder under a
+    per-extension lock (an flock, which the kernel drops when its holder dies, so a crash leaves nothing
+    stuck), then published by an atomic rename; a reader sees no library or a whole one. A published library
+    that does not load is built again, once."""
     import os
     import time
 
-    from torch.utils.cpp_extension import load_inline
-
     start = time.perf_counter()
-    major, minor = torch.cuda.get_device_capability()
-    # Only the present GPU; the "a" variants (sm_90a, sm_100a) unlock clusters/TMA/wgmma on Hopper and later.
-    arch = f"{major}{minor}" + ("a" if major >= 9 else "")
+    arch = _kw_arch()
     root = root or os.environ.get("KERNELWRIGHT_CACHE") or os.path.expanduser("~/.cache/kernelwright")
-    folder = os.path.join(root, "builds", f"{name}-{torch.__version__.replace('+', '_')}-sm{arch}")
+    needs_cutlass = any("#include <cutlass/" in source for source in cuda_sources)
+    include = _kw_cutlass_include() if needs_cutlass else None
+    tag = f"{torch.__version__.replace('+', '_')}-sm{arch}"
+    if include:
+        tag += f"-cutlass{_kw_cutlass_version(include)}"
+    folder = os.path.join(root, "builds", f"{name}-{tag}")
     library = os.path.join(folder, f"{name}.so")
-    if os.path.isfile(library):
-        loader = importlib.machinery.ExtensionFileLoader(name, library)
-        spec = importlib.util.spec_from_file_location(name, library, loader=loader)
+    module = _kw_load(name, library)
+    if module is None:
+        os.makedirs(folder, exist_ok=True)
+        with _KwFileLock(os.path.join(folder, "build.lock")):
+            module = _kw_load(name, library)
+            if module is None:
+                module = _kw_compile(name, cpp_sources, cuda_sources, folder, arch, include)
+    return module, time.perf_counter() - start
+
+
+def _kw_compile_only():
+    """kernelwright eval --compile-only: compile the kernels where there is no GPU (nothing is loaded)."""
+    import os
+
+    return os.environ.get("KERNELWRIGHT_COMPILE_ONLY") == "1"
+
+
+def _kw_arch():
+    """The present GPU's architecture (the "a" variants, sm_90a and later, unlock clusters, TMA and
+    wgmma); without a GPU (kernelwright eval --compile-only) the H100's."""
+    if not torch.cuda.is_available():
+        return "90a"
+    major, minor = torch.cuda.get_device_capability()
+    return f"{major}{minor}" + ("a" if major >= 9 else "")
+
+
+def _kw_load(name, library):
+    """The module in `library`, or None when there is none or it does not load."""
+    import contextlib
+    import importlib.machinery
+    import importlib.util
+    import os
+
+    if not os.path.isfile(library):
+        return None
+    loader = importlib.machinery.ExtensionFileLoader(name, library)
+    spec = importlib.util.spec_from_file_location(name, library, loader=loader)
+    with contextlib.suppress(ImportError, OSError):
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        return module, time.perf_counter() - start
-    os.makedirs(folder, exist_ok=True)
-    needs_cutlass = any("#include <cutlass/" in source for source in cuda_sources)
+        return module
+    return None
+
+
+def _kw_compile(name, cpp_sources, cuda_sources, folder, arch, include):
+    """Build in `folder`/staging (used only under the extension's lock), then publish the library."""
+    import os
+    import shutil
+
+    from torch.utils.cpp_extension import load_inline
+
+    staging = os.path.join(folder, "staging")
+    shutil.rmtree(staging, ignore_errors=True)  # a crashed build's objects, torch's own lock file among them
+    os.makedirs(staging)
     module = load_inline(
-        name=name, cpp_sources=cpp_sources, cuda_sources=cuda_sources, build_directory=folder,
+        name=name, cpp_sources=cpp_sources, cuda_sources=cuda_sources, build_directory=staging,
         extra_cflags=["-O3"], extra_cuda_cflags=["-O3", f"-gencode=arch=compute_{arch},code=sm_{arch}"],
-        extra_include_paths=[_kw_cutlass_include()] if needs_cutlass else [],
+        extra_include_paths=[include] if include else [],
         no_implicit_headers=True, verbose=os.environ.get("KERNELWRIGHT_VERBOSE_BUILD") == "1",
     )
-    return module, time.perf_counter() - start
+    built = os.path.join(staging, f"{name}.so")
+    if os.path.isfile(built):  # eval --compile-only links nothing
+        os.replace(built, os.path.join(folder, f"{name}.so"))
+    return module
+
+
+class _KwFileLock:
+    """An exclusive flock on `path` for a with-block (none where the OS has no flock)."""
+
+    def __init__(self, path):
+        self.path, self.fd = path, None
+
+    def __enter__(self):
+        import importlib.util
+        import os
+
+        if importlib.util.find_spec("fcntl") is not None:
+            import fcntl
+
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc_info):
+        import os
+
+        if self.fd is not None:
+            os.close(self.fd)  # releases the lock
+        return False
 
 
 def _kw_cutlass_include():
@@ -74,8 +157,19 @@ def _kw_cutlass_include():
     for path in candidates:
         if os.path.isfile(os.path.join(path, "cutlass", "cutlass.h")):
             return path
-    raise RuntimeError("this model's GEMM kernels need the CUTLASS headers: pip install nvidia-cutlass "
-                       "(or set CUTLASS_PATH to a CUTLASS checkout)")
+    raise RuntimeError("this model's GEMM kernels need the CUTLASS headers: pip install --no-deps "
+                       "nvidia-cutlass (or set CUTLASS_PATH to a CUTLASS checkout)")
+
+
+def _kw_cutlass_version(include):
+    """major.minor.patch of the CUTLASS headers (cutlass/version.h): other headers make another library."""
+    import os
+    import re
+
+    with open(os.path.join(include, "cutlass", "version.h")) as handle:
+        text = handle.read()
+    found = [re.search(rf"#define CUTLASS_{part} (\d+)", text) for part in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(match.group(1) if match else "x" for match in found)
 '''
 
 # nvcc flags torch's extension builder adds; the compile-only check uses them too.

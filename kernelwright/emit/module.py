@@ -119,7 +119,7 @@ def _build_block(sources: ExtensionSources) -> str:
     cuda = ", ".join(["_KW_DEVICE_HEADERS"] + [f"_KW_CUDA_{k.name}" for k in sources.kernels])
     cpp = ", ".join(["_KW_CPP_PRELUDE"] + [f"_KW_CPP_{k.name}" for k in sources.kernels] + ["_KW_CPP_MODULE"])
     return (f"_kw_ext = None\nKW_BUILD_SECONDS = None\n"
-            f"if torch.cuda.is_available():\n"
+            f"if torch.cuda.is_available() or _kw_compile_only():\n"
             f'    _kw_ext, KW_BUILD_SECONDS = _kw_build("{name}", [{cpp}], [{cuda}])')
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from kernelwright.judge import tensorfile
-from kernelwright.judge.build import install_compile_only_hooks
+from kernelwright.judge.build import exclusive_build_dir, install_compile_only_hooks
 from kernelwright.judge.guard import (
     ExtensionRecorder,
     FunctionSnapshot,
@@ -49,6 +49,7 @@ class CandidateWorker:
         self.model: torch.nn.Module | None = None
         self.persistent: list = []
         self.last_output_sizes: list[int] = []
+        self.timing_inputs: list | None = None
 
     def handle(self, command: dict) -> dict:
         try:
@@ -75,7 +76,8 @@ class CandidateWorker:
 
         start = _perf_counter()
         try:
-            module = _import_candidate(self.source_file)
+            with exclusive_build_dir(command.get("build_dir")):
+                module = _import_candidate(self.source_file)
             model_class = getattr(module, "ModelNew", None)
             if not isinstance(model_class, type) or not issubclass(model_class, torch.nn.Module):
                 return {
@@ -87,6 +89,8 @@ class CandidateWorker:
             model = model_class(*init_inputs)
             if not command["compile_only"]:
                 model = model.to(self.device)
+                if self.device == "cuda":
+                    torch.cuda.reset_peak_memory_stats()
         except BaseException as exc:
             failure = self.recorder.build_failure
             if failure is not None or isinstance(exc, SyntaxError):
@@ -189,7 +193,10 @@ class CandidateWorker:
         self.last_output_sizes = [t.numel() * t.element_size() for t in tensor_leaves(returned)]
         if command["determinism"]:
             reply["nondeterministic"] = self._rerun_differs(inputs, returned)
-        return {**reply, **self._state()}
+        return {**reply, "peak_memory_bytes": self._peak_memory(), **self._state()}
+
+    def _peak_memory(self) -> int | None:
+        return torch.cuda.max_memory_allocated() if self.device == "cuda" else None
 
     def _reuse_storage(self, loaded: list) -> list:
         """Device copies of a trial's inputs, written into the *same* storage as the previous trial's whenever
@@ -243,16 +250,18 @@ class CandidateWorker:
     # ------------------------------------------------------------------------------------------- timing
 
     def op_time(self, command: dict) -> dict:
-        loaded = tensorfile.load(command["inputs"])
-        inputs = [
-            _to_device_keep_layout(v, self.device) if isinstance(v, torch.Tensor) else v for v in loaded
-        ]
-        self.recorder.uninstrument()
+        """One round of timing (the judge alternates rounds of ours and eager's under one lock)."""
+        if self.timing_inputs is None:
+            loaded = tensorfile.load(command["inputs"])
+            self.timing_inputs = [
+                _to_device_keep_layout(v, self.device) if isinstance(v, torch.Tensor) else v for v in loaded
+            ]
+            self.recorder.uninstrument()
+        inputs = self.timing_inputs
         with torch.no_grad():
-            stats = measure(
-                lambda: self.model(*inputs), self.device, command["min_runs"], command["min_time_s"]
-            )
-        return {"ok": True, "timing": stats, **self._state()}
+            stats = measure(lambda: self.model(*inputs), self.device, command["min_runs"],
+                            command["min_time_s"], locked=command.get("locked", False))
+        return {"ok": True, "timing": stats, "peak_memory_bytes": self._peak_memory(), **self._state()}
 
 
 def _import_candidate(path: str) -> types.ModuleType:

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from kernelwright.environment import collect_environment
-from kernelwright.errors import ProblemLoadError, UsageError
+from kernelwright.errors import EnvironmentFailure, ProblemLoadError, UsageError
 from kernelwright.judge import tensorfile
 from kernelwright.judge.build import build_root
 from kernelwright.judge.extract import forbidden_imports, read_candidate
@@ -74,7 +74,8 @@ class Judge:
         self._reference: WorkerProcess | None = None
         self._trials: list[dict] = []
         self._env: dict | None = None
-        self._reference_timings: dict | None = None
+        self._reference_timings: dict = {}
+        self.reference_peak: int | None = None  # bytes of GPU memory the reference held at most
         self._count = 0
 
     def __enter__(self) -> Judge:
@@ -134,20 +135,28 @@ class Judge:
             self._reference = None
             raise Failed("runtime_error", f"the reference process failed during this run: {exc}") from exc
         if not reply.get("ok"):
-            raise ProblemLoadError(f"{self.problem.path}: the reference Model failed: {reply.get('detail')}")
+            detail = f"{self.problem.path}: the reference Model failed: {reply.get('detail')}"
+            if reply.get("status") == "oom":
+                # Out of memory is the machine's state (a candidate or another task holds the GPU), not a
+                # verdict on the problem: the caller retries with the GPU to itself.
+                raise EnvironmentFailure(f"{detail} (other processes held GPU memory)", cause="oom")
+            raise ProblemLoadError(detail)
         return reply
 
-    def reference_timings(self) -> dict:
-        """{"eager": stats, "compile": stats or None}, measured once per Judge."""
-        if self._reference_timings is None:
-            timings = {"eager": self._time_reference("eager"), "compile": None}
+    def reference_timings(self, eager: bool = True) -> dict:
+        """{"eager": stats, "compile": stats or None}, each measured once per Judge (`eager=False`: only
+        torch.compile; candidates get their eager timing in rounds alternating with theirs)."""
+        timings = self._reference_timings
+        if eager and "eager" not in timings:
+            timings["eager"] = self._time_reference("eager")
+        if "compile" not in timings:
+            timings["compile"] = None
             if self.options.compile_baseline:
                 try:
                     timings["compile"] = self._time_reference("compile")
                 except ProblemLoadError as exc:
                     timings["compile_error"] = str(exc)
-            self._reference_timings = timings
-        return self._reference_timings
+        return timings
 
     def _time_reference(self, which: str) -> dict:
         reply = self._reference_request(
@@ -158,6 +167,7 @@ class Judge:
                 "min_time_s": self.options.min_time_s,
             }
         )
+        self.reference_peak = max(self.reference_peak or 0, reply.get("peak_memory_bytes") or 0) or None
         return _public_timing(reply["timing"])
 
     def reference_report(self) -> dict:
@@ -172,6 +182,7 @@ class Judge:
             "problem_id": self.problem.id,
             "device": self.options.device,
             "timings": {"candidate": None, "eager": timings["eager"], "compile": timings["compile"]},
+            "memory": {"reference_peak_bytes": self.reference_peak, "candidate_peak_bytes": None},
             "warnings": [{"check": "compile", "line": None, "message": timings["compile_error"]}]
             if "compile_error" in timings
             else [],
@@ -234,6 +245,7 @@ class Judge:
             "device": options.device,
             "trials": [],
             "timings": {"candidate": None, "eager": None, "compile": None},
+            "memory": {"reference_peak_bytes": None, "candidate_peak_bytes": None},
             "speedup_vs_eager": None,
             "speedup_vs_compile": None,
             "flags": {

@@ -40,11 +40,31 @@ def l2_flush_buffer(device: str) -> torch.Tensor | None:
     return torch.empty(max(2 * l2, 64 * 2**20) // 4, dtype=torch.int32, device="cuda")
 
 
-def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time_s: float = 1.0) -> dict:
-    """{"median_ms", "iqr_ms", "n", "wall_median_ms", "disagrees"} for `fn` on `device`."""
+def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time_s: float = 1.0,
+            locked: bool = False) -> dict:
+    """{"median_ms", "iqr_ms", "n", "wall_median_ms", "disagrees"} for `fn` on `device`. `locked`: the
+    caller (the judge, timing candidate and eager in turn) already holds the timing lock."""
     if device == "cuda":
+        if locked:
+            return _measure_cuda_alone(fn, min_runs, min_time_s)
         return _measure_cuda(fn, min_runs, min_time_s)
     return _measure_cpu(fn, min_runs, min_time_s)
+
+
+def combine_rounds(rounds: list[dict]) -> dict:
+    """One timing from several rounds of `measure` of the same callable: the median of the rounds' medians
+    (a round disturbed by anything is outvoted), their IQRs' median, and the spread between rounds."""
+    medians = [r["median_ms"] for r in rounds]
+    middle = statistics.median(medians)
+    return {
+        "median_ms": middle,
+        "iqr_ms": statistics.median(r["iqr_ms"] for r in rounds),
+        "n": sum(r["n"] for r in rounds),
+        "wall_median_ms": statistics.median(r["wall_median_ms"] for r in rounds),
+        "disagrees": sum(bool(r["disagrees"]) for r in rounds) * 2 > len(rounds),
+        "rounds": len(rounds),
+        "round_spread": (max(medians) - min(medians)) / middle if middle > 0 else 0.0,
+    }
 
 
 def summarize(times_ms: list[float]) -> dict:

@@ -15,12 +15,19 @@ import os
 import sys
 import traceback
 
-from kernelwright.gpulock import gpu_work
+from kernelwright.gpulock import cpu_work, gpu_work
 
-# Commands that run no GPU work worth guarding (`build` and `load` are CPU-bound: imports, nvcc), or that
-# take the GPU lock themselves (`time`: exclusive around the timed series only). The rest hold the shared
-# GPU lock (kernelwright/gpulock.py), so that no other process's timing overlaps them.
-UNLOCKED_OPS = frozenset({"build", "load", "time"})
+# How each command is guarded (kernelwright/gpulock.py): `build` and `load` are heavy CPU work (imports, nvcc,
+# making inputs), which no timing on this machine may overlap; `time` takes the timing lock itself (or runs
+# under the judge's); the rest hold the shared GPU lock, so that no other process's timing overlaps them.
+CPU_OPS = frozenset({"build", "load"})
+SELF_LOCKED_OPS = frozenset({"time", "exit"})
+
+
+def guard_for(op: str):
+    if op in CPU_OPS:
+        return cpu_work()
+    return contextlib.nullcontext() if op in SELF_LOCKED_OPS else gpu_work()
 
 
 def classify_failure(exc: BaseException, source_file: str | None = None) -> dict:
@@ -72,9 +79,8 @@ def main(argv: list[str]) -> int:
         command = json.loads(line)
         if command["op"] == "exit":
             break
-        guard = contextlib.nullcontext() if command["op"] in UNLOCKED_OPS else gpu_work()
         try:
-            with guard:
+            with guard_for(command["op"]):
                 reply = handler.handle(command)
         except BaseException as exc:  # anything the code under judgement raises becomes a reply
             reply = {"ok": False, **classify_failure(exc, getattr(handler, "source_file", None))}

@@ -66,7 +66,9 @@ def test_bench_cpu_end_to_end_with_crash_hang_and_resume(tmp_path, capsys):
     rows = {r["system"]: r for r in ResultsStore(out).rows()}
     assert {system: row["status"] for system, row in rows.items()} == {
         "eager": "correct", "good": "correct", "crash": "runtime_error", "hang": "timeout", "none": "missing"}
-    assert rows["good"]["speedup_vs_eager"] > 0 and rows["good"]["eager_ms"] == rows["eager"]["time_ms"]
+    # A candidate's eager time is its own: timed in rounds alternating with the candidate's.
+    assert rows["good"]["speedup_vs_eager"] > 0 and rows["good"]["eager_ms"] > 0
+    assert rows["good"]["verdict"]["timings"]["eager"]["rounds"] >= 3
     assert (out / "logs" / "hang" / "level1" / "01_ReLU.log").is_file()
     for name in ("report.md", "report.json", "speedup.png", "fast_p.png", "compile_time.png"):
         assert (out / name).stat().st_size > 0

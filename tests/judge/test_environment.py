@@ -1,0 +1,116 @@
+"""What the judge must not blame on a problem or a candidate: a model that cannot run in float64 (the oracle
+re-check is skipped and the tolerance table stands), a reference out of memory (an environment failure),
+a stale build lock left by a killed build; and how timing is reported (alternating rounds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelwright.errors import EnvironmentFailure, ProblemLoadError
+from kernelwright.judge import evaluate, evaluate_reference
+from kernelwright.judge.build import exclusive_build_dir
+from kernelwright.judge.session import MIN_ROUNDS, _settled
+from kernelwright.judge.timing import combine_rounds
+from tests.judge.corpus import CPU_OPTIONS
+
+# forward makes a float32 tensor of its own: the float64 copy of the model fails on it.
+FLOAT32_INSIDE = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(16, 16)
+
+    def forward(self, x):
+        scale = torch.full((16, 16), 0.5, dtype=torch.float32)
+        return self.linear(x) @ scale
+
+def get_inputs():
+    return [torch.randn(8, 16)]
+
+def get_init_inputs():
+    return []
+'''
+
+CANDIDATE = '''
+import torch
+
+class ModelNew(Model):
+    def forward(self, x):
+        return super().forward(x) + OFFSET
+'''
+
+OUT_OF_MEMORY = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+
+def get_inputs():
+    return [torch.randn(4)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _files(tmp_path: Path, offset: str) -> tuple[Path, Path]:
+    problem, candidate = tmp_path / "problem.py", tmp_path / "candidate.py"
+    problem.write_text(FLOAT32_INSIDE)
+    candidate.write_text(FLOAT32_INSIDE + CANDIDATE.replace("OFFSET", offset))
+    return problem, candidate
+
+
+def test_a_model_that_cannot_run_in_float64_is_judged_by_the_table(tmp_path: Path):
+    problem, candidate = _files(tmp_path, "1e-2")
+    verdict = evaluate(problem, candidate, CPU_OPTIONS)
+    assert verdict["status"] == "mismatch"
+    assert "no float64 re-check: the model does not run in float64" in verdict["detail"]
+    problem, candidate = _files(tmp_path, "0.0")
+    assert evaluate(problem, candidate, CPU_OPTIONS)["status"] == "correct"
+
+
+def test_a_reference_out_of_memory_is_an_environment_failure(tmp_path: Path):
+    problem = tmp_path / "problem.py"
+    problem.write_text(OUT_OF_MEMORY)
+    with pytest.raises(EnvironmentFailure) as caught:
+        evaluate_reference(problem, CPU_OPTIONS)
+    assert caught.value.cause == "oom" and not isinstance(caught.value, ProblemLoadError)
+
+
+def test_candidate_and_eager_are_timed_in_rounds(tmp_path: Path):
+    problem, candidate = _files(tmp_path, "0.0")
+    verdict = evaluate(problem, candidate, CPU_OPTIONS)
+    timings = verdict["timings"]
+    assert timings["candidate"]["rounds"] == timings["eager"]["rounds"] >= MIN_ROUNDS
+    assert verdict["speedup_vs_eager"] == pytest.approx(
+        timings["eager"]["median_ms"] / timings["candidate"]["median_ms"], rel=1e-3)
+    assert set(verdict["memory"]) == {"reference_peak_bytes", "candidate_peak_bytes"}
+
+
+def _round(ms: float) -> dict:
+    return {"median_ms": ms, "iqr_ms": 0.01, "n": 10, "wall_median_ms": ms, "disagrees": False}
+
+
+def test_rounds_settle_when_the_ratios_agree():
+    steady = {"candidate": [_round(1.0)] * 3, "eager": [_round(2.0), _round(2.01), _round(1.99)]}
+    assert _settled(steady)
+    noisy = {"candidate": [_round(1.0)] * 3, "eager": [_round(2.0), _round(2.4), _round(1.99)]}
+    assert not _settled(noisy) and not _settled({"candidate": [_round(1.0)], "eager": [_round(1.0)]})
+    combined = combine_rounds([_round(1.0), _round(5.0), _round(1.02)])
+    assert combined["median_ms"] == 1.02 and combined["rounds"] == 3  # one disturbed round is outvoted
+    assert combined["round_spread"] == pytest.approx(4.0 / 1.02)
+
+
+def test_a_stale_torch_build_lock_is_removed_under_ours(tmp_path: Path):
+    stale = tmp_path / "gelu_ext" / "lock"
+    stale.parent.mkdir()
+    stale.write_text("")  # left by a build the judge killed: torch would wait on it forever
+    with exclusive_build_dir(str(tmp_path)):
+        assert not stale.exists()
