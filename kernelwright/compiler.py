@@ -1,49 +1,72 @@
-"""The pipeline of `kernelwright optimize` (docs/architecture.md):
+"""The pipeline of `kernelwright optimize` (docs/architecture.md), one straight line:
 
-    capture → rewrite → plan → render → [no GPU: nvcc check] → emit
-                                      → [GPU: build → measure groups → drop losers] → emit → judge
+    capture → rewrite → variants (layouts) → per variant: plan → render → [no GPU: nvcc check]
+                                                                        → [GPU: build → measure groups]
+             → [GPU: rank the variants by a quick timing → judge the best; the next if it fails] → emit
 
-A graph with 2-D/3-D convolutions is compiled twice on a GPU: as captured (NCHW) and after the
-channels-last layout pass (`rewrite/layout.py`, `OptimizeOptions.layout`); the faster judged file is kept.
+A graph with 2-D/3-D convolutions has two variants on a GPU: as captured (NCHW) and after the channels-last
+layout pass (`rewrite/layout.py`, `OptimizeOptions.layout`). Both are built (at once) and measured; the faster
+by a quick timing of the whole plan is judged first, so one judge run decides in the usual case.
 
-Every stage reports to a callback (the CLI's progress display). Whatever goes wrong with a kernel costs
-only that kernel (its group falls back to ATen); whatever cannot be fixed that way (capture fails, no
-kernel survives, the judge rejects the file or finds it slower than eager) gives the whole-model
-fallback, a ModelNew that keeps Model's forward. So the emitted file is never incorrect or slower than
-eager beyond noise, when verified.
+Every stage reports to a callback (the CLI's progress display) and its seconds go to `result.stage_seconds`.
+Whatever goes wrong with a kernel costs only that kernel (its group falls back to ATen); whatever cannot be
+fixed that way (capture fails, no kernel survives, the judge finds the file incorrect or slower than eager)
+gives the whole-model fallback, a ModelNew that keeps Model's forward. So the emitted file is never
+incorrect or slower than eager beyond noise, when verified.
+
+A failure of the machine rather than the code (out of GPU memory while other processes hold it, a build that
+fails outside the compiler, a judge timeout while the GPU is shared) is never written into the file as a
+fallback: `optimize` retries once, then raises `EnvironmentFailure`, unless `allow_unverified` asks for the
+compiled file marked "NOT verified: <cause>".
+
+CPU-heavy stages hold the machine lock's work class (`gpulock.cpu_work`), so no timing on this machine runs
+beside them.
 
 Derived weights (parameter-only subgraphs a rewrite leaves, `rewrite.hoistable_nodes`) are planned apart
-from the per-call steps and computed once by the emitted module. They are a gain of their own (the
-GEMM → GEMV rewrite leaves a per-call matrix-vector product and a reduced weight), so a plan that has them
-is emitted and judged even when no kernel survives.
+from the per-call steps and computed by the emitted module. They are a gain of their own (the GEMM → GEMV
+rewrite leaves a per-call matrix-vector product and a reduced weight), so a plan that has them is emitted
+and judged even when no kernel survives.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from kernelwright.codegen.binding import assemble
-from kernelwright.codegen.build import BuildError, CompileCheck, build_extension, nvcc_check
+from kernelwright.codegen.build import (
+    BuildError,
+    Built,
+    CompileCheck,
+    build_extension,
+    is_compiler_error,
+    nvcc_check,
+)
 from kernelwright.codegen.kernel import KernelSource
 from kernelwright.codegen.registry import render_group
 from kernelwright.emit import EmitInfo, emit_fallback, emit_module
 from kernelwright.environment import cache_dir, nvcc_path
-from kernelwright.errors import CaptureError
+from kernelwright.errors import CaptureError, EnvironmentFailure
 from kernelwright.fuse.plan import FusedGroup, FusionPlan, plan_fusion
+from kernelwright.gpulock import cpu_work, gpu_timing, gpu_work
 from kernelwright.ir.graph import Graph, Node
 from kernelwright.problem import Problem
 
 # The judged speedup must reach 1 / (1 + SPEED_NOISE): slower than that is "slower than eager".
 SPEED_NOISE = 0.03
+# Memory held by other processes above which an out-of-memory or a timeout is the machine's state.
+SHARED_GPU_BYTES = 2 << 30
+RETRY_PAUSE_S = 10.0
 
 # (stage, "start" | "done" | "skip", one-line detail, seconds when done)
 StageCallback = Callable[[str, str, str, "float | None"], None]
@@ -58,6 +81,9 @@ class OptimizeOptions:
     # Convolutions: "auto" compiles both layouts on a GPU and keeps the faster verified file (without a GPU,
     # or with --no-verify, NCHW); "nchw" or "channels_last" forces one (rewrite/layout.py).
     layout: str = "auto"
+    # After an environment failure that persists: emit the compiled file marked "NOT verified: <cause>"
+    # instead of raising EnvironmentFailure.
+    allow_unverified: bool = False
 
 
 @dataclass
@@ -70,6 +96,7 @@ class OptimizeResult:
     fallback_reason: str | None = None
     compile_check: CompileCheck | None = None
     build_seconds: float | None = None
+    build_steps: tuple = ()             # (ninja target, seconds) of the kept variant's build
     group_reports: list = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)       # "kernel or group: why it fell back to ATen"
     verdict: dict | None = None
@@ -86,43 +113,82 @@ class OptimizeResult:
             return self.verdict.get("speedup_vs_eager")
         return None
 
+    def profile(self) -> dict:
+        """Where the time went: seconds per stage, the build's steps, the judge's phases."""
+        return {"stages": dict(self.stage_seconds), "build_steps": dict(self.build_steps),
+                "judge": dict((self.verdict or {}).get("profile") or {})}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to compile the rewritten graph (a layout), carried through the stages as a value."""
+
+    layout: str
+    graph: Graph
+    derived: tuple[Node, ...] = ()           # roots of the derived weights (rewrite.hoistable_nodes)
+    plan: FusionPlan | None = None
+    kernels: tuple[KernelSource, ...] = ()   # the kernels of plan.groups, in order
+    built: tuple[KernelSource, ...] = ()     # the kernels in the built extension (a superset of `kernels`)
+    dropped: tuple[str, ...] = ()
+    reports: tuple = ()
+    build: Built | None = None
+    compile_check: CompileCheck | None = None
+
+    def keep(self, kernels: list[KernelSource], plan: FusionPlan, dropped: list[str]) -> Variant:
+        return replace(self, kernels=tuple(kernels), plan=plan, dropped=self.dropped + tuple(dropped))
+
 
 class _Stages:
-    def __init__(self, callback: StageCallback | None, result_seconds: dict[str, float]):
+    def __init__(self, callback: StageCallback | None, result_seconds: dict[str, float], prefix: str = ""):
         self.callback = callback or (lambda stage, event, detail, seconds: None)
         self.seconds = result_seconds
+        self.prefix = prefix
 
     @contextmanager
-    def run(self, stage: str) -> Iterator[list[str]]:
-        """Times a stage; the body may append a one-line summary to the yielded list."""
+    def run(self, stage: str, cpu: bool = False) -> Iterator[list[str]]:
+        """Times a stage (`cpu`: heavy CPU work, never beside a timing); the body may append a one-line
+        summary to the yielded list."""
+        stage = self.prefix + stage
         detail: list[str] = []
         self.callback(stage, "start", "", None)
         start = time.perf_counter()
-        yield detail
-        self.seconds[stage] = time.perf_counter() - start
-        self.callback(stage, "done", detail[0] if detail else "", self.seconds[stage])
+        with cpu_work() if cpu else nullcontext():
+            yield detail
+        self.seconds[stage] = round(self.seconds.get(stage, 0.0) + time.perf_counter() - start, 3)
+        self.callback(stage, "done", detail[0] if detail else "", time.perf_counter() - start)
 
     def skip(self, stage: str, why: str) -> None:
-        self.callback(stage, "skip", why, None)
+        self.callback(self.prefix + stage, "skip", why, None)
+
+    def under(self, prefix: str) -> _Stages:
+        return _Stages(self.callback, self.seconds, prefix)
 
 
 def optimize(problem: Problem, options: OptimizeOptions = OptimizeOptions(),
              on_stage: StageCallback | None = None) -> OptimizeResult:
-    return _Pipeline(problem, options, on_stage).run()
+    """Compile `problem`. An environment failure is retried once (after a pause, so that what held the GPU
+    may finish); if it persists it is raised, or with `allow_unverified` the file is emitted unverified."""
+    try:
+        return _Pipeline(problem, options, on_stage, last_try=False).run()
+    except EnvironmentFailure as exc:
+        if on_stage:
+            on_stage("retry", "skip", f"environment failure ({exc}); trying once more", None)
+        time.sleep(RETRY_PAUSE_S)
+    return _Pipeline(problem, options, on_stage, last_try=True).run()
 
 
 class _Pipeline:
-    def __init__(self, problem: Problem, options: OptimizeOptions, on_stage: StageCallback | None):
+    def __init__(self, problem: Problem, options: OptimizeOptions, on_stage: StageCallback | None,
+                 last_try: bool = True):
         self.problem = problem
         self.options = options
-        self.on_stage = on_stage
         self.result = OptimizeResult(source="", verification="")
         self.stages = _Stages(on_stage, self.result.stage_seconds)
-        self.last_emit: tuple | None = None    # how `result.source` was made, to redo it with more notes
+        self.unverified_ok = options.allow_unverified and last_try
 
     def run(self) -> OptimizeResult:
         result, stages = self.result, self.stages
-        with stages.run("capture") as note:
+        with stages.run("capture", cpu=True) as note:
             from kernelwright.capture import capture
 
             try:
@@ -131,174 +197,231 @@ class _Pipeline:
                 note.append("failed")
                 return self.fallback(f"capture failed: {exc}")
             note.append(f"{sum(not n.is_leaf for n in result.graph.nodes())} nodes")
-        with stages.run("rewrite") as note:
+        with stages.run("rewrite", cpu=True) as note:
             result.graph, result.rewrite_log, derived = _rewrite(result.graph)
             note.append(f"{len(result.rewrite_log.events)} rewrites" if result.rewrite_log else "skipped")
-        return self.choose_layout(derived)
+        measured = torch.cuda.is_available() and self.options.verify
+        variants = [self.lower(v) for v in self.variants(result.graph, derived, measured)]
+        if not measured:
+            return self.unverified(variants[0])
+        return self.verify(variants)
 
-    def choose_layout(self, derived: list[Node]) -> OptimizeResult:
-        """Compile the rewritten graph; where it has convolutions, also (or instead) in channels-last
-        layout, and keep the faster verified file."""
+    # ------------------------------------------------------------------------------------------ variants
+
+    def variants(self, graph: Graph, derived: list[Node], measured: bool) -> list[Variant]:
+        """The layouts worth compiling: NCHW, channels-last, or both (a choice measured on a GPU)."""
         from kernelwright.rewrite.layout import channels_last, has_layout_choice
 
-        graph, options = self.result.graph, self.options
-        choice = has_layout_choice(graph)
-        measured = torch.cuda.is_available() and options.verify
-        if not choice or options.layout == "nchw" or (options.layout == "auto" and not measured):
-            if choice and options.layout == "auto":
-                self.result.notes.append("layout: NCHW (the channels-last variant is only tried where it "
-                                         "can be measured: on a GPU, verified)")
-            return self.compile(derived)
-        other = _Pipeline(self.problem, options, _prefixed(self.on_stage, "[channels-last] "))
-        other.result.rewrite_log = self.result.rewrite_log
-        with other.stages.run("layout") as note:
+        layout, nchw = self.options.layout, Variant("nchw", graph, tuple(derived))
+        if not has_layout_choice(graph) or layout == "nchw":
+            return [nchw]
+        if layout == "auto" and not measured:
+            self.result.notes.append("layout: NCHW (the channels-last variant is only tried where it can be "
+                                     "measured: on a GPU, verified)")
+            return [nchw]
+        with self.stages.run("layout", cpu=True) as note:
             try:
-                other.result.graph, layout_log = channels_last(graph)
+                other, layout_log = channels_last(graph)
             except Exception as exc:  # a layout bug must cost the variant, not the problem
                 note.append("failed")
                 self.result.notes.append(f"layout: NCHW (the channels-last pass failed: "
                                          f"{type(exc).__name__}: {exc})")
-                return self.compile(derived)
-            other.result.layout = "channels_last"
+                return [nchw]
             note.append(f"{len(layout_log.events)} rewrites")
         from kernelwright.rewrite import hoistable_nodes
 
-        variant = other.compile(hoistable_nodes(other.result.graph))
-        if options.layout == "channels_last":
-            return variant
-        base = self.compile(derived)
-        ours, theirs = base.speedup, variant.speedup
-        text = f"NCHW {_judged(base)}, channels-last {_judged(variant)}"
-        winner = other if theirs is not None and (ours is None or theirs > ours) else self
-        winner.result.notes.append(f"layout: {winner.result.layout} kept (judged vs eager: {text})")
-        winner.redo_emit()
-        return winner.result
+        last = Variant("channels_last", other, tuple(hoistable_nodes(other)))
+        return [last] if layout == "channels_last" else [nchw, last]
 
-    def compile(self, derived: list[Node]) -> OptimizeResult:
-        """Plan, render, then build, measure and judge on a GPU (or compile-check without one): the stages
-        after the rewrite, on `result.graph`."""
-        result, stages = self.result, self.stages
-        with stages.run("plan") as note:
-            plan = plan_fusion(result.graph, derived=derived)
+    def lower(self, variant: Variant) -> Variant:
+        """Plan and render one variant (no GPU needed)."""
+        stages = self.stages.under("" if variant.layout == "nchw" else "[channels-last] ")
+        with stages.run("plan", cpu=True) as note:
+            plan = plan_fusion(variant.graph, derived=list(variant.derived))
             aten_steps = len(plan.steps) - len(plan.groups)
             note.append(f"{len(plan.groups)} fused group(s), {aten_steps} ATen step(s)"
                         + (f", {len(plan.derived)} derived weight(s)" if plan.derived else ""))
-        with stages.run("render") as note:
-            plan, kernels = _render(plan, result.dropped)
+        with stages.run("render", cpu=True) as note:
+            dropped: list[str] = []
+            plan, kernels = _render(plan, dropped)
             note.append(f"{len(kernels)} kernel(s)")
-        result.plan = plan
-        if not kernels and not plan.derived:
-            return self.fallback("no fusable group: every op stays an ATen call")
-        if not torch.cuda.is_available():
-            return self.without_gpu(plan, kernels)
+        kernels = tuple(kernels)
+        return replace(variant, plan=plan, kernels=kernels, built=kernels, dropped=tuple(dropped))
+
+    # --------------------------------------------------------------------------------------- without GPU
+
+    def unverified(self, variant: Variant) -> OptimizeResult:
+        if not variant.kernels and not variant.plan.derived:
+            return self.fallback("no fusable group: every op stays an ATen call", variant)
         if not self.options.verify:
-            stages.skip("verify", "--no-verify")
-            return self.emit(plan, kernels, "not verified (--no-verify)")
-        return self.with_gpu(plan, kernels)
-
-    def emit(self, plan: FusionPlan, kernels: list[KernelSource], verification: str) -> OptimizeResult:
-        self.result.plan = plan
-        self.result.verification = verification
-        sources = assemble(kernels)
-        self.result.source = emit_module(self.problem.source, self.info(verification), plan, sources)
-        self.last_emit = (self.emit, (plan, kernels, verification))
-        return self.result
-
-    def fallback(self, reason: str) -> OptimizeResult:
-        self.result.fallback_reason = reason
-        self.result.verification = "not needed: ModelNew is Model"
-        self.result.source = emit_fallback(self.problem.source, self.info(self.result.verification), reason)
-        self.last_emit = (self.fallback, (reason,))
-        return self.result
-
-    def redo_emit(self) -> None:
-        """Write `result.source` again (the same file, with the notes added since)."""
-        if self.last_emit is not None:
-            method, args = self.last_emit
-            method(*args)
-
-    def info(self, verification: str) -> EmitInfo:
-        notes = (*self.result.notes, *(f"fell back to ATen: {d}" for d in self.result.dropped))
-        return EmitInfo(self.problem.id, self.options.allow_tf32, verification, notes)
-
-    def without_gpu(self, plan: FusionPlan, kernels: list[KernelSource]) -> OptimizeResult:
-        if not kernels:
+            self.stages.skip("verify", "--no-verify")
+            return self.emit(variant, "not verified (--no-verify)")
+        if not variant.kernels:
             self.stages.skip("nvcc check", "no kernels")
             checked = "no CUDA sources"
         elif nvcc_path() is None:
             self.stages.skip("nvcc check", "nvcc not found")
             checked = "CUDA sources not compile-checked (no nvcc)"
         else:
-            with self.stages.run("nvcc check") as note:
-                plan, kernels, check = _checked(plan, kernels, self.result.dropped)
-                self.result.compile_check = check
+            with self.stages.run("nvcc check", cpu=True) as note:
+                dropped: list[str] = []
+                plan, kernels, check = _checked(variant.plan, list(variant.kernels), dropped)
+                variant = replace(variant.keep(kernels, plan, dropped), built=tuple(kernels),
+                                  compile_check=check)
                 note.append(f"{'ok' if check.ok else 'failed'} in {check.seconds:.1f} s")
-            if not kernels:
-                return self.fallback("no generated kernel compiled")
+            if not variant.kernels:
+                return self.fallback("no generated kernel compiled", variant)
             checked = "CUDA sources compile-checked with nvcc"
         self.stages.skip("verify", "no CUDA GPU")
-        return self.emit(plan, kernels, f"NOT verified: no CUDA GPU where this was generated ({checked})")
+        return self.emit(variant, f"NOT verified: no CUDA GPU where this was generated ({checked})")
 
-    def with_gpu(self, plan: FusionPlan, kernels: list[KernelSource]) -> OptimizeResult:
-        result = self.result
-        if kernels:
-            kept = self.build_and_measure(plan, kernels)
-            if isinstance(kept, OptimizeResult):
-                return kept
-            plan, kernels = kept
-        if not kernels and not plan.derived:
-            return self.fallback("no kernel was both correct and faster than ATen")
-        self.emit(plan, kernels, "being judged")
-        with self.stages.run("judge") as note:
-            result.verdict = _judge(self.problem, result.source, self.options)
-            note.append(_verdict_line(result.verdict))
-        verdict = result.verdict
-        if verdict["status"] != "correct":
-            return self.fallback(f"the judge found the compiled file {verdict['status']}: "
-                                 f"{verdict['detail']}")
-        speedup = verdict.get("speedup_vs_eager")
-        if speedup is not None and speedup < 1 / (1 + SPEED_NOISE):
-            return self.fallback(f"the compiled file was slower than eager ({speedup:.2f}x)")
-        device = torch.cuda.get_device_name()
-        return self.emit(plan, kernels, f"verified on {device}: {_verdict_line(verdict)}")
+    # ------------------------------------------------------------------------------------------ with GPU
 
-    def build_and_measure(self, plan: FusionPlan, kernels: list[KernelSource]
-                          ) -> tuple[FusionPlan, list[KernelSource]] | OptimizeResult:
-        """The plan and kernels that build and beat ATen (rebuilt without the others), or the fallback
-        result when nothing builds."""
+    def verify(self, variants: list[Variant]) -> OptimizeResult:
+        """Build and measure every variant, then judge them best first; keep the first that passes."""
+        variants = self.build_all(variants)
+        live = [v for v in variants if v.kernels or v.plan.derived]
+        if not live:
+            reasons = {"no fusable group: every op stays an ATen call" if not v.built else
+                       "no kernel was both correct and faster than ATen" for v in variants}
+            return self.fallback("; ".join(sorted(reasons)), variants[0])
+        if len(live) > 1:
+            live = self.rank(live)
+        failures = []
+        for variant in live:
+            verdict = self.judge(variant)
+            if verdict is None:  # the environment failed and an unverified file was asked for
+                return self.result
+            speedup = verdict.get("speedup_vs_eager")
+            if verdict["status"] != "correct":
+                failures.append(f"the judge found the compiled file {verdict['status']}: {verdict['detail']}")
+            elif speedup is not None and speedup < 1 / (1 + SPEED_NOISE):
+                failures.append(f"the compiled file was slower than eager ({speedup:.2f}x)")
+            else:
+                device = torch.cuda.get_device_name()
+                return self.emit(variant, f"verified on {device}: {_verdict_line(verdict)}")
+        return self.fallback("; ".join(failures), live[0])
+
+    def build_all(self, variants: list[Variant]) -> list[Variant]:
+        """Build the variants' extensions at once (the compilers of one run in parallel with the other's),
+        then measure each group against ATen."""
+        with self.stages.run("build", cpu=True) as note:
+            with ThreadPoolExecutor(max_workers=len(variants)) as pool:
+                variants = list(pool.map(self.build, variants))
+            note.append(", ".join(f"{v.build.name} in {v.build.seconds:.1f} s" for v in variants if v.build)
+                        or "nothing to build")
+        measured = []
+        for variant in variants:
+            if not variant.build:
+                measured.append(variant)
+                continue
+            stages = self.stages.under("" if variant.layout == "nchw" else "[channels-last] ")
+            with stages.run("measure") as note:
+                variant = self.measure(variant)
+                note.append(f"{len(variant.kernels)} of {len(variant.reports)} kernel(s) kept")
+            measured.append(variant)
+        return measured
+
+    def build(self, variant: Variant) -> Variant:
+        """The variant with its extension built; kernels that do not compile dropped (nvcc alone is fast)."""
+        if not variant.kernels:
+            return variant
+        try:
+            return replace(variant, build=_build(list(variant.kernels)))
+        except BuildError:
+            dropped: list[str] = []
+            plan, kernels, _ = _checked(variant.plan, list(variant.kernels), dropped)
+            variant = replace(variant.keep(kernels, plan, dropped), built=tuple(kernels))
+            if not kernels:
+                return variant
+            try:
+                return replace(variant, build=_build(kernels))
+            except BuildError as again:
+                for group in list(plan.groups):
+                    plan = plan.without(group)
+                return replace(variant.keep([], plan, [f"build failed: {again}"]), built=())
+
+    def measure(self, variant: Variant) -> Variant:
+        """Keep the groups whose kernel is correct and not slower than ATen; the extension stays as built."""
         from kernelwright.tune import measure_groups
 
+        try:
+            reports = measure_groups(variant.plan, variant.kernels, variant.build.module, self.problem,
+                                     self.options.seeds)
+        except torch.OutOfMemoryError as exc:
+            raise EnvironmentFailure(f"out of GPU memory while measuring the kernels: {_first_line(exc)}",
+                                     cause="oom") from exc
+        plan, kept, dropped = variant.plan, [], []
+        for group, kernel, report in zip(list(variant.plan.groups), variant.kernels, reports, strict=True):
+            if report.keep:
+                kept.append(kernel)
+                continue
+            why = report.detail if not report.correct else \
+                f"slower than ATen ({report.kernel_ms:.3f} ms vs {report.aten_ms:.3f} ms)"
+            dropped.append(f"{report.kernel}: {why}")
+            plan = plan.without(group)
+        return replace(variant.keep(kept, plan, dropped), reports=tuple(reports))
+
+    def rank(self, variants: list[Variant]) -> list[Variant]:
+        """Variants fastest first, by a quick timing of each whole plan on the problem's inputs (the judge,
+        which takes far longer, then runs on the winner)."""
+        with self.stages.run("rank") as note:
+            times = [_time_plan(v, self.problem) for v in variants]
+            note.append(", ".join(f"{v.layout} {t:.3f} ms" for v, t in zip(variants, times, strict=True)))
+        order = sorted(range(len(variants)), key=lambda i: times[i])
+        self.result.notes.append("layout: " + ", ".join(
+            f"{variants[i].layout} {times[i]:.3f} ms" for i in order) + " (whole plan, timed before judging)")
+        return [variants[i] for i in order]
+
+    def judge(self, variant: Variant) -> dict | None:
+        """The judge's verdict on the emitted file of `variant`; an environment failure raised (or, where
+        allowed, the unverified file emitted and None returned)."""
+        source = self.emit(variant, "being judged").source
+        with self.stages.run("judge") as note:
+            verdict = _judge(self.problem, source, self.options)
+            note.append(_verdict_line(verdict))
+        self.result.verdict = verdict
+        if verdict["status"] in ("oom", "timeout") and _gpu_shared():
+            cause = (f"the judge's run ended in {verdict['status']} while other processes held "
+                     f"{_others_gib():.1f} GiB of GPU memory")
+            if self.unverified_ok:
+                self.emit(variant, f"NOT verified: {cause} (environment failure; --allow-unverified)")
+                return None
+            raise EnvironmentFailure(cause, cause=verdict["status"])
+        return verdict
+
+    # -------------------------------------------------------------------------------------------- emit
+
+    def emit(self, variant: Variant, verification: str) -> OptimizeResult:
         result = self.result
-        with self.stages.run("build") as note:
-            try:
-                built = build_extension(assemble(kernels))
-            except BuildError as first:
-                # Find the kernels that do not compile (nvcc alone is fast), drop them, build once more.
-                plan, kernels, _ = _checked(plan, kernels, result.dropped)
-                if not kernels:
-                    return self.fallback(f"build failed: {first}")
-                try:
-                    built = build_extension(assemble(kernels))
-                except BuildError as second:
-                    return self.fallback(f"build failed: {second}")
-            result.build_seconds = built.seconds
-            note.append(f"{built.name} in {built.seconds:.1f} s")
-        with self.stages.run("measure") as note:
-            reports = measure_groups(plan, kernels, built.module, self.problem, self.options.seeds)
-            result.group_reports = reports
-            for group, report in zip(list(plan.groups), reports, strict=True):
-                if not report.keep:
-                    why = report.detail if not report.correct else \
-                        f"slower than ATen ({report.kernel_ms:.3f} ms vs {report.aten_ms:.3f} ms)"
-                    result.dropped.append(f"{report.kernel}: {why}")
-                    plan = plan.without(group)
-            kernels = [k for k, r in zip(kernels, reports, strict=True) if r.keep]
-            note.append(f"{len(kernels)} of {len(reports)} kernel(s) kept")
-        if kernels and len(kernels) < len(reports):
-            with self.stages.run("rebuild") as note:
-                result.build_seconds = build_extension(assemble(kernels)).seconds
-                note.append(f"{result.build_seconds:.1f} s")
-        return plan, kernels
+        result.plan, result.layout, result.verification = variant.plan, variant.layout, verification
+        result.graph = variant.graph
+        result.dropped, result.group_reports = list(variant.dropped), list(variant.reports)
+        result.compile_check = variant.compile_check
+        if variant.build:
+            result.build_seconds, result.build_steps = variant.build.seconds, variant.build.steps
+        # Kernels that lost to ATen stay in the extension when some kernel is called (the verified build,
+        # loaded from the cache); with none called there is nothing to build.
+        built = list(variant.built) if variant.kernels else []
+        sources = assemble(built)
+        result.source = emit_module(self.problem.source, self.info(variant, verification), variant.plan,
+                                    sources, called=list(variant.kernels))
+        return result
+
+    def fallback(self, reason: str, variant: Variant | None = None) -> OptimizeResult:
+        result = self.result
+        result.fallback_reason = reason
+        result.verification = "not needed: ModelNew is Model"
+        if variant is not None:
+            result.plan, result.dropped = variant.plan, list(variant.dropped)
+            result.group_reports = list(variant.reports)
+        result.source = emit_fallback(self.problem.source, self.info(variant, result.verification), reason)
+        return result
+
+    def info(self, variant: Variant | None, verification: str) -> EmitInfo:
+        dropped = variant.dropped if variant else ()
+        notes = (*self.result.notes, *(f"fell back to ATen: {d}" for d in dropped))
+        return EmitInfo(self.problem.id, self.options.allow_tf32, verification, notes)
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -326,6 +449,25 @@ def _render(plan: FusionPlan, dropped: list[str]) -> tuple[FusionPlan, list[Kern
     return plan, kernels
 
 
+def _build(kernels: list[KernelSource]) -> Built:
+    """Build once more when a build fails outside the compiler (a full disk, a killed compiler): a second
+    failure of that kind is the environment's (EnvironmentFailure); a compiler error is the code's
+    (BuildError)."""
+    sources = assemble(kernels)
+    try:
+        return build_extension(sources)
+    except BuildError as first:
+        if is_compiler_error(str(first)):
+            raise
+    try:
+        return build_extension(sources)
+    except BuildError as second:
+        if is_compiler_error(str(second)):
+            raise
+        raise EnvironmentFailure(f"the build failed twice, not in the compiler: {second}",
+                                 cause="build") from second
+
+
 def _checked(plan: FusionPlan, kernels: list[KernelSource], dropped: list[str]
              ) -> tuple[FusionPlan, list[KernelSource], CompileCheck]:
     """nvcc on the whole CUDA unit; when it fails, on each kernel alone, dropping those that fail."""
@@ -344,6 +486,27 @@ def _checked(plan: FusionPlan, kernels: list[KernelSource], dropped: list[str]
     return plan, kept, check
 
 
+def _time_plan(variant: Variant, problem: Problem, runs: int = 10) -> float:
+    """Median ms of one run of the variant's whole plan (its kept kernels, ATen for the rest); infinity when
+    it fails (an OOM, a kernel error), so that it ranks last: the judge would reject it anyway."""
+    from kernelwright.fuse.plan import execute_plan
+    from kernelwright.tune import time_ms
+
+    device = torch.device("cuda")
+    module = variant.build.module if variant.build else None
+    groups = zip(variant.plan.groups, variant.kernels, strict=True)
+    calls = {id(g): getattr(module, k.name) for g, k in groups}
+    try:
+        with torch.no_grad(), gpu_work():
+            model, inputs = problem.build_model(0, device), problem.inputs(0, device)
+        run = functools.partial(execute_plan, variant.plan, inputs, model, device,
+                                lambda group, args: calls[id(group)](args))
+        with torch.no_grad(), gpu_timing():
+            return time_ms(run, runs=runs, warmup=2)
+    except RuntimeError:
+        return float("inf")
+
+
 def _judge(problem: Problem, source: str, options: OptimizeOptions) -> dict:
     from kernelwright.judge import JudgeOptions, evaluate
 
@@ -360,6 +523,22 @@ def _judge(problem: Problem, source: str, options: OptimizeOptions) -> dict:
         Path(handle.name).unlink(missing_ok=True)
 
 
+def _others_gib() -> float:
+    """GiB of this GPU's memory held by other processes (ours subtracted; about 0.5 GiB of it is our own
+    CUDA context)."""
+    free, total = torch.cuda.mem_get_info()
+    return (total - free - torch.cuda.memory_reserved()) / 2**30
+
+
+def _gpu_shared() -> bool:
+    return _others_gib() * 2**30 > SHARED_GPU_BYTES
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _verdict_line(verdict: dict) -> str:
     if verdict["status"] != "correct":
         return f"{verdict['status']}: {verdict['detail']}"
@@ -371,18 +550,6 @@ def _verdict_line(verdict: dict) -> str:
         text += (f", {speedup:.2f}x vs eager ({ours.get('median_ms', float('nan')):.3f} ms vs "
                  f"{eager.get('median_ms', float('nan')):.3f} ms)")
     return text
-
-
-def _judged(result: OptimizeResult) -> str:
-    if result.fallback_reason:
-        return "fell back to Model's forward"
-    return f"{result.speedup:.2f}x" if result.speedup is not None else "not verified"
-
-
-def _prefixed(callback: StageCallback | None, prefix: str) -> StageCallback | None:
-    if callback is None:
-        return None
-    return lambda stage, event, detail, seconds: callback(prefix + stage, event, detail, seconds)
 
 
 def _group_label(group: FusedGroup) -> str:

@@ -19,6 +19,7 @@ exactly what the emitted file builds. Choices, for compile time and for many pro
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 import tempfile
 import time
@@ -189,10 +190,22 @@ class Built:
     module: object
     name: str
     seconds: float
+    steps: tuple[tuple[str, float], ...] = ()   # (ninja target, seconds), or (("cached", s),) for a warm load
 
 
 class BuildError(KernelwrightError):
     """The generated sources did not compile (a kernelwright bug: please report it with the log)."""
+
+
+# A compiler's own error lines (nvcc `file.cu(37): error`, gcc `file.cpp:6:47: error`, the linker): a build
+# that failed without one failed for another reason (disk, a killed compiler, the toolchain itself).
+_COMPILER_ERROR = re.compile(r"(\(\d+\)|:\d+(:\d+)?): (fatal )?error\b|undefined reference to|\berror: ",
+                             re.IGNORECASE)
+
+
+def is_compiler_error(message: str) -> bool:
+    """Whether a build failure is the compiler rejecting the sources (as opposed to the environment)."""
+    return bool(_COMPILER_ERROR.search(message))
 
 
 def build_extension(sources: ExtensionSources) -> Built:
@@ -207,7 +220,22 @@ def build_extension(sources: ExtensionSources) -> Built:
                                                  str(cache_dir()))
     except Exception as exc:
         raise BuildError(f"building {name} failed: {_first_errors(str(exc))}") from exc
-    return Built(module, name, seconds)
+    return Built(module, name, seconds, _build_steps(module, seconds))
+
+
+def _build_steps(module: object, seconds: float) -> tuple[tuple[str, float], ...]:
+    """What a build spent its time on, from ninja's log in the staging folder (a fresh build's library is
+    loaded from there); a library loaded from the cache was not built."""
+    library = Path(getattr(module, "__file__", "") or "")
+    log = library.parent / ".ninja_log"
+    if library.parent.name != "staging" or not log.is_file():
+        return (("cached", round(seconds, 3)),)
+    steps = []
+    for line in log.read_text().splitlines():
+        fields = line.split("\t")
+        if len(fields) >= 4 and fields[0].isdigit() and fields[1].isdigit():
+            steps.append((fields[3], round((int(fields[1]) - int(fields[0])) / 1000, 3)))
+    return tuple(steps)
 
 
 @dataclass(frozen=True)

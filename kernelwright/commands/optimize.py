@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -26,8 +28,14 @@ def register(subparsers) -> None:
     parser.add_argument("--allow-tf32", action="store_true",
                         help="allow TF32 in GEMM/conv kernels (recorded in the header; off by default)")
     parser.add_argument("--layout", choices=("auto", "nchw", "channels_last"), default="auto",
-                        help="layout of 2-D/3-D convolutions: auto builds and judges both on a GPU and keeps "
-                             "the faster (NCHW without one)")
+                        help="layout of 2-D/3-D convolutions: auto builds both on a GPU, times them and "
+                             "keeps the faster that the judge passes (NCHW without one)")
+    parser.add_argument("--allow-unverified", action="store_true",
+                        help="when verification fails for the machine's sake (GPU memory held by other "
+                             "processes, a build or judge failure outside the code) even after a retry, "
+                             "write the compiled file marked NOT verified instead of exiting with code 4")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="write where the time went (seconds per stage, build step, judge phase) as JSON")
     parser.set_defaults(func=run)
 
 
@@ -37,7 +45,9 @@ def run(args) -> int:
     if output.resolve() == Path(problem.path).resolve():
         raise UsageError(f"-o {output} would overwrite the problem file")
     console = Console(stderr=True, highlight=False)
-    options = OptimizeOptions(verify=not args.no_verify, allow_tf32=args.allow_tf32, layout=args.layout)
+    options = OptimizeOptions(verify=not args.no_verify, allow_tf32=args.allow_tf32, layout=args.layout,
+                              allow_unverified=args.allow_unverified)
+    started = time.perf_counter()
     console.print(f"[bold]optimize[/] {escape(problem.id)}")
     with console.status("starting") as status:
         def on_stage(stage: str, event: str, detail: str, seconds: float | None) -> None:
@@ -50,9 +60,12 @@ def run(args) -> int:
 
         result = optimize(problem, options, on_stage)
     output.write_text(result.source)
+    profile = {"problem": problem.id, "seconds": round(time.perf_counter() - started, 3), **result.profile()}
+    if args.profile:
+        Path(args.profile).write_text(json.dumps(profile, indent=1) + "\n")
     _summary(console, result, output)
     if args.explain:
-        _explain(Console(highlight=False), result)
+        _explain(Console(highlight=False), result, profile)
     return 0
 
 
@@ -72,7 +85,7 @@ def _summary(console: Console, result: OptimizeResult, output: Path) -> None:
     console.print(f"wrote [bold]{escape(str(output))}[/]")
 
 
-def _explain(console: Console, result: OptimizeResult) -> None:
+def _explain(console: Console, result: OptimizeResult, profile: dict) -> None:
     if result.graph is not None:
         console.rule("IR after rewrites")
         console.print(escape(str(result.graph)))
@@ -88,3 +101,7 @@ def _explain(console: Console, result: OptimizeResult) -> None:
             timing = (f"{report.kernel_ms:.3f} ms vs ATen {report.aten_ms:.3f} ms"
                       if report.kernel_ms is not None else report.detail)
             console.print(f"{'keep' if report.keep else 'drop'}  {report.kernel}: {escape(timing)}")
+    console.rule(f"where the time went: {profile['seconds']:.1f} s")
+    for section in ("stages", "build_steps", "judge"):
+        for name, seconds in profile[section].items():
+            console.print(f"{section:<12} {escape(name):<40} {seconds:8.2f} s")

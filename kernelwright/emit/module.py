@@ -43,22 +43,28 @@ class EmitInfo:
     notes: tuple[str, ...] = ()
 
 
-def emit_module(problem_source: str, info: EmitInfo, plan: FusionPlan, sources: ExtensionSources) -> str:
-    """The ModelNew file for `plan`; `sources.kernels` are the rendered groups, in `plan.groups` order."""
+def emit_module(problem_source: str, info: EmitInfo, plan: FusionPlan, sources: ExtensionSources,
+                called: Sequence[KernelSource] | None = None) -> str:
+    """The ModelNew file for `plan`. `called` are the kernels of `plan.groups`, in order (default: all of
+    `sources.kernels`); the extension may hold more (kernels that were built and measured but lost to ATen:
+    the file keeps the very extension that was verified, so it loads from the cache instead of a rebuild)."""
     groups = plan.groups
-    if len(groups) != len(sources.kernels):
-        raise ValueError(f"{len(groups)} fused groups but {len(sources.kernels)} kernel sources")
-    kernels = {id(g): k for g, k in zip(groups, sources.kernels, strict=True)}
+    called = list(sources.kernels if called is None else called)
+    if len(groups) != len(called):
+        raise ValueError(f"{len(groups)} fused groups but {len(called)} kernel sources")
+    kernels = {id(g): k for g, k in zip(groups, called, strict=True)}
+    uncalled = [k.name for k in sources.kernels if all(k is not c for c in called)]
     header = _header(info, [
         f"fused: {len(groups)} kernel(s), {sum(isinstance(s, AtenStep) for s in plan.steps)} ATen step(s)",
-        *(f"  {k.name}: {' -> '.join(n.op for n in g.nodes)}" for g, k in zip(groups, sources.kernels,
-                                                                                strict=True)),
+        *(f"  {k.name}: {' -> '.join(n.op for n in g.nodes)}" for g, k in zip(groups, called, strict=True)),
+        *([f"built but not called (measured no faster than ATen): {', '.join(uncalled)}"]
+          if uncalled else []),
         *([f"derived weights: {len(plan.derived)} value(s) computed once from "
            f"{', '.join(_derived_sources(plan)) or 'constants'}, recomputed when those change"]
           if plan.derived else []),
-    ], builds=bool(groups))
+    ], builds=bool(sources.kernels))
     parts = [header, problem_source.rstrip() + "\n", GENERATED_BANNER]
-    if groups:
+    if sources.kernels:
         parts += [_sources_block(sources), BUILD_SOURCE.strip() + "\n", _build_block(sources)]
     if plan.derived:
         parts.append(DERIVED_CACHE_SOURCE.strip() + "\n")

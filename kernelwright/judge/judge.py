@@ -246,6 +246,7 @@ class Judge:
             "trials": [],
             "timings": {"candidate": None, "eager": None, "compile": None},
             "memory": {"reference_peak_bytes": None, "candidate_peak_bytes": None},
+            "profile": {},  # seconds per phase: reference_s (overlaps build_s), build_s, trials_s, timing_s
             "speedup_vs_eager": None,
             "speedup_vs_compile": None,
             "flags": {

@@ -75,13 +75,17 @@ class CandidateSession:
                 "protected": protected_paths(self.judge.problem),
             }
         )
+        profile = self.verdict["profile"]
+        started = time.monotonic()
         if not options.compile_only:
             # The reference loads while the candidate builds (it needs no GPU time for that).
             self.judge._start_reference()
             self.judge._reference_request({"op": "reset"})
             self.verdict["env"] = self.judge._env
             self.verdict["seeds"] = self.judge._seeds()
+            profile["reference_s"] = round(time.monotonic() - started, 3)
         build = self.worker.receive(options.build_timeout_s)
+        profile["build_s"] = round(time.monotonic() - started, 3)
         self.verdict["build_seconds"] = round(build.get("build_seconds", 0.0), 3)
         if build.get("status") == "build_error":
             raise Failed("build_error", trim_build_log(build.get("log", "")))
@@ -93,15 +97,19 @@ class CandidateSession:
             return "builds", f"{extensions} extension(s) compiled{note}"
 
         self.phase = "run"
-        deadline = time.monotonic() + options.run_timeout_s
+        started = time.monotonic()
+        deadline = started + options.run_timeout_s
         for trial in self.judge._trials:
             self._run_trial(trial, deadline)
+        profile["trials_s"] = round(time.monotonic() - started, 3)
         # Custom kernels are seen at runtime (calls into a built extension); Triton only in the source.
         self.flags["no_custom_kernel"] = (
             self.custom_calls == 0 and "triton.jit" not in self.source_file.read_text()
         )
         if options.timing:
+            started = time.monotonic()
             self._time(deadline)
+            profile["timing_s"] = round(time.monotonic() - started, 3)
         return "correct", self._summary()
 
     def _left(self, deadline: float) -> float:

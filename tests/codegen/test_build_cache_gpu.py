@@ -1,0 +1,51 @@
+"""The build cache under concurrency on the GPU: 8 processes import overlapping emitted ModelNew files into
+one cold cache at once (each import builds or loads the file's extension), as bench tasks, judge workers and
+a user's own imports do; every one must load every extension and find its kernels."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernelwright.compiler import OptimizeOptions, optimize
+from kernelwright.problem import load_shrunk
+
+pytestmark = pytest.mark.gpu
+
+PROBLEMS = ["level1/01_ReLU", "level1/23_Softmax", "level2/16_LinearSwishScaleClamp"]
+
+IMPORTER = """
+import importlib.util, random, sys
+paths = sys.argv[1:]
+random.shuffle(paths)
+for path in paths:
+    spec = importlib.util.spec_from_file_location("emitted_" + str(abs(hash(path))), path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    called = [line.split("_kw_ext.")[1].split("(")[0] for line in open(path) if "_kw_ext." in line]
+    assert called and all(callable(getattr(module._kw_ext, name)) for name in called), path
+print("ok")
+"""
+
+
+def test_eight_processes_import_overlapping_emitted_files(tmp_path: Path):
+    files = []
+    for problem_id in PROBLEMS:
+        result = optimize(load_shrunk(problem_id), OptimizeOptions(verify=False))
+        assert result.fallback_reason is None, result.fallback_reason
+        path = tmp_path / f"{problem_id.replace('/', '_')}.py"
+        path.write_text(result.source)
+        files.append(str(path))
+    env = {**os.environ, "KERNELWRIGHT_CACHE": str(tmp_path / "cache")}
+    procs = [subprocess.Popen([sys.executable, "-c", IMPORTER, *(files if i % 2 else files[:2])],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+             for i in range(8)]
+    for proc in procs:
+        out, _ = proc.communicate(timeout=900)
+        assert proc.returncode == 0 and out.strip().endswith("ok"), out[-3000:]
+    published = list((tmp_path / "cache" / "builds").glob("kw_*/kw_*.so"))
+    assert len(published) == len(PROBLEMS), published
