@@ -33,16 +33,18 @@ from __future__ import annotations
 import functools
 import importlib.util
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from kernelwright import result_cache
 from kernelwright.codegen.binding import assemble
 from kernelwright.codegen.build import (
     BuildError,
@@ -165,16 +167,42 @@ class _Stages:
 
 
 def optimize(problem: Problem, options: OptimizeOptions = OptimizeOptions(),
-             on_stage: StageCallback | None = None) -> OptimizeResult:
+             on_stage: StageCallback | None = None, cache: bool = False) -> OptimizeResult:
     """Compile `problem`. An environment failure is retried once (after a pause, so that what held the GPU
-    may finish); if it persists it is raised, or with `allow_unverified` the file is emitted unverified."""
+    may finish); if it persists it is raised, or with `allow_unverified` the file is emitted unverified.
+    `cache`: reuse (and store) the result of an identical earlier run (`result_cache.py`)."""
+    key = _result_key(problem, options) if cache else None
+    entry = result_cache.load(key) if key else None
+    if entry is not None:
+        if on_stage:
+            on_stage("cache", "skip", f"the result of an identical run ({entry['result']['verification']})",
+                     None)
+        return OptimizeResult(**entry["result"])
     try:
-        return _Pipeline(problem, options, on_stage, last_try=False).run()
+        result = _Pipeline(problem, options, on_stage, last_try=False).run()
     except EnvironmentFailure as exc:
         if on_stage:
             on_stage("retry", "skip", f"environment failure ({exc}); trying once more", None)
         time.sleep(RETRY_PAUSE_S)
-    return _Pipeline(problem, options, on_stage, last_try=True).run()
+        result = _Pipeline(problem, options, on_stage, last_try=True).run()
+    if key and "(environment failure" not in result.verification:
+        result_cache.store(key, {"result": {name: getattr(result, name) for name in CACHED_FIELDS}})
+    return result
+
+
+# What a cached result keeps (plain data); the graph, plan and reports are not stored.
+CACHED_FIELDS = ("source", "verification", "fallback_reason", "build_seconds", "build_steps", "dropped",
+                 "verdict", "stage_seconds", "layout", "notes")
+
+
+def _result_key(problem: Problem, options: OptimizeOptions) -> str:
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        device = f"cuda:{torch.cuda.get_device_name()}:sm{major}{minor}"
+    else:
+        device = f"cpu:nvcc={nvcc_path() is not None}"
+    return result_cache.cache_key(problem.source, problem.constants, asdict(options), torch.__version__,
+                                  device)
 
 
 class _Pipeline:
@@ -278,8 +306,22 @@ class _Pipeline:
     # ------------------------------------------------------------------------------------------ with GPU
 
     def verify(self, variants: list[Variant]) -> OptimizeResult:
-        """Build and measure every variant, then judge them best first; keep the first that passes."""
+        """Build and measure every variant, then judge them best first; keep the first that passes. The
+        judge's reference process starts (imports, loads the problem, draws inputs) while we build."""
+        from kernelwright.judge import Judge
+
+        self.judge_session = Judge(self.problem.path, _judge_options(self.options))
+        starting = threading.Thread(target=self.judge_session.prepare, daemon=True)
+        starting.start()
+        try:
+            return self.judged(variants, starting)
+        finally:
+            starting.join()
+            self.judge_session.close()
+
+    def judged(self, variants: list[Variant], starting: threading.Thread) -> OptimizeResult:
         variants = self.build_all(variants)
+        starting.join()
         live = [v for v in variants if v.kernels or v.plan.derived]
         if not live:
             reasons = {"no fusable group: every op stays an ATen call" if not v.built else
@@ -378,7 +420,7 @@ class _Pipeline:
         allowed, the unverified file emitted and None returned)."""
         source = self.emit(variant, "being judged").source
         with self.stages.run("judge") as note:
-            verdict = _judge(self.problem, source, self.options)
+            verdict = _judge(self.judge_session, source)
             note.append(_verdict_line(verdict))
         self.result.verdict = verdict
         if verdict["status"] in ("oom", "timeout") and _gpu_shared():
@@ -507,18 +549,21 @@ def _time_plan(variant: Variant, problem: Problem, runs: int = 10) -> float:
         return float("inf")
 
 
-def _judge(problem: Problem, source: str, options: OptimizeOptions) -> dict:
-    from kernelwright.judge import JudgeOptions, evaluate
+def _judge_options(options: OptimizeOptions):
+    """The judge as the bench runs it, but shorter timing: optimize only asks "not slower than eager?", and
+    the bench times the kept file in full. No torch.compile baseline (tens of seconds per problem)."""
+    from kernelwright.judge import JudgeOptions
 
+    return JudgeOptions(trials=options.judge_trials, compile_baseline=False, min_runs=30, min_time_s=0.3)
+
+
+def _judge(judge, source: str) -> dict:
     folder = cache_dir() / "optimize"
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", suffix=".py", dir=folder, delete=False) as handle:
         handle.write(source)
     try:
-        # No torch.compile baseline: the decision is against eager, and compiling the reference costs
-        # tens of seconds per problem.
-        judge_options = JudgeOptions(trials=options.judge_trials, compile_baseline=False)
-        return evaluate(problem.path, handle.name, judge_options)
+        return judge.evaluate(handle.name)
     finally:
         Path(handle.name).unlink(missing_ok=True)
 

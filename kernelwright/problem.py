@@ -55,7 +55,17 @@ class Problem:
         return list(self._call("get_init_inputs"))
 
     def inputs(self, seed: int = DEFAULT_SEED, device: str | torch.device | None = None) -> list:
-        """`get_inputs()` under `seed`, moved to `device` when given."""
+        """`get_inputs()` under `seed`, on `device` when given. For a CUDA device the tensors are drawn there
+        directly (torch's CPU generator fills ~1e8 values/s on one core: seconds per gigabyte, every trial),
+        unless `get_inputs` cannot run that way; then on the CPU and moved. The values depend on the seed
+        and on where they are drawn: a caller comparing two runs draws both on the same device."""
+        if device is not None and torch.device(device).type == "cuda":
+            torch.manual_seed(seed)
+            try:
+                with torch.device(device):
+                    return to_device(list(self._call("get_inputs")), device)
+            except ProblemLoadError:
+                pass  # e.g. get_inputs converts through numpy: draw on the CPU below
         torch.manual_seed(seed)
         values = list(self._call("get_inputs"))
         return to_device(values, device) if device is not None else values

@@ -34,6 +34,9 @@ def register(subparsers) -> None:
                         help="when verification fails for the machine's sake (GPU memory held by other "
                              "processes, a build or judge failure outside the code) even after a retry, "
                              "write the compiled file marked NOT verified instead of exiting with code 4")
+    parser.add_argument("--fresh", action="store_true",
+                        help="run every stage even when an identical earlier run's result is cached "
+                             "($KERNELWRIGHT_CACHE/results; --explain always runs fresh)")
     parser.add_argument("--profile", metavar="FILE",
                         help="write where the time went (seconds per stage, build step, judge phase) as JSON")
     parser.set_defaults(func=run)
@@ -55,10 +58,12 @@ def run(args) -> int:
                 status.update(f"{stage} ...")
             elif event == "done":
                 console.print(f"  [green]✓[/] {stage:<11} {escape(detail)} [dim]{seconds:.1f} s[/]")
+            elif stage == "cache":
+                console.print(f"  [green]✓[/] {stage:<11} {escape(detail)} (--fresh runs every stage)")
             else:
                 console.print(f"  [yellow]-[/] {stage:<11} skipped: {escape(detail)}")
 
-        result = optimize(problem, options, on_stage)
+        result = optimize(problem, options, on_stage, cache=not (args.fresh or args.explain))
     output.write_text(result.source)
     profile = {"problem": problem.id, "seconds": round(time.perf_counter() - started, 3), **result.profile()}
     if args.profile:

@@ -14,6 +14,8 @@ the reference is loaded and timed once.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import tempfile
 import time
@@ -22,7 +24,7 @@ from pathlib import Path
 import torch
 
 from kernelwright.environment import collect_environment
-from kernelwright.errors import EnvironmentFailure, ProblemLoadError, UsageError
+from kernelwright.errors import EnvironmentFailure, KernelwrightError, ProblemLoadError, UsageError
 from kernelwright.judge import tensorfile
 from kernelwright.judge.build import build_root
 from kernelwright.judge.extract import forbidden_imports, read_candidate
@@ -49,6 +51,7 @@ STATUSES = (
 )
 DEFAULT_OPTIONS = JudgeOptions()
 REFERENCE_TIMEOUT_S = 600.0  # the reference is trusted code; this only bounds a broken problem
+SHM, SHM_MIN_FREE = "/dev/shm", 32 << 30
 
 
 class Judge:
@@ -68,7 +71,7 @@ class Judge:
                              "(pure-PyTorch candidates) or --compile-only (build CUDA sources without a GPU)")
         self.options = options
         self.problem: Problem = load_shrunk(problem) if options.shrink else load_problem(problem)
-        self.workdir = Path(tempfile.mkdtemp(prefix="kernelwright-judge-"))
+        self.workdir = Path(tempfile.mkdtemp(prefix="kernelwright-judge-", dir=scratch_dir()))
         self.init_inputs_path = self.workdir / "init_inputs.pt"
         tensorfile.save(self.problem.init_inputs(), self.init_inputs_path)
         self._reference: WorkerProcess | None = None
@@ -140,8 +143,17 @@ class Judge:
                 # Out of memory is the machine's state (a candidate or another task holds the GPU), not a
                 # verdict on the problem: the caller retries with the GPU to itself.
                 raise EnvironmentFailure(f"{detail} (other processes held GPU memory)", cause="oom")
+            if "No space left on device" in str(reply.get("detail")):
+                full = f"{detail} (the judge's scratch folder {self.workdir.parent} is full)"
+                raise EnvironmentFailure(full, cause="disk")
             raise ProblemLoadError(detail)
         return reply
+
+    def prepare(self) -> None:
+        """Start the reference process and load the problem now (e.g. while the candidate is being built);
+        a failure here is raised again by the first `evaluate`, which starts it anew."""
+        with contextlib.suppress(KernelwrightError):
+            self._start_reference()
 
     def reference_timings(self, eager: bool = True) -> dict:
         """{"eager": stats, "compile": stats or None}, each measured once per Judge (`eager=False`: only
@@ -263,6 +275,16 @@ class Judge:
             "tolerance": {"preset": options.tolerance, "table": describe_tolerance(options.tolerance)},
             "options": {k: getattr(options, k) for k in options.__dataclass_fields__},
         }
+
+
+def scratch_dir(min_free: int = SHM_MIN_FREE) -> str | None:
+    """Where the judge's processes exchange tensors: shared memory (/dev/shm) when it has room, so that a
+    trial's gigabytes of inputs and outputs are not written to disk; else the temp folder (None)."""
+    try:
+        stats = os.statvfs(SHM)
+    except OSError:
+        return None
+    return SHM if stats.f_bavail * stats.f_frsize >= min_free and os.access(SHM, os.W_OK) else None
 
 
 def _finish(verdict: dict, status: str, detail: str, started: float) -> dict:

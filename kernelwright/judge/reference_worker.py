@@ -17,7 +17,7 @@ from kernelwright.judge.inputs import PERTURBED_PARAMS, Trial, apply_distributio
 from kernelwright.judge.outputs import aliases, flatten
 from kernelwright.judge.perturb import perturbed_state_dict
 from kernelwright.judge.timing import measure
-from kernelwright.problem import load_problem, to_device
+from kernelwright.problem import load_problem
 
 
 class ReferenceWorker:
@@ -38,7 +38,7 @@ class ReferenceWorker:
         self.problem = load_problem(command["problem"], command.get("overrides") or None)
         if self.device == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("--device cuda but CUDA is not available here (use --device cpu)")
-        base = self.problem.inputs(command["seed"] + 1)
+        base = self.problem.inputs(command["seed"] + 1, self.device)
         self.plan = plan_trials(base, command["trials"], command["seed"], command["extra_distributions"],
                                 command.get("perturb_params", False))
         return {"ok": True, "trials": [t.to_json() for t in self.plan], "env": collect_environment()}
@@ -53,7 +53,8 @@ class ReferenceWorker:
         return {"ok": True}
 
     def trial_inputs(self, trial: Trial) -> list:
-        return apply_distribution(self.problem.inputs(trial.seed), trial.distribution)
+        """The trial's inputs, drawn on the judged device (the candidate reads the same values from file)."""
+        return apply_distribution(self.problem.inputs(trial.seed, self.device), trial.distribution)
 
     def op_trial(self, command: dict) -> dict:
         trial = self.plan[command["index"]]
@@ -67,10 +68,9 @@ class ReferenceWorker:
             model.load_state_dict(state, strict=True)
             state_path = self.workdir / f"state_{trial.index}.pt"
             tensorfile.save(state, state_path)
-        cpu_inputs = self.trial_inputs(trial)
+        inputs = self.trial_inputs(trial)
         path = self.workdir / f"inputs_{trial.index}.pt"
-        tensorfile.save(cpu_inputs, path)
-        inputs = to_device(cpu_inputs, self.device)
+        tensorfile.save(inputs, path)
         buffers = dict(model.named_buffers())
         versions = {name: b._version for name, b in buffers.items()}
         in_versions = [t._version if isinstance(t, torch.Tensor) else None for t in inputs]
@@ -120,7 +120,7 @@ class ReferenceWorker:
         try:
             exact = copy.deepcopy(model).double()
             inputs = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-                      for t in to_device(self.trial_inputs(trial), self.device)]
+                      for t in self.trial_inputs(trial)]
             with torch.no_grad():
                 return exact(*inputs), ""
         except (RuntimeError, TypeError, ValueError) as exc:  # torch.OutOfMemoryError is a RuntimeError
@@ -131,7 +131,7 @@ class ReferenceWorker:
         """Time eager Model (or torch.compile(Model)) on the first trial's inputs. With `locked`, the judge
         holds the timing lock around a series of these (candidate and eager in turn)."""
         if self.timing_inputs is None:
-            self.timing_inputs = to_device(self.trial_inputs(self.plan[0]), self.device)
+            self.timing_inputs = self.trial_inputs(self.plan[0])
         inputs, model = self.timing_inputs, self.model
         with torch.no_grad():
             if command["which"] == "compile":
