@@ -8,6 +8,7 @@ import ast
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,17 +19,17 @@ from kernelwright.codegen.binding import assemble
 from kernelwright.codegen.registry import render_group
 from kernelwright.emit import EmitInfo, emit_fallback, emit_module
 from kernelwright.fuse.plan import plan_fusion, run_group_with_aten
-from kernelwright.problem import load_shrunk
+from kernelwright.problem import load_problem, load_shrunk
 from kernelwright.rewrite import hoistable_nodes, rewrite_graph
 
 PROBLEMS = ["level1/05_SiLU", "level1/28_BatchNorm2dTrain", "level3/01_MLP",
             "level3/08_SqueezeExcitationBlock"]
 
 
-def emitted(problem_id: str, rewrite: bool = False):
-    """The emitted file; with `rewrite`, of the rewritten graph with its derived weights hoisted (as
-    `optimize` does)."""
-    problem = load_shrunk(problem_id)
+def emitted(problem_id: str | Path, rewrite: bool = False):
+    """The emitted file (a bundled problem shrunk, or a problem file at full size); with `rewrite`, of the
+    rewritten graph with its derived weights hoisted (as `optimize` does)."""
+    problem = load_shrunk(problem_id) if isinstance(problem_id, str) else load_problem(problem_id)
     graph = capture(problem)
     if rewrite:
         graph, _ = rewrite_graph(graph)
@@ -184,3 +185,17 @@ def test_a_plan_without_kernels_builds_nothing(tmp_path):
     assert not kernels and plan.derived
     assert "load_inline" not in source and "_kw_ext" not in source
     assert "derived weights: 1 value(s) from weight, computed by ATen on every call" in source
+
+
+GPU_PROBLEM = Path(__file__).parent / "problems" / "weights_and_streams.py"
+
+
+def test_the_gpu_problem_covers_every_kind_of_state():
+    """What tests/emit/test_weights_and_streams_gpu.py relies on: kept 3xTF32 weight splits, derived weights
+    read by a 3xTF32 GEMM, a split-row reduction, a softmax and a pointwise kernel."""
+    _, plan, kernels, source = emitted(GPU_PROBLEM, rewrite=True)
+    assert source.count("kw_tf32x3::cached_split(") == 2 and plan.derived
+    families = [g.family for g in plan.groups]
+    assert families.count("gemm") == 3 and "pointwise" in families
+    reductions = [g.config[0] for g in plan.groups if g.family == "reduction"]
+    assert sorted(spec.split for spec in reductions) == [False, True]

@@ -15,7 +15,8 @@ from torch import nn
 
 def value_like(t: torch.Tensor, seed: int) -> torch.Tensor:
     """New values for `t`: Gaussian noise at the magnitude of its current values."""
-    noise = torch.randn(t.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    generator = torch.Generator(device=t.device).manual_seed(seed)
+    noise = torch.randn(t.shape, generator=generator, device=t.device, dtype=torch.float64)
     scale = t.detach().abs().double().mean().item() + 1e-3 if t.numel() else 1.0
     return (noise * scale).to(device=t.device, dtype=t.dtype)
 
