@@ -23,7 +23,8 @@ CPU-heavy stages hold the machine lock's work class (`gpulock.cpu_work`), so no 
 beside them.
 
 Derived weights (parameter-only subgraphs a rewrite leaves, `rewrite.hoistable_nodes`) are planned apart
-from the per-call steps and computed by the emitted module. They are a gain of their own (the GEMM → GEMV
+from the per-call steps and computed by ATen at the top of the emitted forward (every call: no write to a
+parameter can leave them stale). They are a gain of their own (the GEMM → GEMV
 rewrite leaves a per-call matrix-vector product and a reduced weight), so a plan that has them is emitted
 and judged even when no kernel survives.
 """

@@ -67,7 +67,8 @@ def test_output_may_not_overwrite_the_problem(tmp_path):
 
 def test_derived_weights_alone_are_worth_emitting(tmp_path):
     """level2/03 rewrites to a GEMV on a reduced weight: no kernel is left per call, yet the file is
-    emitted (the reduced weight is computed once), runs without a GPU and follows weight changes."""
+    emitted (the reduced weight is computed per call by ATen), runs without a GPU and follows weight
+    changes."""
     problem = load_shrunk("level2/03_GemmDivideSumScale")
     result = optimize(problem)
     assert result.fallback_reason is None and not result.plan.groups and result.plan.derived

@@ -60,7 +60,8 @@ def test_an_identical_run_is_served_from_the_result_cache(tmp_path, monkeypatch,
 
 
 def test_the_cache_key_covers_source_options_device_and_code(monkeypatch):
-    base = dict(source="x", constants={}, options={"layout": "auto"}, torch_version="2.11", device="cuda:H100")
+    base = dict(source="x", constants={}, options={"layout": "auto"}, torch_version="2.11",
+                device="cuda:H100")
     key = result_cache.cache_key(**base)
     for name, other in (("source", "y"), ("constants", {"n": 4}), ("options", {"layout": "nchw"}),
                         ("torch_version", "2.12"), ("device", "cpu")):

@@ -10,8 +10,11 @@ three products are ONE TF32 GEMM of depth 3K over the operands concatenated alon
 The tensor cores accumulate all 3K terms in FP32, so the result matches an FP32 GEMM's accuracy (better
 than cuBLAS's FP32 SIMT kernels at large K, measured in `bench/kernels/bench_gemm.py`) while running on the
 TF32 units: about 3x their FP32 rate / 3. The split is a bandwidth-bound kernel of ours (reads an operand
-once, writes it three times); a parameter's split (an `nn.Linear` weight) is cached by the binding and
-redone only when the parameter changes (its version counter moves or its storage is replaced). The GEMM
+once, writes it three times). A parameter's split (an `nn.Linear` weight) is kept by the binding, with a
+64-bit fingerprint per 4096-element tile of the values it was made from; every call's split kernel reads
+the parameter, and re-splits only the tiles whose fingerprint changed. So no write goes unseen (writes
+through `param.data` move no version counter), with no host sync, for one read of the weight per call
+(an 8192x8192 weight: 0.27 GB against the split's 1.07 GB). The GEMM
 epilogue (bias, activations, residuals) runs as one elementwise pass over the product, with the same
 `NAME_epilogue` function as the CUTLASS kernels.
 
@@ -52,28 +55,129 @@ __device__ __forceinline__ void split(float x, float& big, float& small) {
   small = x - b;       // exact (Sterbenz: b is within a factor 2 of x)
 }
 
+constexpr int kThreads = 256;
+constexpr int kTile = 4096;    // elements: one block's step, and the unit of a cached split's fingerprints
+
+// One element's part of its tile's fingerprint (`j`: its position in the tile): a 32-bit bijective mix of
+// its bits (multiply-xorshift: every input bit reaches every output bit) times an odd key per position,
+// summed over the tile mod 2^64. One changed element always changes the sum (a nonzero difference below
+// 2^32 times an odd key below 2^32 is not 0 mod 2^64); several collide with a chance near 2^-64.
+__device__ __forceinline__ unsigned long long fingerprint_term(unsigned bits, unsigned j) {
+  unsigned a = (bits ^ (j * 0x9E3779B9u)) * 0x85EBCA6Bu;
+  a ^= a >> 15;
+  a *= 0xC2B2AE35u;
+  a ^= a >> 13;
+  return static_cast<unsigned long long>(a) * ((j * 0x632BE5ABu) | 1u);
+}
+
+// Whether this tile's stored fingerprint equals the block's sum of `term` plus `salt`; `print` gets that
+// fingerprint. The salt is the cached split's own (unique per cache entry), so words left in reused memory
+// by another entry, or never written, match no tile: no zeroing, so no ordering with the stream that made
+// the entry. Block-uniform: thread 0 reads the stored word once (another stream's launch may store it
+// meanwhile) and shares its answer.
+__device__ __forceinline__ bool tile_unchanged(unsigned long long term, unsigned long long salt,
+                                               const unsigned long long* stored, unsigned long long& print) {
+  __shared__ unsigned long long warps[kThreads / 32];
+  __shared__ unsigned long long shared_print;
+  __shared__ bool same;
+  for (int m = 16; m > 0; m >>= 1) term += __shfl_xor_sync(0xffffffffu, term, m);
+  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = term;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long sum = 0;
+    for (int w = 0; w < kThreads / 32; ++w) sum += warps[w];
+    shared_print = sum + salt;
+    same = *reinterpret_cast<const volatile unsigned long long*>(stored) == shared_print;
+  }
+  __syncthreads();      // the next tile's writes to the shared words wait for every thread's reads here
+  print = shared_print;
+  return same;
+}
+
+// r, l and c (in elements) of vector i of a [batch, rows, cols] matrix; 32-bit division where it fits.
+template <typename Index>
+__device__ __forceinline__ void coordinates(long long i, long long per_row, int rows, int vec, long long& l,
+                                            long long& r, long long& c) {
+  const Index rest = static_cast<Index>(i) / static_cast<Index>(per_row);
+  c = static_cast<long long>(static_cast<Index>(i) - rest * static_cast<Index>(per_row)) * vec;
+  l = static_cast<long long>(rest / static_cast<Index>(rows));
+  r = static_cast<long long>(rest) - l * rows;
+}
+
 // src [batch, rows, cols] (unit column stride) -> dst, dense: [batch, rows, 3 * cols] when K runs along the
 // columns, else [batch, 3 * rows, cols]. Block `part` holds the small halves when bit `part` of `smalls`
-// is set.
-template <int VEC>
-__global__ void __launch_bounds__(256) split_kernel(const float* __restrict__ src, long long ld, long long bs,
-                                                    int rows, int cols, long long vectors, int along_cols,
-                                                    int smalls, float* __restrict__ dst) {
+// is set. The source is walked in tiles of kTile consecutive elements (row-major), one per block step.
+// With FINGERPRINTS (a parameter's split, kept across calls), a tile is split only when its fingerprint
+// differs from the one stored for it, which is stored once the tile's writes are visible device-wide: one
+// read of the parameter per call decides, whatever wrote it (writes through `param.data` move no version
+// counter). Two streams refreshing one split at once: a tile either looks changed to both (both write the
+// same values) or is complete when it looks unchanged, so the worst case is a redundant split.
+template <int VEC, bool FINGERPRINTS, typename Index>
+__global__ void __launch_bounds__(kThreads) split_kernel(const float* __restrict__ src, long long ld,
+                                                        long long bs, int rows, int cols, long long elements,
+                                                        int along_cols, int smalls, float* __restrict__ dst,
+                                                        unsigned long long* fingerprints,
+                                                        unsigned long long salt) {
+  constexpr int ITEMS = kTile / (kThreads * VEC);
   const long long per_row = cols / VEC;
-  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors;
-       i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const long long c = (i % per_row) * VEC, rest = i / per_row;
-    const long long r = rest % rows, l = rest / rows;
-    const kw::Vec<float, VEC> x = kw::load_vec<float, VEC>(src + l * bs + r * ld + c);
-    kw::Vec<float, VEC> big, small;
+  const long long tiles = (elements + kTile - 1) / kTile;
+  for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    kw::Vec<float, VEC> x[ITEMS];
+    [[maybe_unused]] unsigned long long term = 0;
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) split(x.v[j], big.v[j], small.v[j]);
+    for (int k = 0; k < ITEMS; ++k) {
+      const int j = (k * kThreads + static_cast<int>(threadIdx.x)) * VEC;
+      const long long e = tile * kTile + j;
+      if (e >= elements) continue;
+      long long l, r, c;
+      coordinates<Index>(e / VEC, per_row, rows, VEC, l, r, c);
+      x[k] = kw::load_vec<float, VEC>(src + l * bs + r * ld + c);
+      if constexpr (FINGERPRINTS) {
 #pragma unroll
-    for (int part = 0; part < 3; ++part) {
-      const long long o = along_cols ? (l * rows + r) * 3 * cols + part * cols + c
-                                     : ((l * 3 + part) * rows + r) * cols + c;
-      kw::store_vec<float, VEC>(dst + o, (smalls >> part) & 1 ? small : big);
+        for (int v = 0; v < VEC; ++v) term += fingerprint_term(__float_as_uint(x[k].v[v]), j + v);
+      }
     }
+    [[maybe_unused]] unsigned long long print = 0;
+    if constexpr (FINGERPRINTS) {
+      if (tile_unchanged(term, salt, fingerprints + tile, print)) continue;
+    }
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      const int j = (k * kThreads + static_cast<int>(threadIdx.x)) * VEC;
+      const long long e = tile * kTile + j;
+      if (e >= elements) continue;
+      long long l, r, c;
+      coordinates<Index>(e / VEC, per_row, rows, VEC, l, r, c);
+      kw::Vec<float, VEC> big, small;
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) split(x[k].v[v], big.v[v], small.v[v]);
+#pragma unroll
+      for (int part = 0; part < 3; ++part) {
+        const long long o = along_cols ? (l * rows + r) * 3 * cols + part * cols + c
+                                       : ((l * 3 + part) * rows + r) * cols + c;
+        kw::store_vec<float, VEC>(dst + o, (smalls >> part) & 1 ? small : big);
+      }
+    }
+    if constexpr (FINGERPRINTS) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) *reinterpret_cast<volatile unsigned long long*>(fingerprints + tile) = print;
+    }
+  }
+}
+
+template <int VEC, bool FINGERPRINTS>
+void launch_split(const float* src, long long ld, long long bs, int rows, int cols, long long elements,
+                  int along_cols, int smalls, float* dst, unsigned long long* fingerprints,
+                  unsigned long long salt, cudaStream_t stream) {
+  const long long tiles = (elements + kTile - 1) / kTile;
+  const unsigned grid = static_cast<unsigned>(kw::grid_size(tiles * kThreads, kThreads, 8));
+  if (elements / VEC < (1ll << 32)) {
+    split_kernel<VEC, FINGERPRINTS, unsigned><<<grid, kThreads, 0, stream>>>(
+        src, ld, bs, rows, cols, elements, along_cols, smalls, dst, fingerprints, salt);
+  } else {
+    split_kernel<VEC, FINGERPRINTS, unsigned long long><<<grid, kThreads, 0, stream>>>(
+        src, ld, bs, rows, cols, elements, along_cols, smalls, dst, fingerprints, salt);
   }
 }
 
@@ -148,19 +252,26 @@ inline Cublas& cublas() {
 
 }  // namespace ${name}_x3
 
+// `fingerprints`: nullptr for a split made anew (an activation, every call); else a parameter's kept split,
+// one word per tile of the source, salted by `salt`, and only the tiles that changed are split again.
 const char* ${name}_split(const float* src, long long ld, long long bs, int batch, int rows, int cols,
-                          int along_cols, int smalls, float* dst, cudaStream_t stream) {
+                          int along_cols, int smalls, float* dst, unsigned long long* fingerprints,
+                          unsigned long long salt, cudaStream_t stream) {
   using namespace ${name}_x3;
   const bool wide = cols % 4 == 0 && ld % 4 == 0 && bs % 4 == 0 &&
                     reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(dst) % 16 == 0;
   const long long elements = static_cast<long long>(batch) * rows * cols;
-  if (wide) {
-    split_kernel<4><<<grid_for(elements / 4), 256, 0, stream>>>(src, ld, bs, rows, cols, elements / 4,
-                                                               along_cols, smalls, dst);
+  if (wide && fingerprints != nullptr) {
+    launch_split<4, true>(src, ld, bs, rows, cols, elements, along_cols, smalls, dst, fingerprints, salt,
+                          stream);
+  } else if (wide) {
+    launch_split<4, false>(src, ld, bs, rows, cols, elements, along_cols, smalls, dst, nullptr, 0, stream);
+  } else if (fingerprints != nullptr) {
+    launch_split<1, true>(src, ld, bs, rows, cols, elements, along_cols, smalls, dst, fingerprints, salt,
+                          stream);
   } else {
-    split_kernel<1><<<grid_for(elements), 256, 0, stream>>>(src, ld, bs, rows, cols, elements, along_cols,
-                                                           smalls, dst);
+    launch_split<1, false>(src, ld, bs, rows, cols, elements, along_cols, smalls, dst, nullptr, 0, stream);
   }
   return last_error();
 }
@@ -261,14 +372,18 @@ def has_epilogue(view: GemmView) -> bool:
 
 _BINDING = Template(r'''
 const char* ${launcher}_split(const float* src, long long ld, long long bs, int batch, int rows, int cols,
-                              int along_cols, int smalls, float* dst, cudaStream_t stream);
+                              int along_cols, int smalls, float* dst, unsigned long long* fingerprints,
+                              unsigned long long salt, cudaStream_t stream);
 const char* ${launcher}_gemm(const float* x, int x_t, long long x_bs, const float* y, int y_t, long long y_bs,
                              float* d, int batch, int m, int n, int k3, int chunks, cudaStream_t stream);
 const char* ${launcher}_finish(${finish_params});
 
 #ifndef KW_TF32X3_DETAIL
 #define KW_TF32X3_DETAIL
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <mutex>
 namespace kw_tf32x3 {
 // An epilogue tensor collapsed to its (L, M, N) extents, dense (copied when it is not).
@@ -278,60 +393,98 @@ inline at::Tensor dense(const at::Tensor& t, int64_t l, int64_t m, int64_t n) {
 }
 
 using split_fn = const char* (*)(const float*, long long, long long, int, int, int, int, int, float*,
-                                 cudaStream_t);
+                                 unsigned long long*, unsigned long long, cudaStream_t);
 
-// `v` [batch, rows, cols] split into a fresh dense [batch, rows, 3 cols] (along_cols) or
-// [batch, 3 rows, cols].
-inline at::Tensor split(split_fn launch, const at::Tensor& source, int64_t batch, int64_t rows, int64_t cols,
-                        bool along_cols, int smalls, const char* kernel) {
+// `source` [batch, rows, cols] split into `out`, dense [batch, rows, 3 cols] (along_cols) or
+// [batch, 3 rows, cols]; with `fingerprints`, only the tiles whose values changed (see NAME_split).
+inline void split_into(split_fn launch, const at::Tensor& source, int64_t batch, int64_t rows, int64_t cols,
+                       bool along_cols, int smalls, at::Tensor& out, unsigned long long* fingerprints,
+                       unsigned long long salt, cudaStream_t stream, const char* kernel) {
   at::Tensor v = source.stride(2) == 1 ? source : source.contiguous();
-  at::Tensor out = along_cols ? at::empty({batch, rows, 3 * cols}, v.options())
-                              : at::empty({batch, 3 * rows, cols}, v.options());
   const char* error = launch(v.data_ptr<float>(), rows == 1 ? cols : v.stride(1),
                              batch == 1 ? 0 : v.stride(0),
                              static_cast<int>(batch), static_cast<int>(rows), static_cast<int>(cols),
-                             along_cols ? 1 : 0, smalls, out.data_ptr<float>(),
-                             c10::cuda::getCurrentCUDAStream().stream());
+                             along_cols ? 1 : 0, smalls, out.data_ptr<float>(), fingerprints, salt, stream);
   KW_CHECK(error == nullptr, kernel, ": ", error == nullptr ? "" : error);
+}
+
+inline at::Tensor empty_split(const at::Tensor& source, int64_t batch, int64_t rows, int64_t cols,
+                              bool along_cols) {
+  return along_cols ? at::empty({batch, rows, 3 * cols}, source.options())
+                    : at::empty({batch, 3 * rows, cols}, source.options());
+}
+
+// An operand that changes every call (an activation): split anew.
+inline at::Tensor split(split_fn launch, const at::Tensor& source, int64_t batch, int64_t rows, int64_t cols,
+                        bool along_cols, int smalls, const char* kernel) {
+  at::Tensor out = empty_split(source, batch, rows, cols, along_cols);
+  split_into(launch, source, batch, rows, cols, along_cols, smalls, out, nullptr, 0,
+             c10::cuda::getCurrentCUDAStream().stream(), kernel);
   return out;
 }
 
-// A parameter's split, kept while the parameter is alive and unchanged (same storage, same version).
+// A parameter's split, kept while the parameter lives, with a fingerprint per tile of the values it was
+// made from. No version counter or pointer decides whether it is current: every call's split kernel reads
+// the parameter and re-splits the tiles whose fingerprint moved, so every write is seen, `param.data.copy_`
+// and slice assignment included, for one read of the weight (no host sync). Shared by all streams: a tile
+// is complete whenever its stored fingerprint matches (see NAME_split).
 struct CacheEntry {
   c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> source;
   const c10::TensorImpl* impl;
-  const void* data;
-  int64_t version;
-  int64_t layout[4];         // rows, cols, along_cols, smalls: one parameter may be split several ways
+  int64_t key[6];                // device, batch, rows, cols, along_cols, smalls (a parameter split 2 ways)
   at::Tensor split;
+  at::Tensor fingerprints;       // one word per tile of 4096 elements (kTile), never initialized
+  unsigned long long salt;       // this entry's own, mixed into its fingerprints
+  cudaStream_t made_on;          // the stream the two tensors were allocated on
 };
 
+// splitmix64: distinct, well-mixed salts from a counter.
+inline unsigned long long next_salt() {
+  static std::atomic<unsigned long long> counter{0};
+  unsigned long long z = (counter.fetch_add(1) + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 inline at::Tensor cached_split(split_fn launch, const at::Tensor& param, const at::Tensor& source,
-                               int64_t batch,
-                               int64_t rows, int64_t cols, bool along_cols, int smalls, const char* kernel) {
+                               int64_t batch, int64_t rows, int64_t cols, bool along_cols, int smalls,
+                               const char* kernel) {
   static std::mutex lock;
-  static std::vector<CacheEntry> entries;
+  static auto* entries = new std::vector<CacheEntry>();     // never destroyed: no CUDA frees at exit
+  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t key[6] = {param.get_device(), batch, rows, cols, along_cols ? 1 : 0, smalls};
   std::lock_guard<std::mutex> hold(lock);
-  const int64_t version = param._version();
-  const int64_t layout[4] = {rows, cols, along_cols ? 1 : 0, smalls};
-  for (size_t i = 0; i < entries.size();) {
-    CacheEntry& e = entries[i];
+  size_t found = SIZE_MAX;
+  for (size_t i = 0; i < entries->size();) {
+    CacheEntry& e = (*entries)[i];
     if (e.source.expired()) {          // the parameter is gone: drop its split
-      entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(i));
+      entries->erase(entries->begin() + static_cast<std::ptrdiff_t>(i));
       continue;
     }
-    if (e.impl == param.unsafeGetTensorImpl() && std::equal(layout, layout + 4, e.layout)) {
-      if (e.data == param.data_ptr() && e.version == version) return e.split;
-      entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(i));   // changed since: redo
-      continue;
-    }
+    if (e.impl == param.unsafeGetTensorImpl() && std::equal(key, key + 6, e.key)) found = i;
     ++i;
   }
-  at::Tensor result = split(launch, source, batch, rows, cols, along_cols, smalls, kernel);
-  using weak_impl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
-  entries.push_back({weak_impl(param.getIntrusivePtr()), param.unsafeGetTensorImpl(), param.data_ptr(),
-                     version, {rows, cols, along_cols ? 1 : 0, smalls}, result});
-  return result;
+  if (found == SIZE_MAX) {
+    using weak_impl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+    const int64_t tiles = (batch * rows * cols + 4095) / 4096;
+    found = entries->size();
+    entries->push_back({weak_impl(param.getIntrusivePtr()), param.unsafeGetTensorImpl(),
+                        {key[0], key[1], key[2], key[3], key[4], key[5]},
+                        empty_split(source, batch, rows, cols, along_cols),
+                        at::empty({tiles}, source.options().dtype(at::kLong)), next_salt(), stream.stream()});
+  }
+  CacheEntry& entry = (*entries)[found];
+  if (entry.made_on != stream.stream()) {
+    // Read here too: the allocator must not hand the memory out again (once the parameter is gone) before
+    // this stream's work on it is done.
+    c10::cuda::CUDACachingAllocator::recordStream(entry.split.storage().data_ptr(), stream);
+    c10::cuda::CUDACachingAllocator::recordStream(entry.fingerprints.storage().data_ptr(), stream);
+  }
+  split_into(launch, source, batch, rows, cols, along_cols, smalls, entry.split,
+             reinterpret_cast<unsigned long long*>(entry.fingerprints.data_ptr<int64_t>()), entry.salt,
+             stream.stream(), kernel);
+  return entry.split;
 }
 }  // namespace kw_tf32x3
 #endif  // KW_TF32X3_DETAIL

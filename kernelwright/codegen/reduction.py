@@ -142,28 +142,21 @@ class _RowKernel:
             else f"{spec.warps_per_row} warp(s)",
             idx_t=self.idx_t, rows=space.rows, length=space.row_length, threads=spec.threads,
             warps=spec.warps_per_row, rows_per_block=rows_per_block, cached=max(1, len(self.cached)),
-            structs="\n\n".join(structs + self._split_globals()), params=", ".join(params),
+            structs="\n\n".join(structs), params=", ".join(params),
             mapping=self._mapping(column), row_offsets="\n".join(self._row_offsets()),
             body="\n".join(body), vec=self.vec, **self._launcher(params, rows_per_block),
         )
-        cpp = binding_source(self.name, self.group.inputs, self.group.outputs)
+        cpp = binding_source(self.name, self.group.inputs, self.group.outputs, workspace=self.spec.split)
         return KernelSource(self.name, cuda, cpp, _ir_comment(self.group))
-
-    def _split_globals(self) -> list[str]:
-        if not self.spec.split:
-            return []
-        rows, blocks = self.spec.space.rows, self.spec.cluster
-        # Per-kernel device globals (zero at load; the counters are reset by each row's last block): one
-        # launch of this kernel at a time per device, which a stream-ordered forward satisfies.
-        return [f"// split rows: each block's partial, and per row how many blocks have stored theirs\n"
-                f"__device__ Pass0 kw_partials[{rows * blocks}];\n"
-                f"__device__ unsigned kw_arrivals[{rows}];"]
 
     def _params(self) -> list[str]:
         ins = [f"const float* __restrict__ in{k}" for k in range(len(self.group.inputs))]
         outs = [f"{'long long' if o.dtype == torch.int64 else 'float'}* __restrict__ out{k}"
                 for k, o in enumerate(self.group.outputs)]
-        return ins + outs
+        # split rows: each block's partial, and per row how many blocks have stored theirs (this launch's
+        # workspace; written and read by different blocks, so not __restrict__)
+        split = ["Pass0* partials", "unsigned* arrivals"] if self.spec.split else []
+        return ins + outs + split
 
     def _out_pos(self, node: Node) -> int:
         return next(k for k, o in enumerate(self.group.outputs) if o is node)
@@ -317,24 +310,23 @@ class _RowKernel:
 
     def _split_combine(self, p: int) -> list[str]:
         """Split rows: each block stores its partial, and the last of the row's blocks to arrive (a
-        counter per row) combines all of them in rank order (the result does not depend on which block
-        is last); the others are done. The last block resets the counter for the next launch."""
+        counter per row, zeroed by the launcher) combines all of them in rank order (the result does not
+        depend on which block is last); the others are done."""
         return ["  {",
                 "    __shared__ bool last;",
                 "    if (t == 0) {",
-                f"      kw_partials[row * CL + rank] = acc{p};",
+                f"      partials[row * CL + rank] = acc{p};",
                 "      __threadfence();",
-                "      last = atomicAdd(&kw_arrivals[row], 1u) == CL - 1;",
+                "      last = atomicAdd(&arrivals[row], 1u) == CL - 1;",
                 "    }",
                 "    __syncthreads();",
                 "    if (!last) return;",
                 "    __threadfence();",
                 f"    Pass{p} mine = Pass{p}::init();",
                 "    for (int i = t; i < CL; i += STEP)",
-                "      mine.combine(kw::load_cg(&kw_partials[row * CL + i]));",
+                "      mine.combine(kw::load_cg(&partials[row * CL + i]));",
                 f"    __shared__ Pass{p} combine_scratch[THREADS / 32];",
                 f"    acc{p} = kw::group_reduce<WARPS>(mine, combine_scratch);",
-                "    if (t == 0) kw_arrivals[row] = 0;",
                 "  }"]
 
     def _output_pass(self) -> list[str]:
@@ -358,14 +350,17 @@ class _RowKernel:
             [f"out{k}" for k in range(len(self.group.outputs))]
         aligned = " && ".join(f"kw::is_aligned<float4>({p})" for p in pointers) or "true"
         full_row = rows_per_block * max(1, len(self.cached)) * spec.space.row_length * 4
-        fields = dict(name=self.name, params=", ".join(params), args=args, cluster=spec.cluster,
+        entry_params = params[:-2] if spec.split else params      # the split's two come from the workspace
+        fields = dict(name=self.name, params=", ".join(params), entry_params=", ".join(entry_params),
+                      args=args, cluster=spec.cluster,
                       cache="true" if self.cached else "false",
                       split="true" if spec.split else "false",
                       fallback_cache="true" if self.cached and full_row <= SINGLE_BLOCK_SMEM else "false",
                       portable=min(spec.cluster, 8),
                       retry="true" if spec.cluster > 8 or self.cached else "false",
                       vec_pick=f"({aligned})" if self.vec == 4 else "false")
-        return {"launch": _LAUNCH.substitute(fields), "entry": _ENTRY.substitute(fields)}
+        entry = _SPLIT_ENTRY if spec.split else _ENTRY
+        return {"launch": _LAUNCH.substitute(fields), "entry": entry.substitute(fields)}
 
 
 class _PassEnv:
@@ -481,9 +476,13 @@ static cudaError_t launch($params, cudaStream_t stream) {
   if (smem > 0) {
     // The 48 KB default covers static + dynamic shared memory together, so raise the dynamic limit
     // whenever there is any (a row cache of exactly 48 KB plus the reduction scratch failed to launch).
-    static const cudaError_t configured =
-        cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (configured != cudaSuccess) return configured;
+    // A function attribute belongs to one device: set on each (the answer kept as error + 1).
+    static std::atomic<int> configured[64];
+    const int answer = kw::per_device(configured, [&](int) {
+      return 1 + cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(smem));
+    });
+    if (answer != 1) return static_cast<cudaError_t>(answer - 1);
   }
   if (CL == 1 || $split) {
     fn<<<blocks, THREADS, smem, stream>>>($args);
@@ -502,12 +501,14 @@ static cudaError_t launch($params, cudaStream_t stream) {
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  static int active_clusters = -1;  // whether a cluster of this shape fits on the device at all
-  if (active_clusters < 0) {
-    if (cudaOccupancyMaxActiveClusters(&active_clusters, fn, &config) != cudaSuccess) active_clusters = 0;
+  static std::atomic<int> fits[64];   // per device, whether a cluster of this shape fits at all: 2 yes, 1 no
+  const int fit = kw::per_device(fits, [&](int) {
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, fn, &config) != cudaSuccess) clusters = 0;
     cudaGetLastError();
-  }
-  if (active_clusters == 0) return cudaErrorNotSupported;
+    return clusters > 0 ? 2 : 1;
+  });
+  if (fit == 1) return cudaErrorNotSupported;
   return cudaLaunchKernelEx(&config, fn, $args);
 }""")
 
@@ -516,8 +517,6 @@ int ${name}_launch($params, cudaStream_t stream) {
   using namespace $name;
   const bool vec = $vec_pick;
   cudaError_t err = cudaErrorNotSupported;
-  if ($split) return static_cast<int>(vec ? launch<VEC_MAX, $cluster, false>($args, stream)
-                                          : launch<1, $cluster, false>($args, stream));
   if ($cluster > 1) {
     int device = 0, major = 0;
     cudaGetDevice(&device);
@@ -541,6 +540,26 @@ int ${name}_launch($params, cudaStream_t stream) {
               : launch<1, 1, $fallback_cache>($args, stream);
   }
   return static_cast<int>(err);
+}""")
+
+# Split rows: independent blocks per row (`split` in the spec); the partials and the per-row arrival
+# counters are this launch's, in the workspace the binding allocates on the current stream, so launches on
+# two streams never share them (device globals did: concurrent launches mixed their counts).
+_SPLIT_ENTRY = Template("""\
+size_t ${name}_workspace() {
+  using namespace $name;
+  return sizeof(Pass0) * ROWS * $cluster + sizeof(unsigned) * ROWS;
+}
+
+int ${name}_launch($entry_params, void* workspace, cudaStream_t stream) {
+  using namespace $name;
+  Pass0* partials = static_cast<Pass0*>(workspace);
+  unsigned* arrivals = reinterpret_cast<unsigned*>(partials + ROWS * $cluster);
+  const cudaError_t cleared = cudaMemsetAsync(arrivals, 0, sizeof(unsigned) * ROWS, stream);
+  if (cleared != cudaSuccess) return static_cast<int>(cleared);
+  const bool vec = $vec_pick;
+  return static_cast<int>(vec ? launch<VEC_MAX, $cluster, false>($args, stream)
+                              : launch<1, $cluster, false>($args, stream));
 }""")
 
 

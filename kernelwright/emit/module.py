@@ -11,9 +11,10 @@ cached library). Without one, importing still works (so the file can be inspecte
 and `forward` raises a RuntimeError saying a GPU is needed. A plan without kernels (its gain is derived
 weights alone) has no sources, builds nothing and runs anywhere.
 
-Derived weights (the plan's `derived_steps`, docs/rewrites.md): a method `_kw_compute_derived` computes
-them with ATen calls, and forward reads them through `_kw_cached_derived` (`DERIVED_CACHE_SOURCE`),
-which recomputes them only when a source parameter or buffer changed.
+Derived weights (the plan's `derived_steps`, docs/rewrites.md): ATen calls at the top of forward, computed
+on every call. A cache could be fooled: a write through `param.data` (`.data.copy_`, `.data.mul_`, slice
+assignment) leaves `_version` and `data_ptr` as they were, so only the values could tell, and reading
+them back for a check would cost a host sync per call.
 """
 
 from __future__ import annotations
@@ -59,15 +60,13 @@ def emit_module(problem_source: str, info: EmitInfo, plan: FusionPlan, sources: 
         *(f"  {k.name}: {' -> '.join(n.op for n in g.nodes)}" for g, k in zip(groups, called, strict=True)),
         *([f"built but not called (measured no faster than ATen): {', '.join(uncalled)}"]
           if uncalled else []),
-        *([f"derived weights: {len(plan.derived)} value(s) computed once from "
-           f"{', '.join(_derived_sources(plan)) or 'constants'}, recomputed when those change"]
+        *([f"derived weights: {len(plan.derived)} value(s) from "
+           f"{', '.join(_derived_sources(plan)) or 'constants'}, computed by ATen on every call"]
           if plan.derived else []),
     ], builds=bool(sources.kernels))
     parts = [header, problem_source.rstrip() + "\n", GENERATED_BANNER]
     if sources.kernels:
         parts += [_sources_block(sources), BUILD_SOURCE.strip() + "\n", _build_block(sources)]
-    if plan.derived:
-        parts.append(DERIVED_CACHE_SOURCE.strip() + "\n")
     parts.append(_model_new(plan.graph, plan, kernels))
     return "\n\n".join(p.strip("\n") for p in parts) + "\n"
 
@@ -131,53 +130,11 @@ def _build_block(sources: ExtensionSources) -> str:
 
 # ------------------------------------------------------------------------------------ derived weights
 
-DERIVED_CACHE_SOURCE = r'''
-def _kw_cached_derived(module, device, sources, compute):
-    """The derived weights (values computed from parameters and buffers only), `compute(device)` cached in
-    a plain attribute, so never in the state dict. Recomputed when a source is another tensor object, was
-    modified in place (its `_version`: load_state_dict, optimizer steps), has other storage, device, dtype
-    or shape (`.to()`, `param.data = ...`), or forward's device changed. Not seen: in-place changes
-    through `param.data` (PyTorch does not count them in `_version`). While autograd records and a source
-    requires grad, computed on every call instead, so gradients reach the parameters."""
-    recording = torch.is_grad_enabled() and any(s.requires_grad for s in sources)
-    if recording or any(s.is_inference() for s in sources):  # inference tensors have no version counter
-        return compute(device)
-    key = (device, *((s._version, s.data_ptr(), s.device, s.dtype, s.shape) for s in sources))
-    cache = module.__dict__.get("_kw_derived_cache")
-    if cache is None or cache[1] != key or any(a is not b for a, b in zip(cache[0], sources)):
-        # Outside inference mode, so values first computed inside it stay usable for autograd later.
-        with torch.inference_mode(False), torch.no_grad():
-            values = compute(device)
-            # The detached aliases keep the cached sources' storages alive: a new storage cannot take an
-            # old address, so an equal data_ptr means the same storage.
-            pins = tuple(s.detach() for s in sources)
-        cache = (sources, key, values, pins)
-        module.__dict__["_kw_derived_cache"] = cache
-    return cache[2]
-'''
-
 
 def _derived_sources(plan: FusionPlan) -> list[str]:
     """FQNs of the parameters and buffers the derived steps read, in the graph's order."""
     read = {id(i) for step in plan.derived_steps for i in step.node.inputs}
     return [n.name for n in plan.graph.params if id(n) in read]
-
-
-def _derived_method(plan: FusionPlan) -> str:
-    """`_kw_compute_derived(self, device)`: the derived steps as ATen calls, returning the roots."""
-    names = {id(n): _self_path(n.name) for n in plan.graph.params}
-    lines = []
-    for index, step in enumerate(plan.derived_steps):
-        node = step.node
-        names[id(node)] = f"t{index}"
-        source = aten_source(node.op, [_value(i, names) for i in node.inputs], node.attrs)
-        lines.append(f"t{index} = {source}")
-    roots = [names[id(r)] for r in plan.derived]
-    lines.append(f"return ({', '.join(roots)}{',' if len(roots) == 1 else ''})")
-    body = "\n".join(f"        {line}" for line in lines)
-    return (f"    def _kw_compute_derived(self, device):\n"
-            f'        """The derived weights, computed from parameters only; forward reads them through '
-            f'_kw_cached_derived."""\n{body}\n')
 
 
 # ------------------------------------------------------------------------------------------- forward
@@ -197,21 +154,16 @@ def _model_new(graph: Graph, plan: FusionPlan, kernels: dict[int, KernelSource])
     for node in graph.params:
         names[id(node)] = _self_path(node.name)
     body: list[str] = []
-    if plan.derived or any(n.op in FACTORY_OPS for n in graph.nodes()):
+    if any(n.op in FACTORY_OPS for n in graph.nodes()):
         body.append(f"device = {_device_source(graph, names)}")
-    if plan.derived:
-        derived = [f"d{i}" for i in range(len(plan.derived))]
-        names.update((id(n), d) for n, d in zip(plan.derived, derived, strict=True))
-        sources = [_self_path(fqn) for fqn in _derived_sources(plan)]
-        body.append(f"{', '.join(derived)}{',' if len(derived) == 1 else ''} = _kw_cached_derived("
-                    f"self, device, ({', '.join(sources)}{',' if len(sources) == 1 else ''}), "
-                    f"self._kw_compute_derived)")
+    if plan.derived_steps:
+        body.append("# derived weights (parameter-only values), recomputed on every call: never stale")
     counter = 0
 
     def value(node: Node) -> str:
         return _value(node, names)
 
-    for step in plan.steps:
+    for step in plan.derived_steps + plan.steps:
         if isinstance(step, FusedGroup):
             kernel = kernels[id(step)]
             outs = []
@@ -253,8 +205,7 @@ def _model_new(graph: Graph, plan: FusionPlan, kernels: dict[int, KernelSource])
     return (f"class ModelNew(Model):\n"
             f'    """Model with its forward compiled by kernelwright: custom kernels for the fused groups, '
             f'ATen for the rest."""\n\n'
-            f"    def forward({signature}):\n{indented}\n"
-            + (f"\n{_derived_method(plan)}" if plan.derived else ""))
+            f"    def forward({signature}):\n{indented}\n")
 
 
 def _mode_dependent(graph: Graph) -> bool:

@@ -114,7 +114,7 @@ class RewriteContext:
 
     def param_only(self, node: Node) -> bool:
         """True when `node` depends only on parameters, buffers and constants (no forward input, nothing
-        random): such a value can be computed once and cached by the emitted module."""
+        random): such a value is computed apart from the per-call work (a derived weight, `hoist.py`)."""
         key = id(node)
         if key not in self._param_only:
             self._param_only[key] = is_param_only(node, self._param_only)

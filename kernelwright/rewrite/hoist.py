@@ -1,17 +1,18 @@
 """Derived weights: the parameter-only subgraphs a rewrite leaves behind (reduced or folded weights),
-which the emitted module computes once and recomputes only when a source parameter changes.
+which the emitted module computes with ATen at the top of every forward (never cached: a write through
+`param.data` would go unseen).
 
 Contract for the emitter (docs/rewrites.md, "Derived weights"):
 - `hoistable_nodes(graph)` lists, in topological order, the roots of the maximal subgraphs whose leaves
   are only `param`/`buffer`/`const` (and input-free creation ops such as `full`/`arange`/`literal`), that
   some per-call node reads. Everything under a root is needed only to compute that root.
-- Never listed: graph outputs and mutation values (a cached tensor returned twice would alias across
-  calls), values reading a buffer the graph mutates (it changes every call), pure view chains over a
-  leaf (no work to save), and anything random. Views on top of a cached value stay per call (they are
+- Never listed: graph outputs and mutation values (they stay per-call steps), values reading a buffer
+  the graph mutates (it changes every call), pure view chains over a leaf (no work to save), and
+  anything random. Views on top of a derived value stay per call (they are
   free, and the planner may fold them into a kernel: a GEMM reads a transposed operand directly), so
   the root is the computed value under them.
-- `hoist_sources(root)` gives the FQNs of the parameters/buffers it reads: recompute when any of them is
-  a different tensor object or has a different `_version` than when cached.
+- `hoist_sources(root)` gives the FQNs of the parameters/buffers it reads (listed in the emitted file's
+  header).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def hoist_sources(node: Node) -> tuple[str, ...]:
 
 
 def hoistable_nodes(graph: Graph) -> list[Node]:
-    """Roots of the parameter-only subgraphs the emitter should cache (see the module docstring)."""
+    """Roots of the parameter-only subgraphs the emitter computes apart (see the module docstring)."""
     mutated = {fqn for fqn, _ in graph.mutations}
     roots = {id(n) for n in graph.roots()}
     memo: dict[int, bool] = {}

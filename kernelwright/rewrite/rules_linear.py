@@ -1,6 +1,6 @@
 """Linearity: a matmul (`linear`, `mm`, `bmm`) commutes with sums and with scalings, so reductions and
-per-feature affine maps can move onto the weights, where they cost nothing per call once precomputed
-(the emitter caches parameter-only values, see `hoist.py`)."""
+per-feature affine maps can move onto the weights (parameter-only values the emitter computes at the
+top of each call, see `hoist.py`: one pass over the weight instead of one over the output)."""
 
 from __future__ import annotations
 

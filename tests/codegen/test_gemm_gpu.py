@@ -307,14 +307,17 @@ def test_planner_picked_tf32x3_for_large_products(built):
 
 
 def test_tf32x3_weight_split_follows_the_parameter(built):
-    """The binding caches a parameter's split: an in-place update, or another tensor in its place, must
-    be seen (no stale product)."""
+    """The binding keeps a parameter's split: an in-place update, a write through `.data` to a few rows
+    (no version counter moves), or another tensor in its place, must be seen (no stale product)."""
     group, fn, graph = built["x3_linear_bias"]
     inputs, params = _values(graph, 3)
     inputs = [t.cuda() for t in inputs]
     params = {k: v.cuda() for k, v in params.items()}
     first = _run(group, fn, graph, inputs, params, None)
     params["fc.weight"].mul_(-2.0)
+    ref64, ref32 = _references(graph, inputs, params)
+    _check(_run(group, fn, graph, inputs, params, None), ref64, ref32)
+    params["fc.weight"].data[:5].mul_(3.0)
     ref64, ref32 = _references(graph, inputs, params)
     _check(_run(group, fn, graph, inputs, params, None), ref64, ref32)
     params["fc.weight"] = torch.randn_like(params["fc.weight"])

@@ -209,8 +209,8 @@ def _compile(cuda: str, flags: list[str]) -> None:
 
 
 def test_tf32x3_binding_splits_activations_and_caches_parameter_splits():
-    """3xTF32 on cuBLAS: the activation is split every call, an nn.Linear weight (a parameter) once per
-    version; the epilogue pass runs only when there is an epilogue."""
+    """3xTF32 on cuBLAS: the activation is split every call, an nn.Linear weight (a parameter) kept with
+    per-tile fingerprints that every call checks; the epilogue pass runs only when there is an epilogue."""
     x, w, b = input_node("x", 0, (2048, 1024)), param_node("w", (4096, 1024)), param_node("b", (4096,))
     group = group_of(make_node("gelu", [make_node("linear", [x, w, b])], approximate="none"), inputs=(x,),
                      params=(w, b))

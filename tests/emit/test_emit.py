@@ -8,26 +8,28 @@ import ast
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
+from update_paths import UPDATES
 
 from kernelwright.capture import capture
 from kernelwright.codegen.binding import assemble
 from kernelwright.codegen.registry import render_group
 from kernelwright.emit import EmitInfo, emit_fallback, emit_module
 from kernelwright.fuse.plan import plan_fusion, run_group_with_aten
-from kernelwright.problem import load_shrunk
+from kernelwright.problem import load_problem, load_shrunk
 from kernelwright.rewrite import hoistable_nodes, rewrite_graph
 
 PROBLEMS = ["level1/05_SiLU", "level1/28_BatchNorm2dTrain", "level3/01_MLP",
             "level3/08_SqueezeExcitationBlock"]
 
 
-def emitted(problem_id: str, rewrite: bool = False):
-    """The emitted file; with `rewrite`, of the rewritten graph with its derived weights hoisted (as
-    `optimize` does)."""
-    problem = load_shrunk(problem_id)
+def emitted(problem_id: str | Path, rewrite: bool = False):
+    """The emitted file (a bundled problem shrunk, or a problem file at full size); with `rewrite`, of the
+    rewritten graph with its derived weights hoisted (as `optimize` does)."""
+    problem = load_shrunk(problem_id) if isinstance(problem_id, str) else load_problem(problem_id)
     graph = capture(problem)
     if rewrite:
         graph, _ = rewrite_graph(graph)
@@ -129,109 +131,72 @@ DERIVED = ["level2/03_GemmDivideSumScale", "level2/11_GemmScaleResidualAdd", "le
 
 
 def derived_setup(problem_id: str, tmp_path):
-    """(problem, Model, ModelNew with the same weights, emitted module); ModelNew counts its derived-weight
-    computations in `module.computed`."""
+    """(problem, Model, ModelNew with the same weights) for a problem whose rewrite leaves derived weights."""
     problem, plan, kernels, source = emitted(problem_id, rewrite=True)
     assert plan.derived, "the rewrite left no derived weights: the test problem no longer exercises them"
     module = load_with_aten_kernels(source, plan, kernels, tmp_path)
-    module.computed = 0
-    compute = module.ModelNew._kw_compute_derived
-
-    def counted(self, device):
-        module.computed += 1
-        return compute(self, device)
-
-    module.ModelNew._kw_compute_derived = counted
     model = problem.build_model(3)
     new = problem.build_model(3, model_class=module.ModelNew)
     new.load_state_dict(model.state_dict())
-    return problem, model, new, module
+    return problem, model, new
 
 
-def assert_same(model, new, inputs):
+def assert_same(model, new, inputs, msg=""):
     with torch.no_grad():
-        torch.testing.assert_close(new(*inputs), model(*inputs), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(new(*inputs), model(*inputs), rtol=1e-4, atol=1e-4,
+                                   msg=lambda m: f"{msg}: {m}")
 
 
 @pytest.mark.parametrize("problem_id", DERIVED)
-def test_derived_weights_are_computed_once_and_stay_out_of_the_state_dict(problem_id, tmp_path):
-    problem, model, new, module = derived_setup(problem_id, tmp_path)
-    inputs = problem.inputs(5)
-    for _ in range(3):
-        assert_same(model, new, inputs)
-    assert module.computed == 1
+def test_derived_weights_stay_out_of_the_state_dict(problem_id, tmp_path):
+    problem, model, new = derived_setup(problem_id, tmp_path)
+    assert_same(model, new, problem.inputs(5))
     assert list(new.state_dict()) == list(model.state_dict())
     assert [n for n, _ in new.named_buffers()] == [n for n, _ in model.named_buffers()]
-    assert "_kw_derived_cache" in new.__dict__
+    assert set(new.__dict__) == set(model.__dict__)      # nothing cached beside the module's own state
 
 
 @pytest.mark.parametrize("problem_id", DERIVED)
 def test_derived_weights_follow_every_way_of_changing_a_parameter(problem_id, tmp_path):
-    problem, model, new, module = derived_setup(problem_id, tmp_path)
+    """Including writes through `param.data`, which no version counter sees (issue 18 #6)."""
+    problem, model, new = derived_setup(problem_id, tmp_path)
     inputs = problem.inputs(5)
-    assert_same(model, new, inputs)
-    computed = module.computed
-
-    def changed(how: str) -> None:
-        nonlocal computed
-        assert_same(model, new, inputs)
-        assert module.computed == computed + 1, f"derived weights not recomputed after {how}"
-        computed = module.computed
-
-    model.load_state_dict(problem.build_model(11).state_dict())
-    new.load_state_dict(problem.build_model(11).state_dict())
-    changed("load_state_dict")
-    with torch.no_grad():
-        for mine, theirs in zip(new.parameters(), model.parameters(), strict=True):
-            mine.add_(0.25)
-            theirs.add_(0.25)
-    changed("an in-place add_")
-    for mine, theirs in zip(new.parameters(), model.parameters(), strict=True):
-        # Twice before the next call: the second new storage may take the address of the one the cache was
-        # computed from, unless the cache keeps that storage alive.
-        for _ in range(2):
-            mine.data = torch.randn_like(mine)
-        theirs.data = mine.detach().clone()
-    changed("param.data = ...")
-    model.double()
-    new.double()
-    inputs = [x.double() for x in inputs]
-    changed(".double()")
+    assert_same(model, new, inputs, "before any update")
+    for seed, (how, update) in enumerate(UPDATES.items(), start=1):
+        update(model, 100 * seed)
+        update(new, 100 * seed)
+        assert_same(model, new, inputs, f"after {how}")
+        assert_same(model, new, inputs, f"after {how}, second call")
 
 
 def test_derived_weights_carry_gradients_when_autograd_records(tmp_path):
-    problem, model, new, module = derived_setup("level2/11_GemmScaleResidualAdd", tmp_path)
+    problem, model, new = derived_setup("level2/11_GemmScaleResidualAdd", tmp_path)
     inputs = problem.inputs(5)
-    for _ in range(2):          # two backward passes: nothing cached holds a consumed autograd graph
+    for _ in range(2):          # two backward passes: nothing held from the first call is reused
         model.zero_grad()
         new.zero_grad()
         model(*inputs).square().sum().backward()
         new(*inputs).square().sum().backward()
         for (name, want), got in zip(model.named_parameters(), new.parameters(), strict=True):
             torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4, msg=name)
-    assert module.computed == 2
-    assert "_kw_derived_cache" not in new.__dict__
-    new.requires_grad_(False)   # frozen weights: cached even with grad mode on
-    new(*inputs)
-    new(*inputs)
-    assert module.computed == 3
-
-
-def test_derived_weights_cached_in_inference_mode_work_outside_it(tmp_path):
-    problem, model, new, module = derived_setup("level2/11_GemmScaleResidualAdd", tmp_path)
-    new.requires_grad_(False)
-    inputs = problem.inputs(5)
-    with torch.inference_mode():
-        new(*inputs)
-    x = inputs[0].clone().requires_grad_(True)
-    new(x).sum().backward()     # saves the cached weights for backward: they must not be inference tensors
-    assert module.computed == 1
-    want = torch.autograd.grad(model(x).sum(), x)[0]
-    torch.testing.assert_close(x.grad, want, rtol=1e-4, atol=1e-4)
 
 
 def test_a_plan_without_kernels_builds_nothing(tmp_path):
     _, plan, kernels, source = emitted("level2/03_GemmDivideSumScale", rewrite=True)
     assert not kernels and plan.derived
     assert "load_inline" not in source and "_kw_ext" not in source
-    assert "derived weights: 1 value(s) computed once from weight" in source
+    assert "derived weights: 1 value(s) from weight, computed by ATen on every call" in source
+
+
+GPU_PROBLEM = Path(__file__).parent / "problems" / "weights_and_streams.py"
+
+
+def test_the_gpu_problem_covers_every_kind_of_state():
+    """What tests/emit/test_weights_and_streams_gpu.py relies on: kept 3xTF32 weight splits, derived weights
+    read by a 3xTF32 GEMM, a split-row reduction, a softmax and a pointwise kernel."""
+    _, plan, kernels, source = emitted(GPU_PROBLEM, rewrite=True)
+    assert source.count("kw_tf32x3::cached_split(") == 2 and plan.derived
+    families = [g.family for g in plan.groups]
+    assert families.count("gemm") == 3 and "pointwise" in families
+    reductions = [g.config[0] for g in plan.groups if g.family == "reduction"]
+    assert sorted(spec.split for spec in reductions) == [False, True]

@@ -6,6 +6,7 @@
 #pragma once
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <atomic>
 
 namespace kw {
 
@@ -122,16 +123,30 @@ __device__ __forceinline__ IndexT grid_threads() {
   return static_cast<IndexT>(gridDim.x) * blockDim.x;
 }
 
+// A host-side fact about the current device, asked once per device (up to 64) and kept: `ask(device)`
+// returns it, nonzero. Threads racing on first use may both ask; they get the same answer.
+template <typename Ask>
+inline int per_device(std::atomic<int> (&memo)[64], Ask ask) {
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device < 0 || device >= 64) return ask(device);
+  int value = memo[device].load(std::memory_order_relaxed);
+  if (value == 0) {
+    value = ask(device);
+    memo[device].store(value, std::memory_order_relaxed);
+  }
+  return value;
+}
+
 // Blocks for a grid-stride loop over `work` items: enough to fill every SM `blocks_per_sm` times, never
 // more than the work needs. The SM count is read once per device at run time (not baked in at build).
 inline int grid_size(long long work, int block, int blocks_per_sm) {
-  static int sm_count[64] = {0};
-  int device = 0;
-  cudaGetDevice(&device);
-  if (device < 64 && sm_count[device] == 0) {
-    cudaDeviceGetAttribute(&sm_count[device], cudaDevAttrMultiProcessorCount, device);
-  }
-  const long long sms = device < 64 && sm_count[device] > 0 ? sm_count[device] : 132;
+  static std::atomic<int> sm_count[64];
+  const long long sms = per_device(sm_count, [](int device) {
+    int count = 0;
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+    return count > 0 ? count : 132;
+  });
   const long long needed = (work + block - 1) / block;
   const long long cap = sms * blocks_per_sm;
   return static_cast<int>(needed < cap ? (needed > 0 ? needed : 1) : cap);
