@@ -1,8 +1,9 @@
 """Result rows: one flat JSON object per (problem, system), built from judge verdicts.
 
 Fields: problem, level, category, system, status, detail, time_ms, iqr_ms, eager_ms, compile_ms,
-speedup_vs_eager, speedup_vs_compile, memory, build_seconds, optimize_seconds, flags, device, gpu, seconds,
-finished, candidate, verdict (the judge's verdict without its environment block).
+speedup_vs_eager, speedup_vs_compile, measured_speedup_vs_eager, measured_speedup_vs_compile, credited,
+memory, build_seconds, optimize_seconds, flags, device, gpu, seconds, finished, candidate, verdict (the
+judge's verdict without its environment block).
 
 `status` is a judge status, or one of the bench's own: `missing` (a candidates folder has no file for
 the problem), `optimize_error` (`kernelwright optimize` produced no file), `problem_error` (the problem
@@ -16,6 +17,13 @@ to a kernelwright optimize, a task process, or the reference (`flags.reference_f
 GPU memory. A task that ran out of memory, or whose reference failed, while sharing its GPU with other
 tasks is not recorded: it is rerun alone (pool.py), and only then is the failure its own; a reference out
 of memory alone on its GPU becomes `problem_error` (the problem does not fit this device).
+
+Crediting: a candidate whose verdict says `flags.no_custom_kernel` (it runs only PyTorch ops, e.g. a
+compiler's fallback to the original Model) is credited 1.00x eager and torch.compile's own ratio vs
+eager (`credited: false`), whatever its timing measured: a speedup there is timing noise or a different
+measurement, not the candidate's work. The judge's ratios are kept in `measured_speedup_vs_eager` /
+`measured_speedup_vs_compile` on every row. The A/A system (`eager-copy`, the reference judged as a
+candidate) is exempt: its measured ratio is the point.
 """
 
 from __future__ import annotations
@@ -36,7 +44,8 @@ def base_row(task: BenchTask, run: SystemRun) -> dict[str, Any]:
     return {
         "problem": task.problem_id, "level": task.level, "category": task.category, "system": run.system,
         "status": None, "detail": "", "time_ms": None, "iqr_ms": None, "eager_ms": None, "compile_ms": None,
-        "speedup_vs_eager": None, "speedup_vs_compile": None, "memory": None, "build_seconds": None,
+        "speedup_vs_eager": None, "speedup_vs_compile": None, "measured_speedup_vs_eager": None,
+        "measured_speedup_vs_compile": None, "credited": True, "memory": None, "build_seconds": None,
         "optimize_seconds": None, "flags": {}, "device": None, "gpu": None,
         "seconds": None, "finished": None, "candidate": run.candidate,
     }
@@ -61,7 +70,7 @@ def reference_failure_row(task: BenchTask, run: SystemRun, detail: str) -> dict[
 
 
 def candidate_row(task: BenchTask, run: SystemRun, verdict: dict) -> dict[str, Any]:
-    """The row of a judged candidate (a folder's file or kernelwright's output)."""
+    """The row of a judged candidate (a folder's file, kernelwright's output or the A/A copy), credited."""
     row = base_row(task, run)
     candidate, eager, compiled = (_timing(verdict, key) for key in ("candidate", "eager", "compile"))
     row.update(
@@ -70,10 +79,15 @@ def candidate_row(task: BenchTask, run: SystemRun, verdict: dict) -> dict[str, A
         eager_ms=eager.get("median_ms"), compile_ms=compiled.get("median_ms"),
         speedup_vs_eager=verdict.get("speedup_vs_eager"),
         speedup_vs_compile=verdict.get("speedup_vs_compile"),
+        measured_speedup_vs_eager=verdict.get("speedup_vs_eager"),
+        measured_speedup_vs_compile=verdict.get("speedup_vs_compile"),
         memory=verdict.get("memory"),
         build_seconds=verdict.get("build_seconds"), flags=dict(verdict.get("flags") or {}),
         verdict={k: v for k, v in verdict.items() if k != "env"},
     )
+    if row["flags"].get("no_custom_kernel") and run.kind != "copy":
+        row.update(credited=False, speedup_vs_eager=1.0 if row["speedup_vs_eager"] is not None else None,
+                   speedup_vs_compile=_ratio(row["compile_ms"], row["eager_ms"]))
     return row
 
 
@@ -95,6 +109,8 @@ def reference_row(task: BenchTask, run: SystemRun, report: dict) -> dict[str, An
         row.update(status="correct", time_ms=own,
                    iqr_ms=(eager if run.system == "eager" else compiled).get("iqr_ms"),
                    speedup_vs_eager=_ratio(eager_ms, own), speedup_vs_compile=_ratio(compile_ms, own))
+        row.update(measured_speedup_vs_eager=row["speedup_vs_eager"],
+                   measured_speedup_vs_compile=row["speedup_vs_compile"])
     return row
 
 

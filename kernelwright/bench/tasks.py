@@ -29,6 +29,7 @@ from kernelwright.bench.rows import (
     reference_row,
     trim,
 )
+from kernelwright.bench.systems import copy_candidate
 from kernelwright.errors import KernelwrightError
 from kernelwright.judge.options import JudgeOptions
 
@@ -85,6 +86,9 @@ def _judge_candidate(judge, task: BenchTask, run: SystemRun, optimize_timeout_s:
             row = failure_row(task, run, "optimize_error", error)
             row["optimize_seconds"] = optimize_seconds
             return row
+    if run.kind == "copy":
+        Path(run.candidate).parent.mkdir(parents=True, exist_ok=True)
+        Path(run.candidate).write_text(copy_candidate(Path(task.problem_path).read_text()))
     if run.candidate is None:
         return missing_row(task, run)
     row = candidate_row(task, run, judge.evaluate(run.candidate))
