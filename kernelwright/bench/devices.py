@@ -1,5 +1,6 @@
 """The devices a bench runs on: `jobs` worker slots per GPU (or one for the CPU), and what each GPU is
-(name, driver, clocks) as `nvidia-smi` reports it, for the report header and each row.
+(name, driver, clocks, memory) as `nvidia-smi` reports it, for the report header, each row and the
+admission of tasks by memory (admission.py).
 
 Slots on one GPU share its lock file (kernelwright/gpulock.py): their compiling overlaps, their timed
 series never overlap any other GPU work."""
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from kernelwright.errors import UsageError
 
 SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem",
-              "power.limit", "persistence_mode")
+              "power.limit", "persistence_mode", "memory.total")
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Worker:
     gpu: str | None   # the CUDA_VISIBLE_DEVICES value for this worker's tasks; None on the CPU
     device: str       # the device's model name, stamped on each row it produces
     lock: str | None = None  # the GPU's lock file ($KERNELWRIGHT_GPU_LOCK for this worker's tasks)
+    memory_bytes: int | None = None  # the GPU's total memory; None: unknown (admission by count only)
 
 
 def resolve_workers(device: str, gpus: str | None, jobs: int = 1) -> list[Worker]:
@@ -51,9 +53,16 @@ def resolve_workers(device: str, gpus: str | None, jobs: int = 1) -> list[Worker
             raise UsageError(f"--gpus {gpus}: a GPU is listed twice")
     workers = []
     for gpu in chosen:
-        name = gpu_properties(gpu).get("name") or f"GPU {gpu}"
-        workers += [Worker(gpu, name, lock_path(gpu))] * jobs
+        properties = gpu_properties(gpu)
+        name = properties.get("name") or f"GPU {gpu}"
+        workers += [Worker(gpu, name, lock_path(gpu), _mebibytes(properties.get("memory.total")))] * jobs
     return workers
+
+
+def _mebibytes(text: str | None) -> int | None:
+    """Bytes of nvidia-smi's "81559 MiB"; None for "[N/A]" or nothing."""
+    match = re.fullmatch(r"(\d+)\s*MiB", (text or "").strip())
+    return int(match.group(1)) * 2**20 if match else None
 
 
 def lock_path(gpu: str) -> str:

@@ -15,8 +15,8 @@ from kernelwright.bench.systems import System
 @dataclass(frozen=True)
 class SystemRun:
     system: str
-    kind: str                      # "reference", "kernelwright" or "candidates"
-    candidate: str | None = None   # the candidate file (candidates), or where optimize writes (kernelwright)
+    kind: str                      # "reference", "kernelwright", "copy" or "candidates" (systems.py)
+    candidate: str | None = None   # the candidate file, or where it is written (kernelwright, copy)
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def plan_tasks(problems: list[SuiteProblem], systems: list[System], done: set[tu
                output_dir: str) -> list[BenchTask]:
     """The tasks still to run, in suite order (so a run cut short has every system on the same
     problems). `done` holds (problem, system) keys already in the results; kernelwright's files are
-    written under `output_dir/<system>/`."""
+    written under `output_dir/<system>/`, and so are the A/A copies."""
     # torch.compile is timed only for the `compile` system (its cost is the user's choice); candidates'
     # speedups vs compile come from that same timing, or from the compile row of an earlier, resumed run.
     has_compile = any(system.name == "compile" for system in systems)
@@ -56,7 +56,7 @@ def plan_tasks(problems: list[SuiteProblem], systems: list[System], done: set[tu
         for system in systems:
             if (problem.id, system.name) in done:
                 continue
-            if system.kind == "kernelwright":
+            if system.kind in ("kernelwright", "copy"):
                 candidate = f"{output_dir}/{system.name}/{problem.id}.py"
             elif system.kind == "candidates":
                 found = system.candidate_for(problem.id)

@@ -1,10 +1,13 @@
-"""Runs bench tasks on the workers: one thread per worker slot (`--jobs` per GPU) pulls tasks from a
-shared queue and runs each in a fresh subprocess pinned to its GPU (CUDA_VISIBLE_DEVICES) and given its
-GPU's lock file. The GPU work is all in those subprocesses; the threads only wait on them, and hand rows
-back to the main thread, the only writer of results.
+"""Runs bench tasks on the workers: one thread per worker slot (`--jobs` per GPU) takes the next task
+its GPU has memory for (admission.py) and runs it in a fresh subprocess pinned to its GPU
+(CUDA_VISIBLE_DEVICES) and given its GPU's lock file. The GPU work is all in those subprocesses; the
+threads only wait on them (sampling their memory, hostmemory.py), and hand rows back to the main thread,
+the only writer of results.
 
 A task's process runs in its own session, so a hang is ended by killing its whole process group
-(the judge's and compiler's children included), and a crash only costs that task's rows.
+(the judge's and compiler's children included), and a crash only costs that task's rows. A task killed
+by a SIGKILL the bench did not send is told apart: the kernel's out-of-memory killer (`host_oom`) or
+something outside kernelwright, with the host's memory figures either way.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from kernelwright.bench.admission import Admission, Need
 from kernelwright.bench.devices import Worker
+from kernelwright.bench.hostmemory import POLL_S, HostMemory, TaskWatch
 from kernelwright.bench.plan import BenchTask
-from kernelwright.bench.rows import failure_row, finish, missing_row
+from kernelwright.bench.rows import failure_row, finish, missing_row, out_of_memory, settle
 from kernelwright.bench.store import ResultsStore
 from kernelwright.gpulock import ENV as GPU_LOCK_ENV
 from kernelwright.judge.judge import REFERENCE_TIMEOUT_S
@@ -42,9 +47,10 @@ class SubprocessExecutor:
     judge's limits for each system (plus kernelwright's optimize step and the reference). It is only a
     backstop: a candidate's hang is ended by the judge first, as that system's `timeout` verdict."""
 
-    def __init__(self, store: ResultsStore, options: JudgeOptions):
+    def __init__(self, store: ResultsStore, options: JudgeOptions, host: HostMemory | None = None):
         self.store = store
         self.options = options
+        self.host = host or HostMemory()
         self._live: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
         self._stopped = False
@@ -65,14 +71,17 @@ class SubprocessExecutor:
             spec, out = Path(scratch) / "spec.json", Path(scratch) / "rows.jsonl"
             spec.write_text(json.dumps({"task": dataclasses.asdict(task),
                                         "options": dataclasses.asdict(options)}))
-            command = [sys.executable, "-m", "kernelwright.bench.tasks", str(spec), str(out)]
-            returncode, output = self._run(command, env, timeout)
+            command = self._command(spec, out)
+            watch = TaskWatch(self.host)
+            returncode, output = self._run(command, env, timeout, watch)
             rows = _read_rows(out)
         done = {row["system"] for row in rows}
         if returncode is None:
             status, detail = "timeout", f"the bench task ran past its {timeout:.0f} s limit and was killed"
+        elif returncode == -signal.SIGKILL and not self._stopped:
+            status, detail = watch.killed()
         else:
-            reason = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+            reason = f"killed by {_signal_name(-returncode)}" if returncode < 0 else f"exit code {returncode}"
             status = "bench_error"
             detail = f"the bench task process failed ({reason}): {output.strip()[-400:]}"
         rows += [failure_row(task, run, status, detail) for run in task.runs if run.system not in done]
@@ -81,18 +90,30 @@ class SubprocessExecutor:
                 self._write_log(row, command, output)
         return rows
 
-    def _run(self, command: list[str], env: dict, timeout: float) -> tuple[int | None, str]:
-        """(exit code, combined output); exit code None when the limit was hit."""
+    def _command(self, spec: Path, out: Path) -> list[str]:
+        return [sys.executable, "-m", "kernelwright.bench.tasks", str(spec), str(out)]
+
+    def _run(self, command: list[str], env: dict, timeout: float,
+             watch: TaskWatch | None = None) -> tuple[int | None, str]:
+        """(exit code, combined output); exit code None when the limit was hit. `watch` samples the
+        process tree's memory every POLL_S meanwhile."""
         with self._lock:
             if self._stopped:
                 return -signal.SIGTERM, "the bench was interrupted"
             process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                        text=True, errors="replace", start_new_session=True)
             self._live.add(process)
+        deadline = time.monotonic() + timeout
         try:
-            output, _ = process.communicate(timeout=timeout)
-            return process.returncode, output
-        except subprocess.TimeoutExpired:
+            while True:
+                try:  # communicate() may be called again after a timeout without losing output
+                    output, _ = process.communicate(timeout=min(POLL_S, max(deadline - time.monotonic(), 0)))
+                    return process.returncode, output
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        break
+                    if watch is not None:
+                        watch.sample(process.pid)
             _kill_group(process)
             output, _ = process.communicate()
             return None, output
@@ -125,6 +146,13 @@ def _read_rows(path: Path) -> list[dict]:
     return rows
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _kill_group(process: subprocess.Popen) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
@@ -134,39 +162,42 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 def run_pool(tasks: list[BenchTask], workers: list[Worker], execute: Execute,
              on_rows: Callable[[BenchTask, list[dict]], None], deadline: float | None = None,
-             stop: Callable[[], None] | None = None, retry_alone: bool = True) -> list[BenchTask]:
-    """Run `tasks` on `workers` (one at a time per worker), calling `on_rows` in this thread as each
-    finishes. No task starts after `deadline` (time.monotonic()); the tasks not started are returned.
-    On Ctrl-C, `stop` is called to end the running tasks before the interrupt propagates.
+             stop: Callable[[], None] | None = None, retry_alone: bool = True,
+             need: Need | None = None) -> list[BenchTask]:
+    """Run `tasks` on `workers` (one at a time per worker slot; with `need`, the bytes of GPU memory a
+    task needs or None when unknown, also only as many at once as each GPU's memory holds: admission.py),
+    calling `on_rows` in this thread as each finishes. No task starts after `deadline`
+    (time.monotonic()); the tasks not started are returned. On Ctrl-C, `stop` is called to end the
+    running tasks before the interrupt propagates.
 
-    A task that ran out of GPU memory while sharing its GPU with other tasks (`--jobs` > 1) is not
-    recorded: it runs again at the end, alone on its GPU, and that attempt's rows are the ones kept (on
-    the H100 with --jobs 6, two optimize runs died of the other tasks' memory, not their own)."""
-    pending: queue.Queue[BenchTask] = queue.Queue()
-    for task in tasks:
-        pending.put(task)
+    A task that ran out of GPU memory, or whose reference failed, while it shared its GPU with other tasks
+    is not recorded: it runs again at the end, alone on its GPU, and that attempt's rows are the ones kept
+    (on the H100 with --jobs 6, OOMs caused by the other tasks were reported as the problem's errors). A
+    task killed by the host's out-of-memory killer runs again alone on the host. Rows are then settled
+    (rows.py): only a reference that failed alone is the problem's fault."""
+    admission = Admission(tasks, workers, need)
     finished: queue.Queue[tuple[BenchTask, list[dict]]] = queue.Queue()
-    halt = threading.Event()
-    shared_gpus = {w.gpu for w in workers if w.gpu is not None and sum(v.gpu == w.gpu for v in workers) > 1}
-    again: list[BenchTask] = []
+    again_on_gpu: list[BenchTask] = []
+    again_on_host: list[BenchTask] = []
 
     def work(worker: Worker) -> None:
-        while not halt.is_set() and (deadline is None or time.monotonic() < deadline):
-            try:
-                task = pending.get_nowait()
-            except queue.Empty:
-                return
-            started = time.monotonic()
+        while (lease := admission.take(worker, deadline)) is not None:
+            task, started = lease.task, time.monotonic()
             try:
                 rows = execute(task, worker)
             except Exception as exc:  # the bench's own failure: recorded, retried by --resume
                 detail = f"{type(exc).__name__}: {exc}"
                 rows = [failure_row(task, run, "bench_error", detail) for run in task.runs]
-            if retry_alone and worker.gpu in shared_gpus and _out_of_memory(rows):
-                again.append(task)
+            admission.finish(lease)
+            if retry_alone and len(workers) > 1 and any(row.get("status") == "host_oom" for row in rows):
+                again_on_host.append(task)
+                continue
+            if retry_alone and lease.shared and _environment_suspect(rows):
+                again_on_gpu.append(task)
                 continue
             for row in rows:
-                finish(row, worker.device, worker.gpu, time.monotonic() - started)
+                finish(settle(row, alone=not lease.shared), worker.device, worker.gpu,
+                       time.monotonic() - started)
             finished.put((task, rows))
 
     with ThreadPoolExecutor(max_workers=len(workers), thread_name_prefix="bench-worker") as threads:
@@ -178,19 +209,19 @@ def run_pool(tasks: list[BenchTask], workers: list[Worker], execute: Execute,
                 except queue.Empty:
                     continue
         except BaseException:
-            halt.set()
+            admission.close()
             if stop:
                 stop()
             raise
-    left = []
-    while not pending.empty():
-        left.append(pending.get_nowait())
-    if again:
-        alone = list({w.gpu: w for w in reversed(workers)}.values())
-        left += run_pool(again, alone, execute, on_rows, deadline, stop, retry_alone=False)
+    left = admission.left()
+    alone_on_gpu = list({w.gpu: w for w in reversed(workers)}.values())
+    for again, alone in ((again_on_gpu, alone_on_gpu), (again_on_host, workers[:1])):
+        if again:
+            again.sort(key=tasks.index)
+            left += run_pool(again, alone, execute, on_rows, deadline, stop, retry_alone=False)
     return left
 
 
-def _out_of_memory(rows: list[dict]) -> bool:
-    return any(row.get("status") == "oom" or "out of memory" in str(row.get("detail", "")).lower()
-               for row in rows)
+def _environment_suspect(rows: list[dict]) -> bool:
+    """Failures that sharing a GPU can cause: out of memory, and the reference failing at all."""
+    return any(out_of_memory(row) or (row.get("flags") or {}).get("reference_failed") for row in rows)

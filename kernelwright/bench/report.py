@@ -9,9 +9,11 @@ from pathlib import Path
 
 from kernelwright.bench.plots import PLOT_FILES, write_plots
 from kernelwright.bench.store import ResultsStore
-from kernelwright.bench.summary import FAST_P, ordered_systems, summarize, with_derived_speedups
+from kernelwright.bench.summary import FAST_P, aa_check, ordered_systems, summarize, with_derived_speedups
+from kernelwright.bench.systems import AA_COPY
 
 NOTE_CHARS = 90
+NOT_CREDITED = "†"  # marks a speedup cell holding 1.00x for a candidate without a custom kernel
 NOTABLE_FLAGS = ("no_custom_kernel", "nondeterministic", "fallback_detected", "timing_disagreement")
 
 
@@ -23,6 +25,7 @@ def write_report(store: ResultsStore) -> dict:
         "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "runs": runs,
         "summary": summarize(rows),
+        "aa_check": aa_check(rows),
         "rows": [{k: v for k, v in row.items() if k != "verdict"} for row in rows],
     }
     (store.directory / "report.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -49,6 +52,8 @@ def render_markdown(report: dict, plots: list[str] = PLOT_FILES) -> str:
         "torch.compile where marked); geomean: over correct rows only. Timings are compared only between "
         "rows of the same device model.", "",
     ]
+    lines += _not_credited(report["summary"])
+    lines += _aa_section(report.get("aa_check") or [], rows)
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
     lines += ["## Per problem", ""]
@@ -113,6 +118,44 @@ def _score_table(group_name: str, scores: dict[str, dict[str, dict]], systems: l
     return lines + [""]
 
 
+def _not_credited(summaries: list[dict]) -> list[str]:
+    counts = []
+    for device_summary in summaries:
+        where = f" on {device_summary['device']}" if len(summaries) > 1 else ""
+        for system, s in device_summary["overall"]["all"].items():
+            if s.get("not_credited"):
+                counts.append(f"{system} {s['not_credited']} of {s['correct']} correct{where}")
+    if not counts:
+        return []
+    return [f"Not credited ({NOT_CREDITED}): {', '.join(counts)}: these candidates run no custom kernel "
+            "(only PyTorch ops), so they count as 1.00× eager and as eager vs torch.compile, whatever their "
+            "timing measured (shown in their note).", ""]
+
+
+def _aa_section(checks: list[dict], rows: list[dict]) -> list[str]:
+    """The A/A check: the reference judged against itself, problem by problem (DESIGN.md §7)."""
+    if not checks:
+        return []
+    lines = [f"## A/A check ({AA_COPY}: the reference judged as a candidate)", ""]
+    times = {(r["problem"], r["device"] or "unknown"): r for r in rows if r["system"] == AA_COPY}
+    for check in checks:
+        tolerance, ratios = check["tolerance"], check["ratios"]
+        worst = check["worst"]
+        text = (f"On {check['device']}: {len(ratios)} problems timed, {len(ratios) - len(check['outside'])} "
+                f"within 1.00 ± {tolerance:.2f}, {len(check['outside'])} outside")
+        text += f"; worst {fmt_speedup(worst['ratio'])} ({worst['problem']})" if worst else ""
+        if check["not_timed"]:
+            text += "; not timed: " + ", ".join(f"{p} ({s})" for p, s in check["not_timed"].items())
+        lines += [text + ".", "", "| problem | eager ms | copy ms | ratio | within |", "|" + "---|" * 5]
+        for problem, ratio in sorted(ratios.items()):
+            row = times[(problem, check["device"])]
+            within = "yes" if abs(ratio - 1) <= tolerance else "**no**"
+            lines.append(f"| {problem} | {fmt_ms(row['eager_ms'])} | {fmt_ms(row['time_ms'])} | "
+                         f"{ratio:.3f} | {within} |")
+        lines.append("")
+    return lines
+
+
 def _problem_table(rows: list[dict]) -> list[str]:
     head = ["problem", "category", "system", "verdict", "time ms", "eager ms", "compile ms", "×eager",
             "×compile", "device", "note"]
@@ -120,10 +163,13 @@ def _problem_table(rows: list[dict]) -> list[str]:
     order = {s: i for i, s in enumerate(ordered_systems(rows))}
     for row in sorted(rows, key=lambda r: (r["problem"], order[r["system"]])):
         note = "" if row["status"] == "correct" else _cell(row.get("detail") or "")[:NOTE_CHARS]
-        note = "; ".join(filter(None, [*flag_notes(row.get("flags") or {}), note]))
+        credited = row.get("credited") is not False
+        mark = "" if credited else NOT_CREDITED
+        credit = "" if credited else f"not credited: measured {fmt_speedup(row['measured_speedup_vs_eager'])}"
+        note = "; ".join(filter(None, [credit, *flag_notes(row.get("flags") or {}), note]))
+        speedups = [fmt_speedup(row[key]) + mark for key in ("speedup_vs_eager", "speedup_vs_compile")]
         cells = [row["problem"], row["category"], row["system"], row["status"], fmt_ms(row["time_ms"]),
-                 fmt_ms(row["eager_ms"]), fmt_ms(row["compile_ms"]), fmt_speedup(row["speedup_vs_eager"]),
-                 fmt_speedup(row["speedup_vs_compile"]), row["device"] or "-", note]
+                 fmt_ms(row["eager_ms"]), fmt_ms(row["compile_ms"]), *speedups, row["device"] or "-", note]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

@@ -1,30 +1,51 @@
 """Result rows: one flat JSON object per (problem, system), built from judge verdicts.
 
 Fields: problem, level, category, system, status, detail, time_ms, iqr_ms, eager_ms, compile_ms,
-speedup_vs_eager, speedup_vs_compile, build_seconds, optimize_seconds, flags, device,
-gpu, seconds, finished, candidate, verdict (the judge's verdict without its environment block).
+speedup_vs_eager, speedup_vs_compile, measured_speedup_vs_eager, measured_speedup_vs_compile, credited,
+memory, build_seconds, optimize_seconds, flags, device, gpu, seconds, finished, candidate, verdict (the
+judge's verdict without its environment block).
 
 `status` is a judge status, or one of the bench's own: `missing` (a candidates folder has no file for
 the problem), `optimize_error` (`kernelwright optimize` produced no file), `problem_error` (the problem
-itself fails to load or run on this device), `bench_error` (the bench's task process failed: not the
-candidate's fault, retried by --resume).
+itself fails to load, or its reference fails: for lack of memory only when it ran alone on its GPU),
+`host_oom` (the task process was killed by the kernel's out-of-memory killer: host memory ran out;
+rerun alone, then redone by --resume), `bench_error` (the bench's task process failed otherwise, e.g.
+killed by a signal from outside kernelwright: not the candidate's fault, redone by --resume).
+
+Out of memory: `oom` is the judge's status for a candidate that ran out of memory; the bench also gives it
+to a kernelwright optimize, a task process, or the reference (`flags.reference_failed`) that ran out of
+GPU memory. A task that ran out of memory, or whose reference failed, while sharing its GPU with other
+tasks is not recorded: it is rerun alone (pool.py), and only then is the failure its own; a reference out
+of memory alone on its GPU becomes `problem_error` (the problem does not fit this device).
+
+Crediting: a candidate whose verdict says `flags.no_custom_kernel` (it runs only PyTorch ops, e.g. a
+compiler's fallback to the original Model) is credited 1.00x eager and torch.compile's own ratio vs
+eager (`credited: false`), whatever its timing measured: a speedup there is timing noise or a different
+measurement, not the candidate's work. The judge's ratios are kept in `measured_speedup_vs_eager` /
+`measured_speedup_vs_compile` on every row. The A/A system (`eager-copy`, the reference judged as a
+candidate) is exempt: its measured ratio is the point.
 """
 
 from __future__ import annotations
 
 import datetime
+import re
 from typing import Any
 
 from kernelwright.bench.plan import BenchTask, SystemRun
 
 DETAIL_LIMIT = 600
+# CUDA's and torch's words for it; cuBLAS and cuDNN say ALLOC_FAILED when they cannot get a workspace.
+OUT_OF_MEMORY = re.compile(r"out[ -]of[ -]memory|memoryerror|can't allocate memory|alloc_failed",
+                           re.IGNORECASE)
 
 
 def base_row(task: BenchTask, run: SystemRun) -> dict[str, Any]:
     return {
         "problem": task.problem_id, "level": task.level, "category": task.category, "system": run.system,
         "status": None, "detail": "", "time_ms": None, "iqr_ms": None, "eager_ms": None, "compile_ms": None,
-        "speedup_vs_eager": None, "speedup_vs_compile": None, "build_seconds": None,
+        "speedup_vs_eager": None, "speedup_vs_compile": None, "measured_speedup_vs_eager": None,
+        "measured_speedup_vs_compile": None, "credited": True, "memory": None, "build_seconds": None,
         "optimize_seconds": None, "flags": {}, "device": None, "gpu": None,
         "seconds": None, "finished": None, "candidate": run.candidate,
     }
@@ -40,8 +61,16 @@ def missing_row(task: BenchTask, run: SystemRun) -> dict[str, Any]:
     return failure_row(task, run, "missing", f"no {task.problem_id}.py/.md/.txt in the {run.system} folder")
 
 
+def reference_failure_row(task: BenchTask, run: SystemRun, detail: str) -> dict[str, Any]:
+    """The problem failed to load or its reference failed: `oom` when for lack of memory (settled by
+    `settle` once it is known whether the task ran alone), else `problem_error`."""
+    row = failure_row(task, run, "oom" if OUT_OF_MEMORY.search(detail) else "problem_error", detail)
+    row["flags"] = {"reference_failed": True}
+    return row
+
+
 def candidate_row(task: BenchTask, run: SystemRun, verdict: dict) -> dict[str, Any]:
-    """The row of a judged candidate (a folder's file or kernelwright's output)."""
+    """The row of a judged candidate (a folder's file, kernelwright's output or the A/A copy), credited."""
     row = base_row(task, run)
     candidate, eager, compiled = (_timing(verdict, key) for key in ("candidate", "eager", "compile"))
     row.update(
@@ -50,9 +79,15 @@ def candidate_row(task: BenchTask, run: SystemRun, verdict: dict) -> dict[str, A
         eager_ms=eager.get("median_ms"), compile_ms=compiled.get("median_ms"),
         speedup_vs_eager=verdict.get("speedup_vs_eager"),
         speedup_vs_compile=verdict.get("speedup_vs_compile"),
+        measured_speedup_vs_eager=verdict.get("speedup_vs_eager"),
+        measured_speedup_vs_compile=verdict.get("speedup_vs_compile"),
+        memory=verdict.get("memory"),
         build_seconds=verdict.get("build_seconds"), flags=dict(verdict.get("flags") or {}),
         verdict={k: v for k, v in verdict.items() if k != "env"},
     )
+    if row["flags"].get("no_custom_kernel") and run.kind != "copy":
+        row.update(credited=False, speedup_vs_eager=1.0 if row["speedup_vs_eager"] is not None else None,
+                   speedup_vs_compile=_ratio(row["compile_ms"], row["eager_ms"]))
     return row
 
 
@@ -62,7 +97,7 @@ def reference_row(task: BenchTask, run: SystemRun, report: dict) -> dict[str, An
     eager, compiled = _timing(report, "eager"), _timing(report, "compile")
     eager_ms, compile_ms = eager.get("median_ms"), compiled.get("median_ms")
     row = base_row(task, run)
-    row.update(eager_ms=eager_ms, compile_ms=compile_ms,
+    row.update(eager_ms=eager_ms, compile_ms=compile_ms, memory=report.get("memory"),
                verdict={k: v for k, v in report.items() if k != "env"})
     own = (eager if run.system == "eager" else compiled).get("median_ms")
     if own is None:
@@ -74,6 +109,29 @@ def reference_row(task: BenchTask, run: SystemRun, report: dict) -> dict[str, An
         row.update(status="correct", time_ms=own,
                    iqr_ms=(eager if run.system == "eager" else compiled).get("iqr_ms"),
                    speedup_vs_eager=_ratio(eager_ms, own), speedup_vs_compile=_ratio(compile_ms, own))
+        row.update(measured_speedup_vs_eager=row["speedup_vs_eager"],
+                   measured_speedup_vs_compile=row["speedup_vs_compile"])
+    return row
+
+
+def out_of_memory(row: dict) -> bool:
+    """The row failed for lack of GPU or host memory (whoever ran out)."""
+    return row.get("status") in ("oom", "host_oom") or (
+        row.get("status") != "correct" and bool(OUT_OF_MEMORY.search(str(row.get("detail") or ""))))
+
+
+def settle(row: dict, alone: bool) -> dict:
+    """A row's final status once it is known whether its task ran `alone` on its GPU (DESIGN.md §7: an
+    environment failure is never blamed on the problem): the reference out of memory alone → the problem
+    does not fit this device; the task process or optimize out of memory → `oom`."""
+    if not out_of_memory(row) or row["status"] == "host_oom":
+        return row
+    if (row.get("flags") or {}).get("reference_failed"):
+        if alone and row["status"] == "oom":
+            cause = "the reference ran out of memory alone on its GPU (the problem does not fit)"
+            row.update(status="problem_error", detail=trim(f"{cause}: {row['detail']}"))
+    elif row["status"] in ("bench_error", "optimize_error"):
+        row["status"] = "oom"
     return row
 
 

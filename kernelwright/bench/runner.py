@@ -1,6 +1,6 @@
-"""`kernelwright bench` end to end: pick the problems and systems, plan what is not done yet, run it on
-the workers with a live progress bar, and append rows as they finish (the command then renders the
-report from them)."""
+"""`kernelwright bench` end to end: pick the problems and systems, plan what is not done yet and how much
+GPU memory each task needs, run it on the workers with a live progress bar, and append rows as they
+finish (the command then renders the report from them)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import dataclasses
 import datetime
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,14 +23,16 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from kernelwright.bench.admission import USABLE_FRACTION, Need
 from kernelwright.bench.devices import Worker, gpu_properties, resolve_workers
+from kernelwright.bench.memory import PeakCache, plan_needs
 from kernelwright.bench.plan import BenchTask, plan_tasks
 from kernelwright.bench.pool import Execute, SubprocessExecutor, run_pool
 from kernelwright.bench.report import fmt_ms, fmt_speedup
 from kernelwright.bench.store import ResultsStore, default_results_dir, open_results
 from kernelwright.bench.suite import discover_suite
 from kernelwright.bench.systems import parse_systems
-from kernelwright.environment import collect_environment
+from kernelwright.environment import cache_dir, collect_environment
 from kernelwright.errors import UsageError
 from kernelwright.judge.options import JudgeOptions
 
@@ -72,11 +75,13 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     options = dataclasses.replace(config.options, device=config.device)
     done = store.done_keys() if config.resume else set()
     tasks = plan_tasks(problems, systems, done, str(store.candidates_dir().resolve()))
-    store.add_run(_run_info(config, options, problems, workers, len(tasks)))
+    peaks = _peak_cache(config, workers)
+    need, memory = _memory_plan(config, tasks, workers, peaks, console)
+    store.add_run({**_run_info(config, options, problems, workers, len(tasks)), "memory": memory})
     devices = ", ".join(dict.fromkeys(f"{w.device}" + (f" (GPU {w.gpu})" if w.gpu is not None else "")
                                       for w in workers))
     if config.jobs > 1:
-        devices += f", {config.jobs} tasks at once per GPU"
+        devices += f", up to {config.jobs} tasks at once per GPU" + (" as its memory allows" if need else "")
     runs = sum(len(task.runs) for task in tasks)
     console.print(f"bench: {len(problems)} problems × {len(systems)} systems: {runs} to run "
                   f"({len(done)} done) on {escape(devices)}; results in {store.directory}")
@@ -89,13 +94,39 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     with LiveProgress(len(tasks), console) as progress:
         def on_rows(task: BenchTask, rows: list[dict]) -> None:
             store.append(rows)
+            if peaks is not None:
+                peaks.record(task, [row for row in rows if row["device"] == workers[0].device])
             progress.advance(task, rows)
 
-        left = run_pool(tasks, workers, execute, on_rows, deadline=deadline, stop=stop)
+        left = run_pool(tasks, workers, execute, on_rows, deadline=deadline, stop=stop, need=need)
     if left:
         console.print(f"[yellow]time budget spent:[/] {len(left)} problems not started; rerun with --resume "
                       f"--out {store.directory} to finish")
     return BenchOutcome(store, ran=len(tasks) - len(left), left=len(left))
+
+
+def _memory_plan(config: BenchConfig, tasks: list[BenchTask], workers: list[Worker], peaks: PeakCache | None,
+                 console: Console) -> tuple[Need | None, dict]:
+    """Each task's GPU memory need, for admission by memory (only where GPUs are shared and their size is
+    known), and its record for run.json."""
+    if config.jobs < 2 or not any(w.memory_bytes for w in workers) or not tasks:
+        return None, {}
+    needs, sources = plan_needs(tasks, peaks)
+    counts = Counter(sources.values())
+    console.print(f"memory per task: {counts['measured']} measured, {counts['static']} estimated, "
+                  f"{counts['unknown']} unknown (those run alone)")
+    record = {"usable_fraction": USABLE_FRACTION, "need_bytes": needs, "need_source": sources,
+              "gpu_bytes": {w.gpu: w.memory_bytes for w in workers}}
+    return (lambda task: needs.get(task.problem_id)), record
+
+
+def _peak_cache(config: BenchConfig, workers: list[Worker]) -> PeakCache | None:
+    """The measured-peak cache of this GPU model and torch; None on the CPU and for shrunk problems."""
+    if config.device != "cuda" or config.options.shrink:
+        return None
+    import torch
+
+    return PeakCache(cache_dir() / "memory", workers[0].device, torch.__version__)
 
 
 def _run_info(config: BenchConfig, options: JudgeOptions, problems: list, workers: list[Worker],

@@ -18,6 +18,8 @@ from pathlib import Path
 from kernelwright.errors import UsageError
 
 RESULTS_FILE = "results.jsonl"
+# The environment's failures, not the systems': --resume runs them again.
+REDONE_STATUSES = ("bench_error", "host_oom")
 RUN_FILE = "run.json"
 DEFAULT_ROOT = Path("bench") / "results"
 
@@ -65,8 +67,8 @@ class ResultsStore:
         return list(latest.values())
 
     def done_keys(self) -> set[tuple[str, str]]:
-        """(problem, system) keys that --resume skips: every row except the bench's own failures."""
-        return {(r["problem"], r["system"]) for r in self.latest_rows() if r["status"] != "bench_error"}
+        """(problem, system) keys that --resume skips: every row except the environment's failures."""
+        return {(r["problem"], r["system"]) for r in self.latest_rows() if r["status"] not in REDONE_STATUSES}
 
     def append(self, rows: list[dict]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,10 @@ one GPU model), per system, overall / per level / per category.
 - geomean speedup: geometric mean of the speedups of the correct rows that were timed;
 - fast_p (as in KernelBench): the fraction of the group's problems that are correct AND have a speedup
   greater than p; fast_0 is the fraction correct. A problem a system has no row for counts as not correct.
+- not_credited: correct rows counted as 1.00x eager because they run no custom kernel (rows.py).
+
+Speedups are the credited ones (`speedup_vs_*`). The A/A check (`aa_check`) reads the `eager-copy`
+system's measured ratios: 1.00 ± AA_TOLERANCE on every problem when the timing is fair.
 """
 
 from __future__ import annotations
@@ -12,19 +16,28 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from kernelwright.bench.systems import AA_COPY
+
 FAST_P = (0.0, 1.0, 1.5, 2.0)
+AA_TOLERANCE = 0.03
 
 
 def with_derived_speedups(rows: list[dict]) -> list[dict]:
     """Rows whose candidate was judged without its own torch.compile timing get their speedup vs
-    compile from the `compile` row of the same problem on the same device model (same run of the bench)."""
+    compile from the `compile` row of the same problem on the same device model (same run of the bench);
+    a row not credited gets eager's own (compile time / its eager time), its measured one aside."""
     compile_ms = {(r["problem"], r["device"]): r["time_ms"] for r in rows
                   if r["system"] == "compile" and r["status"] == "correct" and r["time_ms"]}
     out = []
     for row in rows:
         reference = compile_ms.get((row["problem"], row["device"]))
         if row.get("speedup_vs_compile") is None and reference and row.get("time_ms"):
-            row = {**row, "compile_ms": reference, "speedup_vs_compile": reference / row["time_ms"]}
+            measured = reference / row["time_ms"]
+            credited = measured
+            if row.get("credited") is False:
+                credited = reference / row["eager_ms"] if row.get("eager_ms") else None
+            row = {**row, "compile_ms": reference, "speedup_vs_compile": credited,
+                   "measured_speedup_vs_compile": measured}
         out.append(row)
     return out
 
@@ -55,6 +68,7 @@ def score(rows: list[dict], problems: int) -> dict:
         "fast_p": {f"{p:g}": fast_p(rows, problems, p) for p in FAST_P},
         "fast_p_vs_compile": {f"{p:g}": fast_p(rows, problems, p, "speedup_vs_compile") if compile_known
                               else None for p in FAST_P},
+        "not_credited": sum(r.get("credited") is False for r in correct),
     }
 
 
@@ -82,6 +96,26 @@ def summarize(rows: list[dict]) -> list[dict]:
             "categories": _scores(on_device, systems, lambda r: r["category"]),
         })
     return summaries
+
+
+def aa_check(rows: list[dict]) -> list[dict]:
+    """Per device model with `eager-copy` rows: each problem's measured ratio (eager time / the copy's
+    time, from one judge), how many fall outside 1 ± AA_TOLERANCE, the worst, and the rows not timed."""
+    checks = []
+    copies = [r for r in rows if r["system"] == AA_COPY]
+    for device in sorted({r["device"] or "unknown" for r in copies}):
+        on_device = [r for r in copies if (r["device"] or "unknown") == device]
+        # The copy is exempt from crediting: its speedup is the measured one.
+        ratios = {r["problem"]: r["speedup_vs_eager"] for r in on_device
+                  if r["status"] == "correct" and r["speedup_vs_eager"]}
+        outside = sorted(p for p, ratio in ratios.items() if abs(ratio - 1) > AA_TOLERANCE)
+        worst = max(ratios, key=lambda p: abs(math.log(ratios[p])), default=None)
+        checks.append({
+            "device": device, "tolerance": AA_TOLERANCE, "ratios": ratios, "outside": outside,
+            "worst": {"problem": worst, "ratio": ratios[worst]} if worst else None,
+            "not_timed": {r["problem"]: r["status"] for r in on_device if r["problem"] not in ratios},
+        })
+    return checks
 
 
 def _scores(rows: list[dict], systems: list[str], group_of) -> dict[str, dict[str, dict]]:

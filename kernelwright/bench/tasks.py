@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from kernelwright.bench.plan import BenchTask, SystemRun
-from kernelwright.bench.rows import candidate_row, failure_row, missing_row, reference_row, trim
+from kernelwright.bench.rows import (
+    candidate_row,
+    failure_row,
+    missing_row,
+    reference_failure_row,
+    reference_row,
+    trim,
+)
+from kernelwright.bench.systems import copy_candidate
 from kernelwright.errors import KernelwrightError
 from kernelwright.judge.options import JudgeOptions
 
@@ -50,7 +58,7 @@ def run_task(task: BenchTask, options: JudgeOptions, judge_factory: JudgeFactory
         judge = judge_factory(task.problem_path, options)
     except KernelwrightError as exc:  # the problem itself does not load: every system fails alike
         for run in task.runs:
-            add(failure_row(task, run, "problem_error", str(exc)), started)
+            add(reference_failure_row(task, run, str(exc)), started)
         return rows
     with judge:
         reference: dict | None = None
@@ -62,8 +70,8 @@ def run_task(task: BenchTask, options: JudgeOptions, judge_factory: JudgeFactory
                     row = reference_row(task, run, reference)
                 else:
                     row = _judge_candidate(judge, task, run, options.build_timeout_s)
-            except KernelwrightError as exc:  # the reference Model failed (e.g. out of memory)
-                row = failure_row(task, run, "problem_error", str(exc))
+            except KernelwrightError as exc:  # the reference Model failed (out of memory: `oom`)
+                row = reference_failure_row(task, run, str(exc))
             add(row, started)
     return rows
 
@@ -78,6 +86,9 @@ def _judge_candidate(judge, task: BenchTask, run: SystemRun, optimize_timeout_s:
             row = failure_row(task, run, "optimize_error", error)
             row["optimize_seconds"] = optimize_seconds
             return row
+    if run.kind == "copy":
+        Path(run.candidate).parent.mkdir(parents=True, exist_ok=True)
+        Path(run.candidate).write_text(copy_candidate(Path(task.problem_path).read_text()))
     if run.candidate is None:
         return missing_row(task, run)
     row = candidate_row(task, run, judge.evaluate(run.candidate))

@@ -20,8 +20,9 @@ def register(subparsers) -> None:
     parser.add_argument("suite", nargs="?", help="folder of problem files, subfolders are levels "
                                                  "(default: the bundled suite)")
     parser.add_argument("--systems", default="eager,compile,kernelwright",
-                        help="comma-separated: eager, compile, kernelwright, or folders of candidate files "
-                             "named like the problems (default: %(default)s)")
+                        help="comma-separated: eager, compile, kernelwright, eager-copy (the reference "
+                             "judged as a candidate: the A/A check of the timing), or folders of candidate "
+                             "files named like the problems (default: %(default)s)")
     parser.add_argument("--level", type=int, help="only this level")
     parser.add_argument("--filter", metavar="GLOB",
                         help="only problem ids matching, e.g. 'level1/2*' or '*Softmax*'; several globs "
@@ -29,8 +30,9 @@ def register(subparsers) -> None:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="default: %(default)s")
     parser.add_argument("--gpus", help="GPU indices, e.g. 0,1 (one worker each; default: every visible GPU)")
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
-                        help="tasks at once per GPU: their compiling (nvcc, torch.compile) overlaps, while "
-                             "every timed series holds the GPU alone (default: %(default)s)")
+                        help="at most N tasks at once per GPU, as many as its memory holds (measured peaks, "
+                             "else estimates): their compiling (nvcc, torch.compile) overlaps, while every "
+                             "timed series holds the GPU alone (default: %(default)s)")
     parser.add_argument("--out", help="results folder (default: bench/results/<date>-<gpu>/)")
     parser.add_argument("--resume", action="store_true", help="skip (problem, system) pairs already in --out")
     parser.add_argument("--shrink", action="store_true", help="judge shrunk problems (fast CPU runs, tests)")

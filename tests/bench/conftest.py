@@ -49,9 +49,10 @@ def make_answers(root: Path) -> Path:
 
 class FakeJudge:
     """Deterministic timings per problem: eager 2 ms × (index + 1), torch.compile 20% faster, a candidate
-    `scale` times eager; every Sigmoid candidate is wrong."""
+    `scale` times eager; every Sigmoid candidate is wrong. `memory` is the judge's peaks block."""
 
     scale = 0.5
+    memory: dict | None = None
 
     def __init__(self, problem_path: str, options: JudgeOptions):
         self.problem_id = problem_id_for(Path(problem_path))
@@ -71,7 +72,8 @@ class FakeJudge:
         return {"candidate": None, "eager": eager, "compile": compiled}
 
     def reference_report(self) -> dict:
-        return {"status": "reference", "detail": "", "timings": self._timings(), "warnings": []}
+        return {"status": "reference", "detail": "", "timings": self._timings(), "warnings": [],
+                "memory": self.memory}
 
     def evaluate(self, candidate: str) -> dict:
         timings = self._timings()
@@ -81,20 +83,21 @@ class FakeJudge:
         time_ms = self.eager * self.scale
         timings["candidate"] = {"median_ms": time_ms, "iqr_ms": 0.02, "n": 100}
         compiled = timings["compile"]
-        return {"status": "correct", "detail": "", "timings": timings,
+        return {"status": "correct", "detail": "", "timings": timings, "memory": self.memory,
                 "speedup_vs_eager": self.eager / time_ms,
                 "speedup_vs_compile": compiled["median_ms"] / time_ms if compiled else None,
                 "build_seconds": 1.5, "flags": {"no_custom_kernel": False, "precision": "fp32"}}
 
 
 class FakeExecutor:
-    """Runs tasks in this process (no subprocess) with `FakeJudge`, recording what it was asked."""
+    """Runs tasks in this process (no subprocess) with `judge` (FakeJudge by default), recording what it
+    was asked."""
 
-    def __init__(self, scale: float = 0.5):
-        self.scale = scale
+    def __init__(self, scale: float = 0.5, judge: type[FakeJudge] = FakeJudge):
+        self.scale, self.judge = scale, judge
         self.calls: list[tuple[BenchTask, Worker]] = []
 
     def __call__(self, task: BenchTask, worker: Worker) -> list[dict]:
         self.calls.append((task, worker))
-        judge = type("ScaledJudge", (FakeJudge,), {"scale": self.scale})
+        judge = type("ScaledJudge", (self.judge,), {"scale": self.scale})
         return run_task(task, JudgeOptions(device="cpu"), judge_factory=judge)

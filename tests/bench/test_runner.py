@@ -64,6 +64,13 @@ def test_resume_skips_done_and_retries_bench_errors(tiny_suite, answers, tmp_pat
     assert len(store.runs()) == 2
 
 
+def test_resume_redoes_the_environments_failures_only(tmp_path):
+    store = ResultsStore(tmp_path)
+    store.append([{"problem": "p", "system": system, "status": status} for system, status in
+                  [("a", "bench_error"), ("b", "host_oom"), ("c", "oom"), ("d", "problem_error")]])
+    assert store.done_keys() == {("p", "c"), ("p", "d")}
+
+
 def test_time_budget_leaves_tasks_for_resume(tiny_suite, tmp_path):
     out = tmp_path / "out"
     outcome = run_bench(config(tiny_suite, out, "eager", time_budget_s=1e-9), execute=FakeExecutor())
@@ -141,6 +148,11 @@ def test_gpus_map_through_cuda_visible_devices(monkeypatch):
         resolve_workers("cuda", None, jobs=0)
     with pytest.raises(UsageError, match="not a visible GPU"):
         resolve_workers("cuda", "2")
+    # the GPU's memory size, for admission by memory; "[N/A]" leaves it unknown
+    sizes = {"3": "81559 MiB", "5": "[N/A]"}
+    monkeypatch.setattr("kernelwright.bench.devices.gpu_properties",
+                        lambda gpu: {"name": "H100", "memory.total": sizes[gpu]})
+    assert [w.memory_bytes for w in resolve_workers("cuda", None)] == [81559 * 2**20, None]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     with pytest.raises(UsageError, match="--device cpu"):
         resolve_workers("cuda", None)

@@ -1,0 +1,131 @@
+"""The A/A check (`eager-copy`: the reference judged as a candidate) and the crediting rule (a candidate
+without a custom kernel counts as 1.00x eager, its measurement kept aside)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import TINY_SUITE, FakeExecutor, FakeJudge, make_tiny_suite
+from test_report import markdown_table
+
+from kernelwright.bench.plan import BenchTask, SystemRun
+from kernelwright.bench.report import write_report
+from kernelwright.bench.rows import candidate_row
+from kernelwright.bench.runner import BenchConfig, run_bench
+from kernelwright.bench.store import ResultsStore
+from kernelwright.bench.summary import with_derived_speedups
+from kernelwright.cli import main
+
+TASK = BenchTask("level1/01_ReLU", "relu.py", "1", "activation", ())
+OURS = SystemRun("kernelwright", "kernelwright", "k.py")
+
+
+def verdict(eager_ms: float, time_ms: float, compile_ms: float | None, custom: bool) -> dict:
+    return {"status": "correct", "detail": "",
+            "timings": {"candidate": {"median_ms": time_ms}, "eager": {"median_ms": eager_ms},
+                        "compile": {"median_ms": compile_ms} if compile_ms else None},
+            "speedup_vs_eager": eager_ms / time_ms,
+            "speedup_vs_compile": compile_ms / time_ms if compile_ms else None,
+            "flags": {"no_custom_kernel": not custom}}
+
+
+def test_a_candidate_without_custom_kernels_is_credited_as_eager():
+    fallback = candidate_row(TASK, OURS, verdict(1.32, 1.0, 0.66, False))
+    assert fallback["credited"] is False
+    assert fallback["speedup_vs_eager"] == 1.0 and fallback["speedup_vs_compile"] == pytest.approx(0.5)
+    assert fallback["measured_speedup_vs_eager"] == pytest.approx(1.32)
+    assert fallback["measured_speedup_vs_compile"] == pytest.approx(0.66)
+
+    custom = candidate_row(TASK, SystemRun("answers", "candidates", "a.py"), verdict(1.32, 1.0, 0.66, True))
+    assert custom["credited"] is True and custom["speedup_vs_eager"] == pytest.approx(1.32)
+    copy = candidate_row(TASK, SystemRun("eager-copy", "copy", "c.py"), verdict(1.02, 1.0, 0.66, False))
+    assert copy["credited"] is True and copy["speedup_vs_eager"] == pytest.approx(1.02)
+
+    # judged without its own torch.compile timing: eager's ratio from the compile row, measured aside
+    late = candidate_row(TASK, OURS, verdict(2.0, 1.0, None, False))
+    compile_row = {"problem": TASK.problem_id, "device": None, "system": "compile", "status": "correct",
+                   "time_ms": 1.0}
+    derived = with_derived_speedups([compile_row, late])[1]
+    assert derived["speedup_vs_compile"] == pytest.approx(0.5)
+    assert derived["measured_speedup_vs_compile"] == pytest.approx(1.0)
+
+
+class NoKernelJudge(FakeJudge):
+    """The ReLU candidate runs no custom kernel (a compiler's fallback to the Model)."""
+
+    def evaluate(self, candidate: str) -> dict:
+        verdict = super().evaluate(candidate)
+        verdict["flags"] = {**verdict.get("flags", {}), "no_custom_kernel": self.problem_id.endswith("ReLU")}
+        return verdict
+
+
+def test_report_counts_uncredited_rows_as_one_and_marks_them(tiny_suite, answers, tmp_path):
+    config = BenchConfig(suite=str(tiny_suite), systems=f"eager,compile,{answers}", device="cpu",
+                         out=str(tmp_path / "out"))
+    store = run_bench(config, execute=FakeExecutor(judge=NoKernelJudge)).store
+    report = write_report(store)
+    markdown = (store.directory / "report.md").read_text()
+    relu = {(r["problem"], r["system"]): r for r in markdown_table(markdown, "problem")}[
+        ("level1/01_ReLU", "answers")]
+    assert relu["×eager"] == "1.00×†" and relu["×compile"] == "0.80×†"
+    assert "not credited: measured 2.00×" in relu["note"]
+    assert "Not credited (†): answers 1 of 1 correct" in markdown
+    answers_score = report["summary"][0]["overall"]["all"]["answers"]
+    assert answers_score["not_credited"] == 1 and answers_score["geomean_vs_eager"] == 1.0
+    assert answers_score["fast_p"]["1"] == 0
+
+
+class CopyJudge(FakeJudge):
+    """The A/A candidate measured at a fixed ratio per problem."""
+
+    ratios = {"level1/01_ReLU": 1.01, "level1/06_Sigmoid": 0.96, "level1/23_Softmax": 1.05}
+
+    def evaluate(self, candidate: str) -> dict:
+        timings = self._timings()
+        ratio = self.ratios[self.problem_id]
+        timings["candidate"] = {"median_ms": self.eager / ratio, "iqr_ms": 0.01, "n": 100}
+        return {"status": "correct", "detail": "", "timings": timings, "speedup_vs_eager": ratio,
+                "speedup_vs_compile": None, "flags": {"no_custom_kernel": True}}
+
+
+def test_aa_check_section_and_the_copy_files(tiny_suite, tmp_path):
+    config = BenchConfig(suite=str(tiny_suite), systems="eager,eager-copy", device="cpu",
+                         out=str(tmp_path / "out"))
+    store = run_bench(config, execute=FakeExecutor(judge=CopyJudge)).store
+    report = write_report(store)
+    (check,) = report["aa_check"]
+    assert check["ratios"] == CopyJudge.ratios
+    assert check["outside"] == ["level1/06_Sigmoid", "level1/23_Softmax"]
+    assert check["worst"] == {"problem": "level1/23_Softmax", "ratio": 1.05}
+    markdown = (store.directory / "report.md").read_text()
+    assert "## A/A check (eager-copy: the reference judged as a candidate)" in markdown
+    assert "3 problems timed, 1 within 1.00 ± 0.03, 2 outside; worst 1.05× (level1/23_Softmax)" in markdown
+    table = {r["problem"]: r for r in markdown_table(markdown.split("## A/A check")[1], "problem")}
+    assert table["level1/06_Sigmoid"]["ratio"] == "0.960" and table["level1/06_Sigmoid"]["within"] == "**no**"
+    assert table["level1/01_ReLU"]["within"] == "yes"
+
+    for problem_id in TINY_SUITE:
+        path = store.candidates_dir() / "eager-copy" / f"{problem_id}.py"
+        source, problem = path.read_text(), (tiny_suite / f"{problem_id}.py").read_text()
+        added = source[len(problem.rstrip()):]
+        assert source.startswith(problem.rstrip()) and "pass" not in added
+        namespace: dict = {}
+        exec(compile(source, str(path), "exec"), namespace)
+        assert namespace["ModelNew"].__bases__ == (namespace["Model"],)
+
+
+def test_aa_check_end_to_end_on_the_cpu(tmp_path):
+    suite, out = make_tiny_suite(tmp_path / "suite"), tmp_path / "out"
+    args = ["bench", str(suite), "--filter", "*ReLU", "--device", "cpu", "--shrink", "--systems",
+            "eager,eager-copy", "--trials", "1", "--min-runs", "5", "--min-time", "0", "--out", str(out)]
+    assert main(args) == 0
+    rows = {r["system"]: r for r in ResultsStore(out).rows()}
+    copy = rows["eager-copy"]
+    assert copy["status"] == "correct", copy["detail"]
+    assert copy["flags"]["no_custom_kernel"] is True and copy["credited"] is True
+    assert copy["speedup_vs_eager"] > 0 and copy["eager_ms"] == rows["eager"]["time_ms"]
+    report = json.loads((out / "report.json").read_text())
+    assert list(report["aa_check"][0]["ratios"]) == ["level1/01_ReLU"]
+    assert re.search(r"On .*: 1 problems timed", (out / "report.md").read_text())
