@@ -3,10 +3,6 @@ files) on a suite of problems; resumable results, a Markdown report and plots (k
 
 from __future__ import annotations
 
-from rich.console import Console
-
-from kernelwright.bench.report import summary_tables, write_report
-from kernelwright.bench.runner import BenchConfig, run_bench
 from kernelwright.errors import UsageError
 from kernelwright.judge.options import JudgeOptions
 
@@ -54,6 +50,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from rich.console import Console
+
+    from kernelwright.bench.report import summary_tables, write_report
+    from kernelwright.bench.runner import BenchConfig, run_bench
+
     for name in ("trials", "min_runs"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")

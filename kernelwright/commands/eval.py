@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-from kernelwright.judge import JudgeOptions, evaluate
-from kernelwright.judge.report import print_verdict
-from kernelwright.judge.tolerance import preset_names
+from kernelwright.errors import UsageError
+from kernelwright.judge.options import JudgeOptions
 
 
 def register(subparsers) -> None:
@@ -18,8 +17,9 @@ def register(subparsers) -> None:
                         help="cpu judges pure-PyTorch candidates without a GPU")
     parser.add_argument("--trials", type=int, default=5, help="random-input trials (default 5)")
     parser.add_argument("--seed", type=int, default=42, help="model construction seed (default 42)")
-    parser.add_argument("--tolerance", choices=preset_names(), default="default",
-                        help="tolerance preset (kernelbench: atol=rtol=1e-2 as in KernelBench)")
+    # Not `choices=`: the preset table (judge/tolerance.py) imports torch; `run` checks the name.
+    parser.add_argument("--tolerance", default="default",
+                        help="tolerance preset: default, or kernelbench (atol=rtol=1e-2 as in KernelBench)")
     parser.add_argument("--no-extra-distributions", action="store_true",
                         help="skip the x1000 / all-negative / tiny / non-contiguous trials")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
@@ -48,6 +48,13 @@ def options_from_args(args) -> JudgeOptions:
 
 
 def run(args) -> int:
+    from kernelwright.judge import evaluate
+    from kernelwright.judge.report import print_verdict
+    from kernelwright.judge.tolerance import preset_names
+
+    if args.tolerance not in preset_names():
+        choices = " or ".join(preset_names())
+        raise UsageError(f"--tolerance {args.tolerance}: no such preset; choose {choices}")
     verdict = evaluate(args.problem, args.candidate, options_from_args(args))
     if args.json:
         print(json.dumps(verdict, indent=2, default=str))

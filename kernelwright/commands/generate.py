@@ -8,8 +8,6 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from kernelwright.errors import UsageError
 
 if TYPE_CHECKING:
@@ -53,6 +51,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     # Imported here, not at the top: `openai` alone takes about a second to import, and every other verb
     # (and `kernelwright --help`) would pay for it.
+    import torch
     from rich.console import Console
 
     from kernelwright.environment import gpu_info

@@ -5,12 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rich.console import Console
-
-from kernelwright.bench.compare import render_comparison
-from kernelwright.bench.report import summary_tables, write_report
-from kernelwright.bench.store import require_results
-
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("report", help="re-render a bench report, or compare two bench runs")
@@ -21,6 +15,12 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from rich.console import Console
+
+    from kernelwright.bench.compare import render_comparison
+    from kernelwright.bench.report import summary_tables, write_report
+    from kernelwright.bench.store import require_results
+
     store = require_results(args.results)
     report = write_report(store)
     console = Console()
