@@ -45,8 +45,15 @@ from kernelwright.problem import Problem
 # The judged speedup must reach 1 / (1 + SPEED_NOISE): slower than that is "slower than eager".
 SPEED_NOISE = 0.03
 
-# (stage, "start" | "done" | "skip", one-line detail, seconds when done)
+# (stage, "start" | "done" | "fail" | "skip", one-line detail, seconds when done or failed)
 StageCallback = Callable[[str, str, str, "float | None"], None]
+
+
+class StageNote(list):
+    """What a stage's body reports: a one-line summary appended, and `failed` set when the stage did not
+    do its work (the pipeline goes on, e.g. with the whole-model fallback)."""
+
+    failed = False
 
 
 @dataclass(frozen=True)
@@ -93,14 +100,15 @@ class _Stages:
         self.seconds = result_seconds
 
     @contextmanager
-    def run(self, stage: str) -> Iterator[list[str]]:
-        """Times a stage; the body may append a one-line summary to the yielded list."""
-        detail: list[str] = []
+    def run(self, stage: str) -> Iterator[StageNote]:
+        """Times a stage; the body may append a one-line summary to the yielded note, or mark it failed."""
+        detail = StageNote()
         self.callback(stage, "start", "", None)
         start = time.perf_counter()
         yield detail
         self.seconds[stage] = time.perf_counter() - start
-        self.callback(stage, "done", detail[0] if detail else "", self.seconds[stage])
+        self.callback(stage, "fail" if detail.failed else "done", detail[0] if detail else "",
+                      self.seconds[stage])
 
     def skip(self, stage: str, why: str) -> None:
         self.callback(stage, "skip", why, None)
@@ -127,10 +135,12 @@ class _Pipeline:
 
             try:
                 result.graph = capture(self.problem)
+                note.append(f"{sum(not n.is_leaf for n in result.graph.nodes())} nodes")
             except CaptureError as exc:
-                note.append("failed")
-                return self.fallback(f"capture failed: {exc}")
-            note.append(f"{sum(not n.is_leaf for n in result.graph.nodes())} nodes")
+                note.append(f"capture failed: {exc}")
+                note.failed = True
+        if note.failed:
+            return self.fallback(note[0])
         with stages.run("rewrite") as note:
             result.graph, result.rewrite_log, derived = _rewrite(result.graph)
             note.append(f"{len(result.rewrite_log.events)} rewrites" if result.rewrite_log else "skipped")
@@ -155,7 +165,8 @@ class _Pipeline:
             try:
                 other.result.graph, layout_log = channels_last(graph)
             except Exception as exc:  # a layout bug must cost the variant, not the problem
-                note.append("failed")
+                note.append(f"failed: {type(exc).__name__}: {exc}")
+                note.failed = True
                 self.result.notes.append(f"layout: NCHW (the channels-last pass failed: "
                                          f"{type(exc).__name__}: {exc})")
                 return self.compile(derived)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kernelwright.errors import UsageError
 from kernelwright.judge.options import JudgeOptions
+from kernelwright.output_paths import check_output_dir
 
 
 def register(subparsers) -> None:
@@ -27,7 +28,9 @@ def register(subparsers) -> None:
     parser.add_argument("--jobs", type=int, default=1, metavar="N",
                         help="tasks at once per GPU: their compiling (nvcc, torch.compile) overlaps, while "
                              "every timed series holds the GPU alone (default: %(default)s)")
-    parser.add_argument("--out", help="results folder (default: bench/results/<date>-<gpu>/)")
+    parser.add_argument("--output-dir", "--out", dest="out", metavar="DIR",
+                        help="results folder (default: bench/results/<date>-<gpu>/); one that holds results "
+                             "is refused unless --resume")
     parser.add_argument("--resume", action="store_true", help="skip (problem, system) pairs already in --out")
     parser.add_argument("--shrink", action="store_true", help="judge shrunk problems (fast CPU runs, tests)")
     defaults = JudgeOptions()
@@ -60,6 +63,8 @@ def run(args) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if min(args.timeout, args.build_timeout) <= 0 or args.min_time < 0:
         raise UsageError("--timeout and --build-timeout must be positive and --min-time not negative")
+    if args.out:
+        check_output_dir(args.out)
     options = JudgeOptions(device=args.device, trials=args.trials, min_runs=args.min_runs,
                            min_time_s=args.min_time, shrink=args.shrink, run_timeout_s=args.timeout,
                            build_timeout_s=args.build_timeout)
