@@ -1,5 +1,7 @@
 """`kernelwright eval PROBLEM CANDIDATE`: judge a candidate ModelNew (a .py file or a raw LLM answer).
-Exit code 0 when correct (or `builds` with --compile-only), 1 for any other verdict, 2 for usage errors."""
+Exit code 0 when correct (or `builds` with --compile-only, or passing KernelBench's strict static checks
+with --kernelbench-static), 1 for any other verdict, 2 for usage errors. While it runs, a spinner on stderr
+shows what the candidate's process is doing (which extension, which compiler)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,9 @@ def register(subparsers) -> None:
     parser.add_argument("--min-runs", type=int, default=100, help="timing: at least this many runs")
     parser.add_argument("--min-time", type=float, default=1.0, metavar="S", help="timing: at least this long")
     parser.add_argument("--shrink", action="store_true", help="judge a shrunk (small) variant of the problem")
+    parser.add_argument("--kernelbench-static", action="store_true",
+                        help="only run KernelBench's static checks (strict and warning sets, reimplemented) "
+                             "and ours on the candidate's source; nothing is built or run")
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
     parser.set_defaults(func=run)
 
@@ -48,17 +53,46 @@ def options_from_args(args) -> JudgeOptions:
 
 
 def run(args) -> int:
+    if args.kernelbench_static:
+        return _static(args)
+    from rich.console import Console
+    from rich.markup import escape
+
     from kernelwright.judge import evaluate
+    from kernelwright.judge.progress import watch_steps
     from kernelwright.judge.report import print_verdict
     from kernelwright.judge.tolerance import preset_names
 
     if args.tolerance not in preset_names():
         choices = " or ".join(preset_names())
         raise UsageError(f"--tolerance {args.tolerance}: no such preset; choose {choices}")
-    verdict = evaluate(args.problem, args.candidate, options_from_args(args))
+    with Console(stderr=True).status("judging") as status, \
+            watch_steps(lambda step: status.update(f"judging: {escape(step)}")):
+        verdict = evaluate(args.problem, args.candidate, options_from_args(args))
     if args.json:
         print(json.dumps(verdict, indent=2, default=str))
     else:
         print_verdict(verdict)
     passing = "builds" if args.compile_only else "correct"
     return 0 if verdict["status"] == passing else 1
+
+
+def _static(args) -> int:
+    """KernelBench's static checks and ours on the candidate's source, without building or running it."""
+    from kernelwright.judge.extract import read_candidate
+    from kernelwright.judge.kernelbench import kernelbench_static
+    from kernelwright.judge.report import print_static_report
+    from kernelwright.judge.static import static_report
+    from kernelwright.problem_files import read_problem_statically
+
+    read_problem_statically(args.problem)
+    source, how = read_candidate(args.candidate)
+    if source is None:
+        raise UsageError(f"{args.candidate}: {how}")
+    report = {"candidate": args.candidate, "source": how, "kernelbench": kernelbench_static(source),
+              "ours": static_report(source)}
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_static_report(report)
+    return 0 if report["kernelbench"]["passes_strict"] else 1
