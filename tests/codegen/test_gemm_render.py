@@ -76,7 +76,8 @@ def test_cutlass_source_instantiates_the_config():
     assert "bmm" in source.ir_comment and "3xTF32" in source.ir_comment
     # the launcher launches its own, explicit __global__ entry (not the device adapter's Kernel2)
     code = strip_comments(source.cuda)
-    assert "__global__ void __launch_bounds__(Kernel::kThreadCount) gemm_kernel(Kernel::Params params)" in code
+    assert ("__global__ void __launch_bounds__(Kernel::kThreadCount) gemm_kernel(Kernel::Params params)"
+            in code)
     assert "gemm_kernel<<<grid, Kernel::kThreadCount, kSharedBytes, stream>>>(params);" in code
     assert "GemmUniversalAdapter" not in code
 
