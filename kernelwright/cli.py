@@ -1,22 +1,27 @@
 """`kernelwright` command line: parses arguments, dispatches to a command module, and turns errors into
 one clear message (traceback only with --verbose). Exit codes: 0 ok, 1 a negative result (e.g. an
-incorrect candidate), 2 usage or input errors, 3 internal errors."""
+incorrect candidate), 2 usage or input errors, 3 internal errors, 4 environment failures (out of GPU
+memory held by other processes, after a retry: not a verdict on the code); a reader that closed the pipe early
+(`kernelwright capture X --json | head`) ends the command quietly with 141, as a shell tool killed by
+SIGPIPE would.
+
+Start-up is kept light: `--version` and `--help` import neither torch nor rich (each command module
+imports what it needs inside its `run`), so they answer in a fraction of a second.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
-
-from rich.console import Console
-from rich.markup import escape
 
 import kernelwright
 from kernelwright.commands import COMMAND_MODULES
 from kernelwright.errors import KernelwrightError
 
-stderr = Console(stderr=True)
+BROKEN_PIPE_EXIT = 141
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,21 +44,42 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit: a closed pipe must end up in the handler below
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return BROKEN_PIPE_EXIT
     except KernelwrightError as exc:
         if args.verbose:
             traceback.print_exc()
-        stderr.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        _print_error("error:", str(exc))
         return exc.exit_code
     except KeyboardInterrupt:
-        stderr.print("interrupted")
+        _print_error("", "interrupted")
         return 130
     except Exception as exc:  # an internal bug: say so plainly
         if args.verbose:
             traceback.print_exc()
-        stderr.print(f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} "
-                     "(rerun with --verbose for the traceback)", highlight=False)
+        _print_error("internal error:",
+                     f"{type(exc).__name__}: {exc} (rerun with --verbose for the traceback)")
         return 3
+
+
+def _print_error(label: str, message: str) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    prefix = f"[bold red]{label}[/] " if label else ""
+    # soft_wrap: one line however narrow the terminal (a pipe reads as 80 columns), for grep and logs.
+    Console(stderr=True, soft_wrap=True).print(f"{prefix}{escape(message)}", highlight=False)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: the reader is gone, and Python's own flush at exit would fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

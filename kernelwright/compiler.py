@@ -71,8 +71,15 @@ SPEED_NOISE = 0.03
 SHARED_GPU_BYTES = 2 << 30
 RETRY_PAUSE_S = 10.0
 
-# (stage, "start" | "done" | "skip", one-line detail, seconds when done)
+# (stage, "start" | "done" | "fail" | "skip", one-line detail, seconds when done or failed)
 StageCallback = Callable[[str, str, str, "float | None"], None]
+
+
+class StageNote(list):
+    """What a stage's body reports: a one-line summary appended, and `failed` set when the stage did not
+    do its work (the pipeline goes on, e.g. with the whole-model fallback)."""
+
+    failed = False
 
 
 @dataclass(frozen=True)
@@ -148,17 +155,18 @@ class _Stages:
         self.prefix = prefix
 
     @contextmanager
-    def run(self, stage: str, cpu: bool = False) -> Iterator[list[str]]:
+    def run(self, stage: str, cpu: bool = False) -> Iterator[StageNote]:
         """Times a stage (`cpu`: heavy CPU work, never beside a timing); the body may append a one-line
-        summary to the yielded list."""
+        summary to the yielded note, or mark it failed."""
         stage = self.prefix + stage
-        detail: list[str] = []
+        detail = StageNote()
         self.callback(stage, "start", "", None)
         start = time.perf_counter()
         with cpu_work() if cpu else nullcontext():
             yield detail
         self.seconds[stage] = round(self.seconds.get(stage, 0.0) + time.perf_counter() - start, 3)
-        self.callback(stage, "done", detail[0] if detail else "", time.perf_counter() - start)
+        self.callback(stage, "fail" if detail.failed else "done", detail[0] if detail else "",
+                      time.perf_counter() - start)
 
     def skip(self, stage: str, why: str) -> None:
         self.callback(self.prefix + stage, "skip", why, None)
@@ -222,10 +230,12 @@ class _Pipeline:
 
             try:
                 result.graph = capture(self.problem)
+                note.append(f"{sum(not n.is_leaf for n in result.graph.nodes())} nodes")
             except CaptureError as exc:
-                note.append("failed")
-                return self.fallback(f"capture failed: {exc}")
-            note.append(f"{sum(not n.is_leaf for n in result.graph.nodes())} nodes")
+                note.append(f"capture failed: {exc}")
+                note.failed = True
+        if note.failed:
+            return self.fallback(note[0])
         with stages.run("rewrite", cpu=True) as note:
             result.graph, result.rewrite_log, derived = _rewrite(result.graph)
             note.append(f"{len(result.rewrite_log.events)} rewrites" if result.rewrite_log else "skipped")
@@ -252,7 +262,8 @@ class _Pipeline:
             try:
                 other, layout_log = channels_last(graph)
             except Exception as exc:  # a layout bug must cost the variant, not the problem
-                note.append("failed")
+                note.append(f"failed: {type(exc).__name__}: {exc}")
+                note.failed = True
                 self.result.notes.append(f"layout: NCHW (the channels-last pass failed: "
                                          f"{type(exc).__name__}: {exc})")
                 return [nchw]

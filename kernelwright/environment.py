@@ -15,9 +15,11 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-import torch
-
 import kernelwright
+
+# The one install line for the CUTLASS headers (README, doctor): headers only, without the wheel's Python
+# dependencies (cuda-python, scipy, ...), which kernelwright never imports.
+CUTLASS_INSTALL = "pip install --no-deps nvidia-cutlass"
 
 
 def cache_dir() -> Path:
@@ -68,6 +70,8 @@ def cutlass_include_dir() -> Path | None:
 
 
 def gpu_info() -> dict | None:
+    import torch
+
     if not torch.cuda.is_available():
         return None
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -96,6 +100,8 @@ def driver_version() -> str | None:
 
 def collect_environment() -> dict:
     """A JSON-able snapshot of the environment, for doctor, verdicts and bench reports."""
+    import torch
+
     include = cutlass_include_dir()
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -15,6 +15,10 @@ class ProblemLoadError(KernelwrightError):
     """A problem file is missing, malformed, or fails to build its model or inputs."""
 
 
+class ProblemInputsError(ProblemLoadError):
+    """`get_inputs()` returned a value that cannot be a forward argument (a string, an arbitrary object)."""
+
+
 class UnsupportedOp(KernelwrightError):
     """An operator the compiler cannot handle natively (callers fall back to ATen)."""
 

@@ -19,11 +19,16 @@ from typing import Any
 
 import torch
 
-from kernelwright.errors import ProblemLoadError
+from kernelwright.errors import ProblemInputsError, ProblemLoadError
+from kernelwright.problem_files import (
+    BUNDLED_DIR,
+    parse_problem_source,
+    problem_id_for,
+    read_problem_source,
+    resolve_problem_path,
+)
 
-BUNDLED_DIR = Path(__file__).parent / "problems"
 SHRINK_OVERRIDES_FILE = BUNDLED_DIR / "shrink_overrides.json"
-CATEGORIES_FILE = BUNDLED_DIR / "categories.json"
 
 # Caps tried in order when shrinking: the smallest that still runs wins.
 SHRINK_CAPS = (16, 32, 64)
@@ -68,6 +73,10 @@ class Problem:
                 pass  # e.g. get_inputs converts through numpy: draw on the CPU below
         torch.manual_seed(seed)
         values = list(self._call("get_inputs"))
+        for index, value in enumerate(values):
+            if not _is_input_value(value):
+                raise ProblemInputsError(f"{self.path}: get_inputs() item {index} is a "
+                                         f"{type(value).__name__}; expected tensors or numbers")
         return to_device(values, device) if device is not None else values
 
     def build_model(
@@ -100,6 +109,16 @@ class Problem:
         return result
 
 
+def _is_input_value(value: Any) -> bool:
+    """A forward argument a problem may give: a tensor, a number or None, or a list/tuple/dict of them
+    (capture refuses containers with its own message; the judge passes them through)."""
+    if isinstance(value, (list, tuple)):
+        return all(map(_is_input_value, value))
+    if isinstance(value, dict):
+        return all(map(_is_input_value, value.values()))
+    return value is None or isinstance(value, (torch.Tensor, bool, int, float, complex))
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
@@ -114,56 +133,6 @@ def to_device(value: Any, device: str | torch.device) -> Any:
     if isinstance(value, dict):
         return {k: to_device(v, device) for k, v in value.items()}
     return value
-
-
-# ----------------------------------------------------------------------------------------------- lookup
-
-
-def bundled_problem_ids(level: int | None = None) -> list[str]:
-    """Ids (`level1/19_ReLU`) of the problems shipped in the package, sorted by level then number."""
-    ids = []
-    for path in sorted(BUNDLED_DIR.glob("level*/*.py")):
-        if level is None or path.parent.name == f"level{level}":
-            ids.append(f"{path.parent.name}/{path.stem}")
-    return sorted(ids, key=_id_sort_key)
-
-
-def _id_sort_key(problem_id: str) -> tuple:
-    level, _, name = problem_id.partition("/")
-    number = name.split("_", 1)[0]
-    return (level, int(number) if number.isdigit() else 0, name)
-
-
-def resolve_problem_path(spec: str | Path) -> Path:
-    """A path to an existing file, or a bundled id (`level1/19_ReLU`, with or without `.py`)."""
-    path = Path(spec)
-    if path.is_file():
-        return path
-    bundled = BUNDLED_DIR / (str(spec) if str(spec).endswith(".py") else f"{spec}.py")
-    if bundled.is_file():
-        return bundled
-    # A unique prefix of a bundled id is accepted too: `level1/19` → `level1/19_ReLU`.
-    matches = [pid for pid in bundled_problem_ids() if pid.startswith(str(spec))]
-    if len(matches) == 1:
-        return BUNDLED_DIR / f"{matches[0]}.py"
-    hint = f" (ambiguous: {', '.join(matches[:5])})" if matches else ""
-    raise ProblemLoadError(
-        f"{spec}: no such file and no bundled problem with that id{hint}; `kernelwright problems` lists them"
-    )
-
-
-def problem_id_for(path: Path) -> str:
-    """`level1/19_ReLU` for a file inside a `levelN` folder (bundled or not), else the file's stem."""
-    path = Path(path)
-    if path.parent.name.startswith("level"):
-        return f"{path.parent.name}/{path.stem}"
-    return path.stem
-
-
-def bundled_categories() -> dict[str, str]:
-    if CATEGORIES_FILE.is_file():
-        return json.loads(CATEGORIES_FILE.read_text())
-    return {}
 
 
 # ----------------------------------------------------------------------------------------------- loading
@@ -193,14 +162,8 @@ def load_problem(spec: str | Path, overrides: dict[str, int] | None = None) -> P
     """Execute a problem file in a fresh module and validate it. `overrides` replaces the values of
     top-level integer constants before execution, so constants derived from them follow."""
     path = resolve_problem_path(spec)
-    try:
-        source = path.read_text()
-    except OSError as exc:
-        raise ProblemLoadError(f"{path}: cannot read the file ({exc.strerror})") from exc
-    try:
-        tree = ast.parse(source, filename=str(path))
-    except SyntaxError as exc:
-        raise ProblemLoadError(f"{path}:{exc.lineno}: syntax error: {exc.msg}") from exc
+    source = read_problem_source(path)
+    tree = parse_problem_source(path, source)
 
     overrides = dict(overrides or {})
     constants = {}
@@ -263,7 +226,7 @@ def shrink_overrides_for(problem_id: str) -> dict[str, int]:
 def shrunk_constants(spec: str | Path, cap: int, explicit: dict[str, int] | None = None) -> dict[str, int]:
     """The constant overrides that shrink a problem with `cap`; explicit values win."""
     path = resolve_problem_path(spec)
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = parse_problem_source(path, read_problem_source(path))
     values = {name: shrink_value(v, cap) for name, v in integer_constants(tree).items() if v > cap}
     values.update(shrink_overrides_for(problem_id_for(path)))
     values.update(explicit or {})

@@ -1,5 +1,5 @@
-"""Shared test configuration: `gpu` tests are skipped with a reason when CUDA is absent; paths to the
-read-only seeds in ../shared (tests that need them skip when a user's clone has none)."""
+"""Shared test configuration: `gpu` tests are skipped with a reason when CUDA is absent; the seed answers
+and their problems live in tests/fixtures (copies: no test depends on a folder outside the repository)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -22,7 +21,6 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
-def shared_dir() -> Path:
-    if not SHARED.is_dir():
-        pytest.skip("../shared (seeds and seed problems) is not present beside this clone")
-    return SHARED
+def fixtures_dir() -> Path:
+    """`seeds/` (LLM answers, numbered as DESIGN.md cites them) and `seed_problems/` (their problems)."""
+    return FIXTURES

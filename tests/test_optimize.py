@@ -3,6 +3,8 @@ falls back to Model's forward when capture fails."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import types
 
 import torch
@@ -51,12 +53,28 @@ def test_capture_failure_gives_the_whole_model_fallback(tmp_path):
     stages = []
     result = optimize(problem, on_stage=lambda stage, event, detail, seconds: stages.append((stage, event)))
     assert result.fallback_reason.startswith("capture failed")
-    assert stages == [("capture", "start"), ("capture", "done")]
+    assert stages == [("capture", "start"), ("capture", "fail")]
     module = types.ModuleType("emitted")
     exec(compile(result.source, "branchy_new.py", "exec"), module.__dict__)
     x = torch.randn(4, 8)
     torch.testing.assert_close(module.ModelNew()(x), module.Model()(x))
-    assert "fallback: ModelNew keeps Model's forward (capture failed" in result.source
+    first_lines = result.source.splitlines()[:3]
+    assert first_lines[1] == "# no custom kernel in this file: ModelNew runs Model's own forward"
+    assert first_lines[2].startswith("# whole-model fallback: capture failed: ")
+    assert "data-dependent" in first_lines[2]
+
+
+def test_optimize_cli_shows_a_failed_capture_as_a_failed_step(tmp_path, capsys):
+    path = tmp_path / "branchy.py"
+    path.write_text(UNCAPTURABLE)
+    output = tmp_path / "new.py"
+    assert main(["optimize", str(path), "-o", str(output)]) == 0
+    err = capsys.readouterr().err
+    assert "✓ capture" not in err
+    failed = next(line for line in err.splitlines() if "✗ capture" in line)
+    assert "data-dependent" in failed and "as a whole" not in failed
+    assert "whole-model fallback: capture failed" in err
+    assert "# whole-model fallback: capture failed" in output.read_text()
 
 
 def test_output_may_not_overwrite_the_problem(tmp_path):
@@ -109,3 +127,30 @@ def test_channels_last_layout_runs_the_convolutions_on_nhwc_data(tmp_path, monke
     # without a GPU to measure on, `auto` keeps NCHW and says so
     auto = optimize(problem)
     assert auto.layout == "nchw" and any("layout: NCHW" in note for note in auto.notes)
+
+
+def test_output_paths_are_checked_before_any_work(tmp_path):
+    """An existing file is kept unless --force; a missing folder or a directory as -o is a one-line error
+    before capture runs; --output-dir names the file after the problem."""
+    problem = tmp_path / "branchy.py"
+    problem.write_text(UNCAPTURABLE)
+
+    def optimize_cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "kernelwright.cli", "optimize", str(problem), *args],
+                              capture_output=True, text=True, timeout=300)
+
+    keep = tmp_path / "keep.py"
+    keep.write_text("mine")
+    result = optimize_cli("-o", str(keep))
+    assert result.returncode == 2 and keep.read_text() == "mine"
+    assert result.stderr.strip() == f"error: -o {keep}: the file exists; add --force to overwrite it"
+    for bad, why in ((tmp_path / "no_such_dir" / "x.py", "the folder"), (tmp_path, "is a directory")):
+        result = optimize_cli("-o", str(bad))
+        assert result.returncode == 2 and why in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "capture" not in result.stderr
+    assert optimize_cli("-o", str(keep), "--force").returncode == 0
+    assert "class ModelNew(Model)" in keep.read_text()
+    assert optimize_cli("--output-dir", str(tmp_path / "out")).returncode == 0
+    assert (tmp_path / "out" / "branchy_new.py").is_file()
+    result = optimize_cli("--output-dir", str(keep))
+    assert result.returncode == 2 and "not a directory" in result.stderr

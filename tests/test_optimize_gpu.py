@@ -14,7 +14,8 @@ import torch
 
 from kernelwright.compiler import SPEED_NOISE, OptimizeResult, optimize
 from kernelwright.judge import JudgeOptions, evaluate
-from kernelwright.problem import bundled_problem_ids, load_problem
+from kernelwright.problem import load_problem
+from kernelwright.problem_files import bundled_problem_ids
 
 pytestmark = pytest.mark.gpu
 

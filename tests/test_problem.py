@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from kernelwright.errors import ProblemLoadError
-from kernelwright.problem import (
+from kernelwright.problem import load_problem, load_shrunk, shrink_value
+from kernelwright.problem_estimates import bundled_estimates_now
+from kernelwright.problem_files import (
     bundled_categories,
+    bundled_estimates,
     bundled_problem_ids,
-    load_problem,
-    load_shrunk,
     resolve_problem_path,
-    shrink_value,
 )
 
 CORPUS = Path(__file__).parent / "problem_corpus"
@@ -107,3 +107,9 @@ def test_seeded_construction_is_reproducible():
     for pa, pb in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
         assert torch.equal(pa, pb)
     assert all(torch.equal(x, y) for x, y in zip(problem.inputs(seed=5), problem.inputs(seed=5), strict=True))
+
+
+def test_bundled_estimates_are_current():
+    """`kernelwright problems` reads sizes from problems/estimates.json (no torch); after changing a problem,
+    `python -m kernelwright.problem_estimates` rewrites it."""
+    assert bundled_estimates() == bundled_estimates_now()

@@ -19,7 +19,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from kernelwright.capture.aten import IGNORED_OPS, LOWERINGS
-from kernelwright.errors import CaptureError, KernelwrightError
+from kernelwright.errors import CaptureError, KernelwrightError, ProblemInputsError
 from kernelwright.problem import DEFAULT_SEED, Problem
 
 # Composite ops the IR keeps whole (docs/ir.md) although torch's default table would decompose them:
@@ -76,8 +76,7 @@ def export_problem(
                 program = program.run_decompositions(decomposition_table())
     except Exception as exc:  # torch raises many types here; each becomes one clear message
         raise CaptureError(
-            f"{problem.id}: torch.export cannot capture Model.forward: {explain_export_error(exc)}; "
-            "the original forward will be used as a whole"
+            f"{problem.id}: torch.export cannot capture Model.forward: {explain_export_error(exc)}"
         ) from exc
     return program, model, inputs
 
@@ -130,6 +129,8 @@ def _build_fake(problem: Problem, seed: int) -> tuple[torch.nn.Module, list]:
     try:
         with fake_mode:
             inputs = problem.inputs(seed)
+    except ProblemInputsError:
+        raise  # wrong on any tensors, fake or not: the problem's error, not capture's
     except KernelwrightError as exc:
         raise CaptureError(f"{problem.id}: cannot build the inputs on fake tensors: {exc}") from exc
     return model, inputs

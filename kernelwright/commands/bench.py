@@ -3,12 +3,9 @@ files) on a suite of problems; resumable results, a Markdown report and plots (k
 
 from __future__ import annotations
 
-from rich.console import Console
-
-from kernelwright.bench.report import summary_tables, write_report
-from kernelwright.bench.runner import BenchConfig, run_bench
 from kernelwright.errors import UsageError
 from kernelwright.judge.options import JudgeOptions
+from kernelwright.output_paths import check_output_dir
 
 
 def register(subparsers) -> None:
@@ -33,7 +30,9 @@ def register(subparsers) -> None:
                         help="at most N tasks at once per GPU, as many as its memory holds (measured peaks, "
                              "else estimates): their compiling (nvcc, torch.compile) overlaps, while every "
                              "timed series holds the GPU alone (default: %(default)s)")
-    parser.add_argument("--out", help="results folder (default: bench/results/<date>-<gpu>/)")
+    parser.add_argument("--output-dir", "--out", dest="out", metavar="DIR",
+                        help="results folder (default: bench/results/<date>-<gpu>/); one that holds results "
+                             "is refused unless --resume")
     parser.add_argument("--resume", action="store_true", help="skip (problem, system) pairs already in --out")
     parser.add_argument("--shrink", action="store_true", help="judge shrunk problems (fast CPU runs, tests)")
     defaults = JudgeOptions()
@@ -56,11 +55,18 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from rich.console import Console
+
+    from kernelwright.bench.report import summary_tables, write_report
+    from kernelwright.bench.runner import BenchConfig, run_bench
+
     for name in ("trials", "min_runs"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     if min(args.timeout, args.build_timeout) <= 0 or args.min_time < 0:
         raise UsageError("--timeout and --build-timeout must be positive and --min-time not negative")
+    if args.out:
+        check_output_dir(args.out)
     options = JudgeOptions(device=args.device, trials=args.trials, min_runs=args.min_runs,
                            min_time_s=args.min_time, shrink=args.shrink, run_timeout_s=args.timeout,
                            build_timeout_s=args.build_timeout)

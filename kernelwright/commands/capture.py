@@ -6,11 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
 from kernelwright.errors import UsageError
-from kernelwright.ir.ops import category
 
 
 def register(subparsers) -> None:
@@ -42,7 +38,11 @@ def run(args) -> int:
 
 
 def _stats(suite_dir: Path, as_json: bool) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
     from kernelwright.capture.coverage import problem_files, suite_coverage
+    from kernelwright.ir.ops import category
 
     if not suite_dir.is_dir():
         raise UsageError(f"{suite_dir}: not a directory")

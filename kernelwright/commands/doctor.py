@@ -4,11 +4,6 @@ from __future__ import annotations
 
 import json
 
-from rich.console import Console
-from rich.table import Table
-
-from kernelwright.environment import collect_environment
-
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("doctor", help="check torch, the GPU, nvcc, CUTLASS headers and the cache")
@@ -17,6 +12,11 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from kernelwright.environment import CUTLASS_INSTALL, collect_environment
+
     env = collect_environment()
     if args.json:
         print(json.dumps(env, indent=2))
@@ -32,7 +32,7 @@ def run(args) -> int:
         ("driver", env["driver"] or "-"),
         ("nvcc", f"{env['nvcc']} ({env['nvcc_version']})" if env["nvcc"]
                  else "not found: CUDA sources cannot be built"),
-        ("CUTLASS headers", env["cutlass_include"] or "not found (pip install nvidia-cutlass)"),
+        ("CUTLASS headers", env["cutlass_include"] or f"not found ({CUTLASS_INSTALL})"),
         ("cache dir", env["cache_dir"]),
     ]
     table = Table(title="kernelwright doctor", show_header=False)

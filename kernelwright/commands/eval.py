@@ -1,13 +1,14 @@
 """`kernelwright eval PROBLEM CANDIDATE`: judge a candidate ModelNew (a .py file or a raw LLM answer).
-Exit code 0 when correct (or `builds` with --compile-only), 1 for any other verdict, 2 for usage errors."""
+Exit code 0 when correct (or `builds` with --compile-only, or passing KernelBench's strict static checks
+with --kernelbench-static), 1 for any other verdict, 2 for usage errors. While it runs, a spinner on stderr
+shows what the candidate's process is doing (which extension, which compiler)."""
 
 from __future__ import annotations
 
 import json
 
-from kernelwright.judge import JudgeOptions, evaluate
-from kernelwright.judge.report import print_verdict
-from kernelwright.judge.tolerance import preset_names
+from kernelwright.errors import UsageError
+from kernelwright.judge.options import JudgeOptions
 
 
 def register(subparsers) -> None:
@@ -18,8 +19,9 @@ def register(subparsers) -> None:
                         help="cpu judges pure-PyTorch candidates without a GPU")
     parser.add_argument("--trials", type=int, default=5, help="random-input trials (default 5)")
     parser.add_argument("--seed", type=int, default=42, help="model construction seed (default 42)")
-    parser.add_argument("--tolerance", choices=preset_names(), default="default",
-                        help="tolerance preset (kernelbench: atol=rtol=1e-2 as in KernelBench)")
+    # Not `choices=`: the preset table (judge/tolerance.py) imports torch; `run` checks the name.
+    parser.add_argument("--tolerance", default="default",
+                        help="tolerance preset: default, or kernelbench (atol=rtol=1e-2 as in KernelBench)")
     parser.add_argument("--no-extra-distributions", action="store_true",
                         help="skip the x1000 / all-negative / tiny / non-contiguous trials")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
@@ -33,6 +35,9 @@ def register(subparsers) -> None:
     parser.add_argument("--min-runs", type=int, default=100, help="timing: at least this many runs")
     parser.add_argument("--min-time", type=float, default=1.0, metavar="S", help="timing: at least this long")
     parser.add_argument("--shrink", action="store_true", help="judge a shrunk (small) variant of the problem")
+    parser.add_argument("--kernelbench-static", action="store_true",
+                        help="only run KernelBench's static checks (strict and warning sets, reimplemented) "
+                             "and ours on the candidate's source; nothing is built or run")
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
     parser.set_defaults(func=run)
 
@@ -48,10 +53,46 @@ def options_from_args(args) -> JudgeOptions:
 
 
 def run(args) -> int:
-    verdict = evaluate(args.problem, args.candidate, options_from_args(args))
+    if args.kernelbench_static:
+        return _static(args)
+    from rich.console import Console
+    from rich.markup import escape
+
+    from kernelwright.judge import evaluate
+    from kernelwright.judge.progress import watch_steps
+    from kernelwright.judge.report import print_verdict
+    from kernelwright.judge.tolerance import preset_names
+
+    if args.tolerance not in preset_names():
+        choices = " or ".join(preset_names())
+        raise UsageError(f"--tolerance {args.tolerance}: no such preset; choose {choices}")
+    with Console(stderr=True).status("judging") as status, \
+            watch_steps(lambda step: status.update(f"judging: {escape(step)}")):
+        verdict = evaluate(args.problem, args.candidate, options_from_args(args))
     if args.json:
         print(json.dumps(verdict, indent=2, default=str))
     else:
         print_verdict(verdict)
     passing = "builds" if args.compile_only else "correct"
     return 0 if verdict["status"] == passing else 1
+
+
+def _static(args) -> int:
+    """KernelBench's static checks and ours on the candidate's source, without building or running it."""
+    from kernelwright.judge.extract import read_candidate
+    from kernelwright.judge.kernelbench import kernelbench_static
+    from kernelwright.judge.report import print_static_report
+    from kernelwright.judge.static import static_report
+    from kernelwright.problem_files import read_problem_statically
+
+    read_problem_statically(args.problem)
+    source, how = read_candidate(args.candidate)
+    if source is None:
+        raise UsageError(f"{args.candidate}: {how}")
+    report = {"candidate": args.candidate, "source": how, "kernelbench": kernelbench_static(source),
+              "ours": static_report(source)}
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_static_report(report)
+    return 0 if report["kernelbench"]["passes_strict"] else 1

@@ -8,9 +8,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from kernelwright.errors import UsageError
+from kernelwright.output_paths import check_output_dir
 
 if TYPE_CHECKING:
     from kernelwright.judge import JudgeOptions
@@ -34,8 +33,9 @@ def register(subparsers) -> None:
     parser.add_argument("--samples", type=int, default=1, help="independent conversations per problem (1)")
     parser.add_argument("--turns", type=int, default=3, help="answers per conversation, with feedback (3)")
     parser.add_argument("--parallel", type=int, default=4, help="requests in flight at once (4)")
-    parser.add_argument("--out", type=Path,
-                        help="run folder (default runs/generate-<model>); reruns resume")
+    parser.add_argument("--output-dir", "--out", dest="out", type=Path, metavar="DIR",
+                        help="run folder (default runs/generate-<model>); reruns resume it, adding only "
+                             "the missing work")
     parser.add_argument("--start-from", choices=["kernelwright"],
                         help="put `kernelwright optimize`'s ModelNew in the prompt as the starting point")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
@@ -53,6 +53,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     # Imported here, not at the top: `openai` alone takes about a second to import, and every other verb
     # (and `kernelwright --help`) would pay for it.
+    import torch
     from rich.console import Console
 
     from kernelwright.environment import gpu_info
@@ -69,10 +70,11 @@ def run(args) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("no CUDA GPU here: judge on the GPU machine, or pass --device cpu to judge "
                          "pure-PyTorch answers for correctness on the CPU")
+    default_dir = Path("runs") / f"generate-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.model)}"
+    out_dir = check_output_dir(args.out or default_dir)
     tasks = load_tasks(args.problems)
     client = make_client(args)
     options = judge_options(args.device, args.shrink)
-    out_dir = args.out or Path("runs") / f"generate-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.model)}"
     records = RunRecords(out_dir)
     gpu = gpu_info() if args.device == "cuda" else None
     settings = LoopSettings(samples=args.samples, turns=args.turns, parallel=args.parallel,

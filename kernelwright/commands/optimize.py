@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-
-from kernelwright.compiler import OptimizeOptions, OptimizeResult, optimize
 from kernelwright.errors import UsageError
-from kernelwright.fuse.plan import describe_plan
-from kernelwright.problem import load_problem
+from kernelwright.output_paths import add_force_flag, check_output_dir, check_output_file, write_output_file
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from kernelwright.compiler import OptimizeResult
 
 
 def register(subparsers) -> None:
@@ -23,6 +24,8 @@ def register(subparsers) -> None:
                     "without one the CUDA sources are compile-checked and verification is skipped.")
     parser.add_argument("problem", help="problem file or bundled id (e.g. level1/01_ReLU)")
     parser.add_argument("-o", "--output", help="the ModelNew file to write (default: ./<problem>_new.py)")
+    parser.add_argument("--output-dir", metavar="DIR", help="write DIR/<problem>_new.py instead")
+    add_force_flag(parser)
     parser.add_argument("--no-verify", action="store_true", help="emit without building or judging on a GPU")
     parser.add_argument("--explain", action="store_true", help="print the IR, rewrite log and fusion plan")
     parser.add_argument("--allow-tf32", action="store_true",
@@ -43,10 +46,14 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from kernelwright.compiler import OptimizeOptions, optimize
+    from kernelwright.problem import load_problem
+
     problem = load_problem(args.problem)
-    output = Path(args.output) if args.output else Path(f"{Path(problem.path).stem}_new.py")
-    if output.resolve() == Path(problem.path).resolve():
-        raise UsageError(f"-o {output} would overwrite the problem file")
+    output = _output_path(args, Path(problem.path))
     console = Console(stderr=True, highlight=False)
     options = OptimizeOptions(verify=not args.no_verify, allow_tf32=args.allow_tf32, layout=args.layout,
                               allow_unverified=args.allow_unverified)
@@ -58,13 +65,16 @@ def run(args) -> int:
                 status.update(f"{stage} ...")
             elif event == "done":
                 console.print(f"  [green]✓[/] {stage:<11} {escape(detail)} [dim]{seconds:.1f} s[/]")
+            elif event == "fail":
+                console.print(f"  [yellow]✗ {stage:<11} {escape(detail)}[/] [dim]{seconds:.1f} s[/]",
+                              soft_wrap=True)
             elif stage == "cache":
                 console.print(f"  [green]✓[/] {stage:<11} {escape(detail)} (--fresh runs every stage)")
             else:
                 console.print(f"  [yellow]-[/] {stage:<11} skipped: {escape(detail)}")
 
         result = optimize(problem, options, on_stage, cache=not (args.fresh or args.explain))
-    output.write_text(result.source)
+    write_output_file(output, result.source, args.force)
     profile = {"problem": problem.id, "seconds": round(time.perf_counter() - started, 3), **result.profile()}
     if args.profile:
         Path(args.profile).write_text(json.dumps(profile, indent=1) + "\n")
@@ -74,7 +84,24 @@ def run(args) -> int:
     return 0
 
 
+def _output_path(args, problem_path: Path) -> Path:
+    """The file to write, checked before any work (a bad path must not cost a capture and an nvcc run)."""
+    default_name = f"{problem_path.stem}_new.py"
+    if args.output and args.output_dir:
+        raise UsageError("give -o FILE or --output-dir DIR, not both")
+    if args.output_dir:
+        flag, output = "--output-dir", check_output_dir(args.output_dir) / default_name
+        output.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        flag, output = "-o", Path(args.output or default_name)
+    if output.resolve() == problem_path.resolve():
+        raise UsageError(f"{flag} {output} would overwrite the problem file")
+    return check_output_file(output, args.force, flag)
+
+
 def _summary(console: Console, result: OptimizeResult, output: Path) -> None:
+    from rich.markup import escape
+
     for line in result.notes:
         console.print(f"  {escape(line)}")
     for line in result.dropped:
@@ -91,6 +118,10 @@ def _summary(console: Console, result: OptimizeResult, output: Path) -> None:
 
 
 def _explain(console: Console, result: OptimizeResult, profile: dict) -> None:
+    from rich.markup import escape
+
+    from kernelwright.fuse.plan import describe_plan
+
     if result.graph is not None:
         console.rule("IR after rewrites")
         console.print(escape(str(result.graph)))

@@ -1,19 +1,13 @@
-"""`kernelwright problems [--level N]` lists the bundled suite; `kernelwright problems show ID` prints one."""
+"""`kernelwright problems [--level N]` lists the bundled suite; `kernelwright problems show ID` prints one.
+Both read the problem files as text (descriptions from their docstrings, sizes from the bundled
+`problems/estimates.json`): no problem is executed and torch is not imported."""
 
 from __future__ import annotations
 
-import torch
-from rich.console import Console
-from rich.table import Table
-
 from kernelwright.errors import UsageError
-from kernelwright.problem import (
-    Problem,
-    bundled_categories,
-    bundled_problem_ids,
-    load_problem,
-    resolve_problem_path,
-)
+
+# Below this width the description column is left out; ids, shapes and numbers never wrap.
+WIDE = 140
 
 
 def register(subparsers) -> None:
@@ -21,53 +15,71 @@ def register(subparsers) -> None:
     parser.add_argument("action", nargs="?", choices=["list", "show"], default="list")
     parser.add_argument("id", nargs="?", help="problem id for `show`, e.g. level1/01_ReLU")
     parser.add_argument("--level", type=int, help="only this level")
-    parser.add_argument("--no-estimate", action="store_true", help="skip the shape/FLOP estimates (faster)")
+    parser.add_argument("--no-estimate", action="store_true", help="leave out the shape/FLOP estimates")
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from kernelwright.problem_files import (
+        bundled_levels,
+        read_problem_source,
+        resolve_problem_path,
+    )
+
     if args.action == "show":
         if not args.id:
             raise UsageError("`kernelwright problems show` needs a problem id, e.g. level1/01_ReLU")
-        print(resolve_problem_path(args.id).read_text(), end="")
+        print(read_problem_source(resolve_problem_path(args.id)), end="")
         return 0
-    ids = bundled_problem_ids(args.level)
-    categories = bundled_categories()
-    console = Console()
-    # The description only fits a wide terminal; ids and numbers never wrap.
-    wide = console.width >= 140
-    table = Table(title=f"{len(ids)} bundled problems")
-    for column in ("id", "category", "inputs", "GFLOP", "MB moved"):
-        table.add_column(column, no_wrap=column != "inputs", overflow="fold")
-    if wide:
-        table.add_column("what it tests", overflow="fold")
-    for problem_id in ids:
-        problem = load_problem(problem_id)
-        shapes, gflop, mbytes = ("", "", "") if args.no_estimate else estimate(problem)
-        row = [problem_id, categories.get(problem_id, ""), shapes, gflop, mbytes]
-        table.add_row(*row, *([problem.description] if wide else []))
-    console.print(table)
+    levels = bundled_levels()
+    if args.level is not None and args.level not in levels:
+        raise UsageError(f"--level {args.level}: no such level; the bundled levels are "
+                         f"{', '.join(map(str, levels))}")
+    _print_table(args.level, not args.no_estimate)
     return 0
 
 
-def estimate(problem: Problem) -> tuple[str, str, str]:
-    """Input shapes, FLOPs of matmul/conv-like ops, and the least bytes moved (inputs, params, outputs),
-    computed on the meta device: no memory, no time."""
-    from torch.utils.flop_counter import FlopCounterMode
+def _print_table(level: int | None, with_estimates: bool) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
 
-    try:
-        with torch.device("meta"):
-            inputs = problem.inputs()
-            model = problem.build_model()
-            counter = FlopCounterMode(display=False)
-            with counter, torch.no_grad():
-                out = model(*inputs)
-    except Exception:
-        return "?", "?", "?"
-    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-    outs = [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
-    params = list(model.parameters()) + list(model.buffers())
-    moved = sum(t.numel() * t.element_size() for t in tensors + outs + params)
-    shapes = ", ".join("x".join(map(str, t.shape)) or "scalar" for t in tensors)
-    flops = counter.get_total_flops()
-    return shapes, f"{flops / 1e9:.1f}" if flops else "-", f"{moved / 1e6:.0f}"
+    from kernelwright.problem_files import (
+        BUNDLED_DIR,
+        bundled_categories,
+        bundled_estimates,
+        bundled_problem_ids,
+        problem_description,
+    )
+
+    ids = bundled_problem_ids(level)
+    categories = bundled_categories()
+    estimates = bundled_estimates() if with_estimates else {}
+    console = Console()
+    wide = console.width >= WIDE
+    # No vertical rules and one space between columns: the table fits 80 columns.
+    table = Table(title=f"{len(ids)} bundled problems", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True, padding=(0, 1))
+    table.add_column("id", no_wrap=True)
+    table.add_column("category", no_wrap=True)
+    if with_estimates:
+        table.add_column("inputs", no_wrap=True)        # one shape per line
+        table.add_column("GFLOP", justify="right", no_wrap=True)
+        table.add_column("MB", justify="right", no_wrap=True)
+    if wide:
+        table.add_column("what it tests", overflow="fold")
+    for problem_id in ids:
+        row = [problem_id, categories.get(problem_id, "")]
+        if with_estimates:
+            row += _estimate_cells(estimates.get(problem_id))
+        if wide:
+            row.append(problem_description((BUNDLED_DIR / f"{problem_id}.py").read_text()))
+        table.add_row(*row)
+    console.print(table)
+
+
+def _estimate_cells(entry: dict | None) -> list[str]:
+    if entry is None:
+        return ["?", "?", "?"]
+    gflop = entry["gflop"]
+    return ["\n".join(entry["inputs"]), f"{gflop:.1f}" if gflop else "-", f"{entry['mbytes']:.0f}"]

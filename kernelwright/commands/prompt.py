@@ -1,10 +1,7 @@
-"""`kernelwright prompt PROBLEM`: print the LLM prompt for a problem."""
+"""`kernelwright prompt PROBLEM`: print the LLM prompt for a problem. The problem file is read and checked
+as text (it parses and defines Model, get_inputs, get_init_inputs), not executed: no torch import."""
 
 from __future__ import annotations
-
-from kernelwright.environment import gpu_info
-from kernelwright.problem import load_problem
-from kernelwright.prompt import build_prompt
 
 
 def register(subparsers) -> None:
@@ -16,10 +13,15 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    problem = load_problem(args.problem)
+    from kernelwright.problem_files import read_problem_statically
+    from kernelwright.prompt import build_prompt
+
+    _, source = read_problem_statically(args.problem)
     hardware = None
     if args.hardware:
+        from kernelwright.environment import gpu_info
+
         info = gpu_info()
         hardware = info["name"] if info else None
-    print(build_prompt(problem.source, include_example=not args.no_example, hardware=hardware), end="")
+    print(build_prompt(source, include_example=not args.no_example, hardware=hardware), end="")
     return 0

@@ -5,10 +5,28 @@ Contract (DESIGN.md §1, §4): `evaluate(problem, candidate, options) -> dict`, 
 rejected, builds}, `detail`, per-trial results, timings {candidate, eager, compile}: {median_ms, iqr_ms, n},
 `speedup_vs_eager`, `speedup_vs_compile`, flags and environment. It never raises on a bad candidate.
 `Judge(problem, options)` judges several candidates of one problem with one reference process.
+
+The names below are imported on first use (PEP 562): `kernelwright.judge.options` and the other light
+modules of this package must not cost a torch import (the CLI registers its commands without torch).
 """
 
-from kernelwright.judge.extract import extract_code
-from kernelwright.judge.judge import STATUSES, Judge, evaluate, evaluate_reference
-from kernelwright.judge.options import JudgeOptions
+from __future__ import annotations
 
-__all__ = ["STATUSES", "Judge", "JudgeOptions", "evaluate", "evaluate_reference", "extract_code"]
+import importlib
+
+_EXPORTS = {
+    "STATUSES": "kernelwright.judge.judge",
+    "Judge": "kernelwright.judge.judge",
+    "evaluate": "kernelwright.judge.judge",
+    "evaluate_reference": "kernelwright.judge.judge",
+    "JudgeOptions": "kernelwright.judge.options",
+    "extract_code": "kernelwright.judge.extract",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -22,6 +22,7 @@ import types
 from pathlib import Path
 
 from kernelwright.environment import cache_dir
+from kernelwright.judge.progress import report_step
 
 # nvcc: `file.cu(37): error: ...`; gcc/clang: `file.cpp:6:47: error: ...`; ld: `undefined reference`.
 _ERROR_LINE = re.compile(
@@ -155,11 +156,13 @@ def compile_object_files(build_directory: Path) -> str | None:
                                     stderr=subprocess.STDOUT, start_new_session=True)
         running.append((proc, log))
     failure = None
+    _report_compiling(build_directory, running)
     while running and failure is None:
         for proc, log in list(running):
             if proc.poll() is None:
                 continue
             running.remove((proc, log))
+            _report_compiling(build_directory, running)
             if proc.returncode:
                 failure = log.read_text(errors="replace")
                 break
@@ -168,6 +171,18 @@ def compile_object_files(build_directory: Path) -> str | None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     return failure
+
+
+def _report_compiling(build_directory: Path, running: list) -> None:
+    """`extension NAME: nvcc cuda.cu, c++ main.cpp` for the compilers still running (torch names the
+    objects `X.cuda.o` for `X.cu` and `X.o` for `X.cpp`)."""
+    steps = []
+    for _, log in running:
+        target = log.name.removesuffix(".o.log")
+        cuda = target.endswith(".cuda")
+        steps.append(f"nvcc {target.removesuffix('.cuda')}.cu" if cuda else f"c++ {target}.cpp")
+    if steps:
+        report_step(f"extension {build_directory.name}: {', '.join(steps)}")
 
 
 def _ninja(build_directory: Path, *args: str) -> str:

@@ -26,6 +26,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from kernelwright.judge.progress import report_step
+
 WATCHED: dict[str, object] = {
     "time": time,
     "torch": torch,
@@ -254,6 +256,7 @@ class ExtensionRecorder:
         @functools.wraps(loader)
         def wrapped(*args, **kwargs):
             args, kwargs = _quiet(loader, args, kwargs)
+            report_step(f"extension {kwargs.get('name', args[0] if args else '?')}: building")
             start = time.perf_counter()
             try:
                 module = loader(*args, **kwargs)

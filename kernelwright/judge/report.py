@@ -53,3 +53,22 @@ def _trials_line(trials: list[dict]) -> str:
         err_text = f" abs {err:.2g}" if isinstance(err, float) else ""
         parts.append(f"{trial['distribution']}#{trial['seed']}: {trial.get('status')}{err_text}")
     return "; ".join(parts)
+
+
+def print_static_report(report: dict, console: Console | None = None) -> None:
+    """`eval --kernelbench-static`: KernelBench's strict and warning checks, then ours."""
+    console = console or Console()
+    kernelbench = report["kernelbench"]
+    verdict = "[bold green]passes[/]" if kernelbench["passes_strict"] else "[bold red]rejected[/]"
+    table = Table(title="static checks", show_header=False)
+    table.add_column("", style="bold")
+    table.add_column("", overflow="fold")
+    table.add_row("candidate", escape(report["candidate"]))
+    table.add_row("KernelBench strict", verdict)
+    for group, label in ((kernelbench["strict"], "strict"), (kernelbench["warnings"], "warning"),
+                         (report["ours"], "ours")):
+        for finding in group:
+            where = f"line {finding['line']}: " if finding.get("line") else ""
+            origin = "" if finding.get("published", True) else " [dim](rule reimplemented by kernelwright)[/]"
+            table.add_row(label, f"{escape(finding['check'])}: {escape(where + finding['message'])}{origin}")
+    console.print(table)

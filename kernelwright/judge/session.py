@@ -94,6 +94,10 @@ class CandidateSession:
         if options.compile_only:
             self.flags["no_custom_kernel"] = extensions == 0 and not self.flags["custom_kernel_source"]
             note = f"; {build['note']}" if build.get("note") else ""
+            if not extensions:
+                return "builds", ("nothing was compiled: importing the candidate and constructing ModelNew "
+                                  "built no extension (it builds elsewhere, e.g. only on a GPU or inside "
+                                  f"forward), so its CUDA sources were not checked{note}")
             return "builds", f"{extensions} extension(s) compiled{note}"
 
         self.phase = "run"

@@ -131,6 +131,21 @@ def test_report_rerenders_and_compares(tmp_path, capsys):
     assert "| level1/01_ReLU | answers | correct | 1 → 0.5 | 2.00× → 4.00× | 2.00× |" in text
     assert render_comparison(old.latest_rows(), old.latest_rows(), "a", "b").count("No verdict changed") == 1
 
+    # the comparison file is not overwritten silently
+    compare = ["report", str(new.directory), "--compare", str(old.directory), "-o",
+               str(tmp_path / "delta.md")]
+    (tmp_path / "delta.md").write_text("mine")
+    assert main(compare) == 2 and (tmp_path / "delta.md").read_text() == "mine"
+    assert "the file exists; add --force" in capsys.readouterr().err
+    assert main([*compare, "--force"]) == 0 and (tmp_path / "delta.md").read_text() == text
+    assert main([*compare[:-1], str(tmp_path / "missing" / "delta.md")]) == 2
+
+
+def test_bench_output_dir_that_is_a_file_is_a_usage_error(tmp_path, capsys):
+    (tmp_path / "taken").write_text("")
+    assert main(["bench", "--device", "cpu", "--output-dir", str(tmp_path / "taken")]) == 2
+    assert "exists and is not a directory" in capsys.readouterr().err
+
 
 def test_report_of_a_folder_without_results_is_a_usage_error(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2

@@ -10,7 +10,7 @@ import torch
 
 from kernelwright.capture.coverage import count_ops
 from kernelwright.ir.interpret import interpret
-from kernelwright.problem import bundled_problem_ids
+from kernelwright.problem_files import bundled_problem_ids
 
 PROBLEM_IDS = bundled_problem_ids()
 SEEDS = (1, 2, 3)

@@ -13,7 +13,8 @@ from kernelwright.capture.export import export_problem, needs_decomposition
 from kernelwright.capture.lower import lower_program
 from kernelwright.ir.graph import format_graph
 from kernelwright.ir.interpret import interpret
-from kernelwright.problem import bundled_problem_ids, load_problem, load_shrunk
+from kernelwright.problem import load_problem, load_shrunk
+from kernelwright.problem_files import bundled_problem_ids
 
 
 def _problem(tmp_path, name: str, body: str, inputs: str, init: str = "[]"):

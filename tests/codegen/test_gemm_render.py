@@ -18,6 +18,7 @@ from kernelwright.fuse.gemm import GemmConfig, describe, match
 from kernelwright.fuse.plan import FusedGroup
 from kernelwright.ir.graph import Graph
 from kernelwright.ir.ops import const_node, input_node, make_node, param_node
+from kernelwright.judge.kernelbench import strip_comments
 
 
 @pytest.fixture(autouse=True)
@@ -73,6 +74,12 @@ def test_cutlass_source_instantiates_the_config():
     for visitor in ("VisitorAuxLoad", "VisitorRowBroadcast", "VisitorColBroadcast"):
         assert f"tb::{visitor}<" in source.cuda
     assert "bmm" in source.ir_comment and "3xTF32" in source.ir_comment
+    # the launcher launches its own, explicit __global__ entry (not the device adapter's Kernel2)
+    code = strip_comments(source.cuda)
+    assert ("__global__ void __launch_bounds__(Kernel::kThreadCount) gemm_kernel(Kernel::Params params)"
+            in code)
+    assert "gemm_kernel<<<grid, Kernel::kThreadCount, kSharedBytes, stream>>>(params);" in code
+    assert "GemmUniversalAdapter" not in code
 
 
 def test_split_k_is_a_binding_constant_on_the_stream_k_instantiation():

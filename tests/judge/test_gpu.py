@@ -29,15 +29,15 @@ def gpu_build_dir(tmp_path_factory) -> str:
     return str(tmp_path_factory.mktemp("gpu-builds"))
 
 
-def _seed(shared_dir: Path, number: str) -> Path:
-    return next((shared_dir / "seeds").glob(f"{number}_*.txt"))
+def _seed(fixtures_dir: Path, number: str) -> Path:
+    return next((fixtures_dir / "seeds").glob(f"{number}_*.txt"))
 
 
 # ------------------------------------------------------------------------------------------------ seeds
 
 
-def test_seed_000_gelu_is_correct_and_faster(shared_dir, gpu_build_dir):
-    verdict = evaluate(shared_dir / "seed_problems" / "gelu_tanh.py", _seed(shared_dir, "000"),
+def test_seed_000_gelu_is_correct_and_faster(fixtures_dir, gpu_build_dir):
+    verdict = evaluate(fixtures_dir / "seed_problems" / "gelu_tanh.py", _seed(fixtures_dir, "000"),
                        JudgeOptions(device="cuda", build_dir=gpu_build_dir))
     print("seed 000:", verdict["detail"], verdict["timings"], verdict["flags"])
     assert verdict["status"] == "correct", verdict["detail"]
@@ -54,24 +54,24 @@ def test_seed_000_gelu_is_correct_and_faster(shared_dir, gpu_build_dir):
     ("002", "softmax", "const float *"),
     ("004", "leaky_relu", "was not declared in this scope"),
 ])
-def test_seed_build_errors_in_a_real_build(shared_dir, gpu_build_dir, number, problem, message):
-    verdict = evaluate(shared_dir / "seed_problems" / f"{problem}.py", _seed(shared_dir, number),
+def test_seed_build_errors_in_a_real_build(fixtures_dir, gpu_build_dir, number, problem, message):
+    verdict = evaluate(fixtures_dir / "seed_problems" / f"{problem}.py", _seed(fixtures_dir, number),
                        replace(FAST, build_dir=gpu_build_dir))
     assert verdict["status"] == "build_error"
     assert message in verdict["detail"]
 
 
-def test_seed_000_compile_only_builds(shared_dir, gpu_build_dir):
-    verdict = evaluate(shared_dir / "seed_problems" / "gelu_tanh.py", _seed(shared_dir, "000"),
+def test_seed_000_compile_only_builds(fixtures_dir, gpu_build_dir):
+    verdict = evaluate(fixtures_dir / "seed_problems" / "gelu_tanh.py", _seed(fixtures_dir, "000"),
                        JudgeOptions(device="cuda", compile_only=True, build_dir=gpu_build_dir))
     assert verdict["status"] == "builds", verdict["detail"]
 
 
-def test_timing_is_stable_across_three_runs(shared_dir, gpu_build_dir):
+def test_timing_is_stable_across_three_runs(fixtures_dir, gpu_build_dir):
     """Done-when of issue 4: the same kernel timed three times agrees within 3%."""
-    with Judge(shared_dir / "seed_problems" / "gelu_tanh.py",
+    with Judge(fixtures_dir / "seed_problems" / "gelu_tanh.py",
                JudgeOptions(device="cuda", build_dir=gpu_build_dir, compile_baseline=False)) as judge:
-        verdicts = [judge.evaluate(_seed(shared_dir, "000")) for _ in range(3)]
+        verdicts = [judge.evaluate(_seed(fixtures_dir, "000")) for _ in range(3)]
     medians = [v["timings"]["candidate"]["median_ms"] for v in verdicts]
     spread = (max(medians) - min(medians)) / statistics.median(medians)
     print(f"seed 000 candidate medians (ms): {medians}, spread {spread:.2%}")

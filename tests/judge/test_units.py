@@ -43,8 +43,8 @@ def test_extract_none_without_modelnew():
     assert extract_code("```python\nx = 1\n```") is None
 
 
-def test_seed_answers_extract(shared_dir):
-    seeds = {p.name[:3]: p for p in (shared_dir / "seeds").glob("00*.txt")}
+def test_seed_answers_extract(fixtures_dir):
+    seeds = {p.name[:3]: p for p in (fixtures_dir / "seeds").glob("00*.txt")}
     gelu = extract_code(seeds["000"].read_text())
     assert "gelu_cuda" in gelu and "class ModelNew" in gelu
     leaky = extract_code(seeds["004"].read_text())

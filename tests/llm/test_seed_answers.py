@@ -40,9 +40,9 @@ def script_seed(server, shared: Path, name: str) -> None:
     server.answers = {marker: [seed_answer(shared, prefix), GIVE_UP]}
 
 
-def test_seed_002_build_error_is_fed_back(replay_server, shared_dir, tmp_path):
-    script_seed(replay_server, shared_dir, "softmax")
-    problem = shared_dir / "seed_problems" / "softmax.py"
+def test_seed_002_build_error_is_fed_back(replay_server, fixtures_dir, tmp_path):
+    script_seed(replay_server, fixtures_dir, "softmax")
+    problem = fixtures_dir / "seed_problems" / "softmax.py"
     client = ChatClient(model=replay_server.model, base_url=replay_server.base_url, api_key="unused",
                         retry=RetryPolicy(retries=0))
     with JudgeSessions(JudgeOptions(device="cpu", compile_only=True)) as judge:
@@ -62,10 +62,10 @@ def test_seed_002_build_error_is_fed_back(replay_server, shared_dir, tmp_path):
 # One problem per test: each build of a seed answer (torch headers in the .cu) takes about a minute.
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(SEEDS))
-def test_seed_answer_judged_on_the_gpu(name, replay_server, shared_dir, tmp_path):
-    script_seed(replay_server, shared_dir, name)
+def test_seed_answer_judged_on_the_gpu(name, replay_server, fixtures_dir, tmp_path):
+    script_seed(replay_server, fixtures_dir, name)
     out = tmp_path / "run"
-    problem = shared_dir / "seed_problems" / f"{name}.py"
+    problem = fixtures_dir / "seed_problems" / f"{name}.py"
     command = [sys.executable, "-m", "kernelwright.cli", "generate", str(problem), "--turns", "2",
                "--model", replay_server.model, "--base-url", replay_server.base_url, "--out", str(out)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=900)

@@ -18,7 +18,8 @@ from rewrite_checks import assert_close_to_oracle
 
 from kernelwright.capture import capture
 from kernelwright.ir.interpret import interpret
-from kernelwright.problem import bundled_problem_ids, load_shrunk
+from kernelwright.problem import load_shrunk
+from kernelwright.problem_files import bundled_problem_ids
 from kernelwright.rewrite import hoistable_nodes, rewrite_graph
 
 ALGEBRAIC = ["level1/45_DiagMatmul", "level2/03_GemmDivideSumScale", "level2/11_GemmScaleResidualAdd",
