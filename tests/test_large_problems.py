@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelwright.problem import bundled_categories, load_problem
+from kernelwright.problem import load_problem
+from kernelwright.problem_files import bundled_categories
 
 LARGE = sorted(pid for pid, category in bundled_categories().items() if category == "large")
 GiB = 2**30

@@ -54,6 +54,7 @@ def render_markdown(report: dict, plots: list[str] = PLOT_FILES) -> str:
     ]
     lines += _not_credited(report["summary"])
     lines += _aa_section(report.get("aa_check") or [], rows)
+    lines += _optimize_time_section(rows)
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
     lines += ["## Per problem", ""]
@@ -153,6 +154,38 @@ def _aa_section(checks: list[dict], rows: list[dict]) -> list[str]:
             lines.append(f"| {problem} | {fmt_ms(row['eager_ms'])} | {fmt_ms(row['time_ms'])} | "
                          f"{ratio:.3f} | {within} |")
         lines.append("")
+    return lines
+
+
+# The stages of `kernelwright optimize` a reader compares (channels-last variants' stages are added in).
+OPTIMIZE_STAGES = ("capture", "build", "measure", "rank", "judge")
+
+
+def _optimize_time_section(rows: list[dict]) -> list[str]:
+    """Where `kernelwright optimize`'s time went, per problem (its --profile, stored in the row)."""
+    timed = [r for r in rows if r.get("optimize_profile")]
+    if not timed:
+        return []
+    head = ["problem", "optimize s", *(f"{s} s" for s in OPTIMIZE_STAGES), "nvcc .cu s", "host c++ s",
+            "judge trials s", "judge timing s"]
+    lines = ["## Where optimize's time went", "",
+             "Cold cache, one fresh `kernelwright optimize` per problem, beside the other tasks of this run.",
+             "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in sorted(timed, key=lambda r: r["problem"]):
+        profile = row["optimize_profile"]
+        stages, steps = profile.get("stages", {}), profile.get("build_steps", {})
+        judge = profile.get("judge", {})
+        per_stage = [sum(v for k, v in stages.items() if k.split("] ")[-1] == name)
+                     for name in OPTIMIZE_STAGES]
+        cuda = sum(v for k, v in steps.items() if k.endswith(".cuda.o"))
+        host = sum(v for k, v in steps.items() if k.endswith(".o") and not k.endswith(".cuda.o"))
+        cells = [row["problem"], f"{profile.get('seconds', 0):.1f}", *(f"{v:.1f}" for v in per_stage),
+                 f"{cuda:.1f}", f"{host:.1f}", f"{judge.get('trials_s', 0):.1f}",
+                 f"{judge.get('timing_s', 0):.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    seconds = sorted(r["optimize_profile"].get("seconds", 0) for r in timed)
+    lines += ["", f"Median {seconds[len(seconds) // 2]:.1f} s, slowest {seconds[-1]:.1f} s over "
+              f"{len(seconds)} problems.", ""]
     return lines
 
 

@@ -2,7 +2,8 @@
 
 Fields: problem, level, category, system, status, detail, time_ms, iqr_ms, eager_ms, compile_ms,
 speedup_vs_eager, speedup_vs_compile, measured_speedup_vs_eager, measured_speedup_vs_compile, credited,
-memory, build_seconds, optimize_seconds, flags, device, gpu, seconds, finished, candidate, verdict (the
+memory, build_seconds, optimize_seconds, optimize_profile (where optimize's time went: stages, build
+steps, judge phases), flags, device, gpu, seconds, finished, candidate, verdict (the
 judge's verdict without its environment block).
 
 `status` is a judge status, or one of the bench's own: `missing` (a candidates folder has no file for
@@ -46,7 +47,7 @@ def base_row(task: BenchTask, run: SystemRun) -> dict[str, Any]:
         "status": None, "detail": "", "time_ms": None, "iqr_ms": None, "eager_ms": None, "compile_ms": None,
         "speedup_vs_eager": None, "speedup_vs_compile": None, "measured_speedup_vs_eager": None,
         "measured_speedup_vs_compile": None, "credited": True, "memory": None, "build_seconds": None,
-        "optimize_seconds": None, "flags": {}, "device": None, "gpu": None,
+        "optimize_seconds": None, "optimize_profile": None, "flags": {}, "device": None, "gpu": None,
         "seconds": None, "finished": None, "candidate": run.candidate,
     }
 

@@ -77,14 +77,14 @@ def run_task(task: BenchTask, options: JudgeOptions, judge_factory: JudgeFactory
 
 
 def _judge_candidate(judge, task: BenchTask, run: SystemRun, optimize_timeout_s: float) -> dict:
-    optimize_seconds = None
+    optimize_seconds = profile = None
     if run.kind == "kernelwright":
         started = time.monotonic()
-        error = optimize(task.problem_path, Path(run.candidate), optimize_timeout_s)
+        error, status, profile = optimize(task.problem_path, Path(run.candidate), optimize_timeout_s)
         optimize_seconds = round(time.monotonic() - started, 2)
         if error:
-            row = failure_row(task, run, "optimize_error", error)
-            row["optimize_seconds"] = optimize_seconds
+            row = failure_row(task, run, status, error)
+            row.update(optimize_seconds=optimize_seconds, optimize_profile=profile)
             return row
     if run.kind == "copy":
         Path(run.candidate).parent.mkdir(parents=True, exist_ok=True)
@@ -92,16 +92,25 @@ def _judge_candidate(judge, task: BenchTask, run: SystemRun, optimize_timeout_s:
     if run.candidate is None:
         return missing_row(task, run)
     row = candidate_row(task, run, judge.evaluate(run.candidate))
-    row["optimize_seconds"] = optimize_seconds
+    row.update(optimize_seconds=optimize_seconds, optimize_profile=profile)
     return row
 
 
-def optimize(problem_path: str, output: Path, timeout_s: float) -> str | None:
-    """Run `kernelwright optimize` (its builds and tuning bounded like a candidate's build); None when it
-    wrote `output`, else what went wrong."""
+# `kernelwright optimize`'s exit code for an environment failure (EnvironmentFailure.exit_code).
+ENVIRONMENT_EXIT = 4
+
+
+def optimize(problem_path: str, output: Path, timeout_s: float) -> tuple[str | None, str, dict | None]:
+    """Run `kernelwright optimize` fresh (its time is what the row reports; its builds and tuning bounded
+    like a candidate's build): (None when it wrote `output`, else what went wrong; the row status for a
+    failure: `optimize_error`, or `oom` / `bench_error` for an environment failure, which is retried;
+    where its time went, from `--profile`)."""
     output.parent.mkdir(parents=True, exist_ok=True)
     output.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "kernelwright.cli", "optimize", problem_path, "-o", str(output)]
+    profile_path = output.with_suffix(".profile.json")
+    profile_path.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "kernelwright.cli", "optimize", problem_path, "-o", str(output),
+               "--fresh", "--profile", str(profile_path)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                errors="replace", start_new_session=True)
     try:
@@ -109,10 +118,16 @@ def optimize(problem_path: str, output: Path, timeout_s: float) -> str | None:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
-        return f"`kernelwright optimize` ran past {timeout_s:.0f} s and was killed"
+        return f"`kernelwright optimize` ran past {timeout_s:.0f} s and was killed", "optimize_error", None
+    profile = json.loads(profile_path.read_text()) if profile_path.is_file() else None
+    profile_path.unlink(missing_ok=True)
     if process.returncode != 0 or not output.is_file():
-        return f"`kernelwright optimize` exited with {process.returncode}: {trim(log.strip()[-2000:])}"
-    return None
+        error = f"`kernelwright optimize` exited with {process.returncode}: {trim(log.strip()[-2000:])}"
+        if process.returncode == ENVIRONMENT_EXIT:
+            status = "oom" if "out of" in log and "memory" in log else "bench_error"
+            return f"environment failure, not a verdict: {error}", status, profile
+        return error, "optimize_error", profile
+    return None, "", profile
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -65,7 +65,7 @@ def _print_table(level: int | None, with_estimates: bool) -> None:
     if with_estimates:
         table.add_column("inputs", no_wrap=True)        # one shape per line
         table.add_column("GFLOP", justify="right", no_wrap=True)
-        table.add_column("MB", justify="right", no_wrap=True)
+        table.add_column("GB", justify="right", no_wrap=True)     # bytes moved at least once
     if wide:
         table.add_column("what it tests", overflow="fold")
     for problem_id in ids:
@@ -82,4 +82,6 @@ def _estimate_cells(entry: dict | None) -> list[str]:
     if entry is None:
         return ["?", "?", "?"]
     gflop = entry["gflop"]
-    return ["\n".join(entry["inputs"]), f"{gflop:.1f}" if gflop else "-", f"{entry['mbytes']:.0f}"]
+    # Few digits, so that the table fits 80 columns with the longest ids and shapes.
+    flop_text = "-" if not gflop else f"{gflop:.0f}" if gflop >= 100 else f"{gflop:.1f}"
+    return ["\n".join(entry["inputs"]), flop_text, f"{entry['mbytes'] / 1e3:.1f}"]

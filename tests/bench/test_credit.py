@@ -125,7 +125,8 @@ def test_aa_check_end_to_end_on_the_cpu(tmp_path):
     copy = rows["eager-copy"]
     assert copy["status"] == "correct", copy["detail"]
     assert copy["flags"]["no_custom_kernel"] is True and copy["credited"] is True
-    assert copy["speedup_vs_eager"] > 0 and copy["eager_ms"] == rows["eager"]["time_ms"]
+    # its eager time is its own, timed in rounds alternating with the copy's
+    assert copy["speedup_vs_eager"] > 0 and copy["eager_ms"] > 0
     report = json.loads((out / "report.json").read_text())
     assert list(report["aa_check"][0]["ratios"]) == ["level1/01_ReLU"]
     assert re.search(r"On .*: 1 problems timed", (out / "report.md").read_text())
