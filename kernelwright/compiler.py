@@ -19,8 +19,10 @@ fails outside the compiler, a judge timeout while the GPU is shared) is never wr
 fallback: `optimize` retries once, then raises `EnvironmentFailure`, unless `allow_unverified` asks for the
 compiled file marked "NOT verified: <cause>".
 
-CPU-heavy stages hold the machine lock's work class (`gpulock.cpu_work`), so no timing on this machine runs
-beside them.
+The CPU-heavy stages (capture, nvcc, the build) hold the machine lock's work class (`gpulock.cpu_work`), so
+no timing on this machine runs beside them; the cheap ones (rewrite, layout, plan, render: milliseconds)
+do not, since each acquisition may wait for a timing series to end (measured on the H100 at --jobs 8:
+10-17 s of waiting per locked rewrite stage).
 
 Derived weights (parameter-only subgraphs a rewrite leaves, `rewrite.hoistable_nodes`) are planned apart
 from the per-call steps and computed by ATen at the top of the emitted forward (every call: no write to a
@@ -236,7 +238,7 @@ class _Pipeline:
                 note.failed = True
         if note.failed:
             return self.fallback(note[0])
-        with stages.run("rewrite", cpu=True) as note:
+        with stages.run("rewrite") as note:
             result.graph, result.rewrite_log, derived = _rewrite(result.graph)
             note.append(f"{len(result.rewrite_log.events)} rewrites" if result.rewrite_log else "skipped")
         measured = torch.cuda.is_available() and self.options.verify
@@ -258,7 +260,7 @@ class _Pipeline:
             self.result.notes.append("layout: NCHW (the channels-last variant is only tried where it can be "
                                      "measured: on a GPU, verified)")
             return [nchw]
-        with self.stages.run("layout", cpu=True) as note:
+        with self.stages.run("layout") as note:
             try:
                 other, layout_log = channels_last(graph)
             except Exception as exc:  # a layout bug must cost the variant, not the problem
@@ -276,12 +278,12 @@ class _Pipeline:
     def lower(self, variant: Variant) -> Variant:
         """Plan and render one variant (no GPU needed)."""
         stages = self.stages.under("" if variant.layout == "nchw" else "[channels-last] ")
-        with stages.run("plan", cpu=True) as note:
+        with stages.run("plan") as note:
             plan = plan_fusion(variant.graph, derived=list(variant.derived))
             aten_steps = len(plan.steps) - len(plan.groups)
             note.append(f"{len(plan.groups)} fused group(s), {aten_steps} ATen step(s)"
                         + (f", {len(plan.derived)} derived weight(s)" if plan.derived else ""))
-        with stages.run("render", cpu=True) as note:
+        with stages.run("render") as note:
             dropped: list[str] = []
             plan, kernels = _render(plan, dropped)
             note.append(f"{len(kernels)} kernel(s)")
