@@ -26,3 +26,13 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip("../shared (seeds and seed problems) is not present beside this clone")
     return SHARED
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster for the `--ray` tests (Ray is an optional extra: they skip without it): 2 CPUs and
+    2 GPUs that are resources only, so that tasks asking for a GPU are scheduled (and given none)."""
+    ray = pytest.importorskip("ray", reason="Ray is optional: pip install -e '.[ray]' to run the --ray tests")
+    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
