@@ -24,3 +24,13 @@ def pytest_collection_modifyitems(config, items):
 def fixtures_dir() -> Path:
     """`seeds/` (LLM answers, numbered as DESIGN.md cites them) and `seed_problems/` (their problems)."""
     return FIXTURES
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A local Ray cluster for the `--ray` tests (Ray is an optional extra: they skip without it): 2 CPUs and
+    2 GPUs that are resources only, so that tasks asking for a GPU are scheduled (and given none)."""
+    ray = pytest.importorskip("ray", reason="Ray is optional: pip install -e '.[ray]' to run the --ray tests")
+    ray.init(address="local", num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

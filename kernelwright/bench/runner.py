@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import socket
 import sys
 import time
 from collections import Counter
@@ -36,6 +37,8 @@ from kernelwright.environment import cache_dir, collect_environment
 from kernelwright.errors import UsageError
 from kernelwright.judge.options import JudgeOptions
 
+NODE = socket.gethostname()  # every row names the machine that ran it
+
 
 @dataclass(frozen=True)
 class BenchConfig:
@@ -50,6 +53,7 @@ class BenchConfig:
     resume: bool = False
     options: JudgeOptions = JudgeOptions()
     time_budget_s: float | None = None  # start no task after this many seconds
+    ray: str | None = None            # run the tasks on a Ray cluster at this address ("": find or start one)
 
 
 @dataclass
@@ -69,23 +73,25 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     if config.options.shrink and any(system.kind == "kernelwright" for system in systems):
         raise UsageError("--shrink cannot bench the kernelwright system: `kernelwright optimize` "
                          "specializes its kernels to the full shapes (leave it out, or drop --shrink)")
-    workers = resolve_workers(config.device, config.gpus, config.jobs)
-    out = config.out or default_results_dir("cpu" if config.device == "cpu" else workers[0].device)
+    cluster = _connect_ray(config) if config.ray is not None else None
+    workers = [] if cluster else resolve_workers(config.device, config.gpus, config.jobs)
+    device_name = cluster.device_name if cluster else workers[0].device
+    out = config.out or default_results_dir("cpu" if config.device == "cpu" else device_name)
     store = open_results(out, config.resume)
     options = dataclasses.replace(config.options, device=config.device)
     done = store.done_keys() if config.resume else set()
     tasks = plan_tasks(problems, systems, done, str(store.candidates_dir().resolve()))
-    peaks = _peak_cache(config, workers)
+    peaks = None if cluster else _peak_cache(config, workers)
     need, memory = _memory_plan(config, tasks, workers, peaks, console)
-    store.add_run({**_run_info(config, options, problems, workers, len(tasks)), "memory": memory})
-    devices = ", ".join(dict.fromkeys(f"{w.device}" + (f" (GPU {w.gpu})" if w.gpu is not None else "")
-                                      for w in workers))
-    if config.jobs > 1:
-        devices += f", up to {config.jobs} tasks at once per GPU" + (" as its memory allows" if need else "")
+    store.add_run({**_run_info(config, options, problems, workers, len(tasks), device_name), "memory": memory}
+                  | (cluster.run_info() if cluster else {}))
+    devices = cluster.description() if cluster else _describe_workers(workers, config.jobs)
+    if need and not cluster:
+        devices += " as its memory allows"
     runs = sum(len(task.runs) for task in tasks)
     console.print(f"bench: {len(problems)} problems × {len(systems)} systems: {runs} to run "
                   f"({len(done)} done) on {escape(devices)}; results in {store.directory}")
-    if execute is None:
+    if execute is None and not cluster:
         executor = SubprocessExecutor(store, options)
         execute, stop = executor, executor.stop
     else:
@@ -93,12 +99,18 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     deadline = time.monotonic() + config.time_budget_s if config.time_budget_s else None
     with LiveProgress(len(tasks), console) as progress:
         def on_rows(task: BenchTask, rows: list[dict]) -> None:
+            for row in rows:
+                row.setdefault("node", NODE)  # rows from a Ray cluster name their node already
             store.append(rows)
             if peaks is not None:
                 peaks.record(task, [row for row in rows if row["device"] == workers[0].device])
             progress.advance(task, rows)
 
-        left = run_pool(tasks, workers, execute, on_rows, deadline=deadline, stop=stop, need=need)
+        if cluster:
+            with cluster:
+                left = cluster.run(tasks, options, store, on_rows, deadline=deadline, execute=execute)
+        else:
+            left = run_pool(tasks, workers, execute, on_rows, deadline=deadline, stop=stop, need=need)
     if left:
         console.print(f"[yellow]time budget spent:[/] {len(left)} problems not started; rerun with --resume "
                       f"--out {store.directory} to finish")
@@ -128,9 +140,23 @@ def _peak_cache(config: BenchConfig, workers: list[Worker]) -> PeakCache | None:
 
     return PeakCache(cache_dir() / "memory", workers[0].device, torch.__version__)
 
+def _describe_workers(workers: list[Worker], jobs: int) -> str:
+    devices = ", ".join(dict.fromkeys(f"{w.device}" + (f" (GPU {w.gpu})" if w.gpu is not None else "")
+                                      for w in workers))
+    return devices + (f", {jobs} tasks at once per GPU" if jobs > 1 else "")
+
+
+def _connect_ray(config: BenchConfig):
+    """The Ray cluster for `--ray` (kernelwright/bench/ray_backend.py; Ray is imported only here)."""
+    if config.gpus is not None:
+        raise UsageError("--gpus picks this machine's GPUs; with --ray every GPU of the cluster is used")
+    from kernelwright.bench.ray_backend import RayCluster
+
+    return RayCluster.connect(config.ray, config.device, config.jobs)
+
 
 def _run_info(config: BenchConfig, options: JudgeOptions, problems: list, workers: list[Worker],
-              tasks: int) -> dict:
+              tasks: int, device_name: str) -> dict:
     environment = collect_environment()
     return {
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -143,7 +169,7 @@ def _run_info(config: BenchConfig, options: JudgeOptions, problems: list, worker
         "gpus": [{"index": gpu, **gpu_properties(gpu)}
                  for gpu in dict.fromkeys(w.gpu for w in workers if w.gpu is not None)],
         "jobs_per_gpu": config.jobs,
-        "device_name": workers[0].device,
+        "device_name": device_name,
         "environment": environment,
     }
 

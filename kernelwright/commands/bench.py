@@ -48,6 +48,10 @@ def register(subparsers) -> None:
     parser.add_argument("--build-timeout", type=float, default=defaults.build_timeout_s, metavar="S",
                         help="wall clock for building/importing one candidate, and for "
                              "`kernelwright optimize` (default: %(default)s)")
+    parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                        help="run the tasks on a Ray cluster (pip install 'kernelwright[ray]'): ADDRESS is "
+                             "HOST:PORT, ray://HOST:PORT, auto or local; without one: $RAY_ADDRESS, else "
+                             "the cluster `ray start` runs on this machine, else a new local one")
     parser.add_argument("--time-budget", type=float, metavar="S",
                         help="start no task after S seconds and report what is done (finish it later "
                              "with --resume)")
@@ -72,7 +76,7 @@ def run(args) -> int:
                            build_timeout_s=args.build_timeout)
     config = BenchConfig(suite=args.suite, systems=args.systems, level=args.level, pattern=args.filter,
                          device=args.device, gpus=args.gpus, jobs=args.jobs, out=args.out, resume=args.resume,
-                         options=options, time_budget_s=args.time_budget)
+                         options=options, time_budget_s=args.time_budget, ray=args.ray)
     outcome = run_bench(config)
     console = Console()
     for table in summary_tables(write_report(outcome.store)):

@@ -41,6 +41,8 @@ def register(subparsers) -> None:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                         help="where the judge runs answers (cpu: pure-PyTorch answers, correctness only)")
     parser.add_argument("--shrink", action="store_true", help="judge shrunk problems (fast CPU checks)")
+    parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                        help="judge the answers on a Ray cluster, --parallel at once (as in `bench --ray`)")
     parser.add_argument("--temperature", type=float, help="sampling temperature (default: the endpoint's)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per request (600)")
     parser.add_argument("--max-retries", type=int, default=5,
@@ -67,7 +69,7 @@ def run(args) -> int:
     for flag in ("samples", "turns", "parallel"):
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag} must be at least 1")
-    if args.device == "cuda" and not torch.cuda.is_available():
+    if args.device == "cuda" and args.ray is None and not torch.cuda.is_available():
         raise UsageError("no CUDA GPU here: judge on the GPU machine, or pass --device cpu to judge "
                          "pure-PyTorch answers for correctness on the CPU")
     default_dir = Path("runs") / f"generate-{re.sub(r'[^A-Za-z0-9._-]+', '_', args.model)}"
@@ -76,15 +78,21 @@ def run(args) -> int:
     client = make_client(args)
     options = judge_options(args.device, args.shrink)
     records = RunRecords(out_dir)
-    gpu = gpu_info() if args.device == "cuda" else None
+    if args.ray is None:
+        judge = JudgeSessions(options)
+        gpu = gpu_info() if args.device == "cuda" else None
+        hardware = gpu["name"] if gpu else None
+    else:
+        judge = ray_judge(args.ray, options)
+        hardware = judge.hardware
     settings = LoopSettings(samples=args.samples, turns=args.turns, parallel=args.parallel,
                             temperature=args.temperature, require_speedup=args.device == "cuda",
-                            include_example=not args.no_example, hardware=gpu["name"] if gpu else None)
+                            include_example=not args.no_example, hardware=hardware)
     console = Console()
     view = LiveView(tasks, records, settings, console=console)
     client.on_retry = lambda reason, delay: view.note(f"{reason}: retrying in {delay:.1f} s")
     start = optimize_with_kernelwright if args.start_from == "kernelwright" else None
-    with JudgeSessions(options) as judge, view:
+    with judge, view:
         loop = GenerationLoop(client, judge, extract_code, records, settings, observer=view,
                               starting_point=start)
         summary = loop.run(tasks)
@@ -109,6 +117,12 @@ def load_tasks(specs: list[str]) -> list[ProblemTask]:
                              "candidates would overwrite each other; run them with different --out")
         tasks[problem.id] = ProblemTask(id=problem.id, path=problem.path, source=problem.source)
     return list(tasks.values())
+
+
+def ray_judge(address: str, options: JudgeOptions):
+    from kernelwright.llm.ray_judging import RayJudge
+
+    return RayJudge.connect(address, options)
 
 
 def make_client(args) -> ChatClient:

@@ -156,3 +156,40 @@ def test_plots_survive_degenerate_data(tmp_path):
     row = {"problem": "p", "system": "s", "device": "d", "status": "correct", "speedup_vs_eager": None,
            "speedup_vs_compile": None, "optimize_seconds": None, "build_seconds": 0.004}
     assert write_plots([row], tmp_path) == ["speedup.png", "fast_p.png", "compile_time.png"]
+
+
+def test_a_heterogeneous_cluster_never_mixes_devices_in_a_speedup(tmp_path):
+    """Rows from two GPU models (a Ray cluster of mixed nodes): each device gets its own summary, a
+    candidate's speedup vs compile is never taken from another device's compile row, and --compare
+    compares timings only on one device model."""
+    store, executor = ResultsStore(tmp_path / "mixed"), FakeExecutor()
+    placed = {"level1/01_ReLU": ("H100", "node-a"), "level1/06_Sigmoid": ("A100", "node-b")}
+    for problem_id, (device, node) in placed.items():
+        runs = (SystemRun("eager", "reference"), SystemRun("compile", "reference"),
+                SystemRun("answers", "candidates", "c.py"))
+        task = BenchTask(problem_id, f"{problem_id}.py", "1", "activation", runs, compile_baseline=False)
+        store.append([finish(row, device, "0", 1.0) | {"node": node} for row in executor(task, None)])
+    # Softmax's compile row on the H100, its candidate (judged without torch.compile) on the A100
+    softmax = ("level1/23_Softmax", "level1/23_Softmax.py", "1", "softmax")
+    compile_row, = executor(BenchTask(*softmax, (SystemRun("compile", "reference"),)), None)
+    answers_row, = executor(BenchTask(*softmax, (SystemRun("answers", "candidates", "c.py"),),
+                                      compile_baseline=False), None)
+    store.append([finish(compile_row, "H100", "0", 1.0), finish(answers_row, "A100", "1", 1.0)])
+
+    report = write_report(store)
+    summaries = {s["device"]: s for s in report["summary"]}
+    assert set(summaries) == {"A100", "H100"}
+    assert summaries["A100"]["overall"]["all"]["answers"]["problems"] == 2   # Sigmoid and Softmax
+    assert summaries["H100"]["overall"]["all"]["answers"]["correct"] == 1    # ReLU only
+    rows = {r["system"]: r for r in report["rows"] if r["problem"] == "level1/23_Softmax"}
+    assert rows["answers"]["speedup_vs_compile"] is None  # Softmax's only compile row ran on the H100
+    markdown = (store.directory / "report.md").read_text()
+    assert "## Summary on A100" in markdown and "## Summary on H100" in markdown
+
+    old = ResultsStore(tmp_path / "old")
+    before = {"device": "H100", "status": "correct", "speedup_vs_eager": 1.0}
+    old.append([row | before for row in store.rows()])
+    delta = render_comparison(store.latest_rows(), old.latest_rows(), "new", "old")
+    assert "old has no rows on this device model" in delta
+    # Sigmoid's verdict changed; its speedups (A100 now, H100 before) are not compared
+    assert "| level1/06_Sigmoid | answers | correct → mismatch | - → - | 1.00× → - | other device |" in delta
