@@ -65,6 +65,7 @@ from kernelwright.errors import CaptureError, EnvironmentFailure
 from kernelwright.fuse.plan import FusedGroup, FusionPlan, plan_fusion
 from kernelwright.gpulock import cpu_work, gpu_timing, gpu_work
 from kernelwright.ir.graph import Graph, Node
+from kernelwright.optimize_options import OptimizeOptions
 from kernelwright.problem import Problem
 
 # The judged speedup must reach 1 / (1 + SPEED_NOISE): slower than that is "slower than eager".
@@ -82,20 +83,6 @@ class StageNote(list):
     do its work (the pipeline goes on, e.g. with the whole-model fallback)."""
 
     failed = False
-
-
-@dataclass(frozen=True)
-class OptimizeOptions:
-    verify: bool = True                 # on a GPU: build, check each group, judge the file
-    allow_tf32: bool = False            # recorded in the header; FP32 semantics unless set
-    seeds: tuple[int, ...] = (0, 1, 2)  # per-group correctness checks
-    judge_trials: int = 5
-    # Convolutions: "auto" compiles both layouts on a GPU and keeps the faster verified file (without a GPU,
-    # or with --no-verify, NCHW); "nchw" or "channels_last" forces one (rewrite/layout.py).
-    layout: str = "auto"
-    # After an environment failure that persists: emit the compiled file marked "NOT verified: <cause>"
-    # instead of raising EnvironmentFailure.
-    allow_unverified: bool = False
 
 
 @dataclass
@@ -177,7 +164,10 @@ class _Stages:
         return _Stages(self.callback, self.seconds, prefix)
 
 
-def optimize(problem: Problem, options: OptimizeOptions = OptimizeOptions(),
+DEFAULT_OPTIONS = OptimizeOptions()
+
+
+def optimize(problem: Problem, options: OptimizeOptions = DEFAULT_OPTIONS,
              on_stage: StageCallback | None = None, cache: bool = False) -> OptimizeResult:
     """Compile `problem`. An environment failure is retried once (after a pause, so that what held the GPU
     may finish); if it persists it is raised, or with `allow_unverified` the file is emitted unverified.
@@ -209,9 +199,9 @@ CACHED_FIELDS = ("source", "verification", "fallback_reason", "build_seconds", "
 def _result_key(problem: Problem, options: OptimizeOptions) -> str:
     if torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability()
-        device = f"cuda:{torch.cuda.get_device_name()}:sm{major}{minor}"
+        device = result_cache.gpu_identity(torch.cuda.get_device_name(), f"{major}.{minor}")
     else:
-        device = f"cpu:nvcc={nvcc_path() is not None}"
+        device = result_cache.cpu_identity()
     return result_cache.cache_key(problem.source, problem.constants, asdict(options), torch.__version__,
                                   device)
 

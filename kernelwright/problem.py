@@ -7,12 +7,11 @@ never share globals. Every failure becomes a `ProblemLoadError` naming the file 
 
 from __future__ import annotations
 
-import ast
 import itertools
 import json
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,8 @@ import torch
 from kernelwright.errors import ProblemInputsError, ProblemLoadError
 from kernelwright.problem_files import (
     BUNDLED_DIR,
+    constant_assignments,
+    integer_constants,
     parse_problem_source,
     problem_id_for,
     read_problem_source,
@@ -138,26 +139,6 @@ def to_device(value: Any, device: str | torch.device) -> Any:
 # ----------------------------------------------------------------------------------------------- loading
 
 
-def integer_constants(tree: ast.Module) -> dict[str, int]:
-    """Top-level `name = <int literal>` (or `name: int = <int literal>`) assignments."""
-    found = {}
-    for name, value_node in _constant_assignments(tree):
-        found[name] = value_node.value
-    return found
-
-
-def _constant_assignments(tree: ast.Module) -> Iterator[tuple[str, ast.Constant]]:
-    for stmt in tree.body:
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
-            target, value = stmt.targets[0].id, stmt.value
-        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
-            target, value = stmt.target.id, stmt.value
-        else:
-            continue
-        if isinstance(value, ast.Constant) and type(value.value) is int:
-            yield target, value
-
-
 def load_problem(spec: str | Path, overrides: dict[str, int] | None = None) -> Problem:
     """Execute a problem file in a fresh module and validate it. `overrides` replaces the values of
     top-level integer constants before execution, so constants derived from them follow."""
@@ -167,7 +148,7 @@ def load_problem(spec: str | Path, overrides: dict[str, int] | None = None) -> P
 
     overrides = dict(overrides or {})
     constants = {}
-    for name, value_node in _constant_assignments(tree):
+    for name, value_node in constant_assignments(tree):
         if name in overrides:
             value_node.value = int(overrides.pop(name))
         constants[name] = value_node.value

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from kernelwright.errors import ProblemLoadError
@@ -132,3 +133,23 @@ def bundled_estimates() -> dict[str, dict]:
     if ESTIMATES_FILE.is_file():
         return json.loads(ESTIMATES_FILE.read_text())
     return {}
+
+
+def integer_constants(tree: ast.Module) -> dict[str, int]:
+    """Top-level `name = <int literal>` (or `name: int = <int literal>`) assignments."""
+    found = {}
+    for name, value_node in constant_assignments(tree):
+        found[name] = value_node.value
+    return found
+
+
+def constant_assignments(tree: ast.Module) -> Iterator[tuple[str, ast.Constant]]:
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            target, value = stmt.targets[0].id, stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+            target, value = stmt.target.id, stmt.value
+        else:
+            continue
+        if isinstance(value, ast.Constant) and type(value.value) is int:
+            yield target, value

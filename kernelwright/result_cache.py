@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import json
 import os
+import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -42,10 +45,45 @@ def cache_key(source: str, constants: dict, options: dict, torch_version: str, d
     return hashlib.sha256(material.encode()).hexdigest()[:32]
 
 
+def gpu_identity(name: str, capability: str) -> str:
+    return f"cuda:{name}:sm{capability.replace('.', '')}"
+
+
+def cpu_identity() -> str:
+    from kernelwright.environment import nvcc_path
+
+    return f"cpu:nvcc={nvcc_path() is not None}"
+
+
+def identity_without_torch() -> tuple[str, str] | None:
+    """(torch's version, the device) as the compiler's key names them, read without importing torch (the
+    package metadata, nvidia-smi), or None when unsure: a key that differs from the compiler's only misses
+    the cache, it never finds another run's result."""
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return version, cpu_identity()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    first = visible.split(",")[0].strip() if visible else "0"
+    if visible is not None and first in ("", "-1"):
+        return None
+    try:
+        out = subprocess.run([smi, "-i", first, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10).stdout.strip().splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    fields = [f.strip() for f in out[0].split(",")] if out else []
+    return (version, gpu_identity(*fields)) if len(fields) == 2 else None
+
+
 def results_dir() -> Path:
+    """`$KERNELWRIGHT_RESULT_CACHE`, else `$KERNELWRIGHT_CACHE/results` (tests give each test its own)."""
     from kernelwright.environment import cache_dir
 
-    return cache_dir() / "results"
+    return Path(os.environ.get("KERNELWRIGHT_RESULT_CACHE") or cache_dir() / "results")
 
 
 def load(key: str) -> dict | None:

@@ -11,6 +11,13 @@ import torch
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+@pytest.fixture(autouse=True)
+def _own_result_cache(tmp_path_factory, monkeypatch):
+    """Every test its own result cache: a test that runs `optimize` must not be answered by another's run
+    of the same problem (kernelwright/result_cache.py)."""
+    monkeypatch.setenv("KERNELWRIGHT_RESULT_CACHE", str(tmp_path_factory.mktemp("results")))
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

@@ -68,3 +68,27 @@ def test_the_cache_key_covers_source_options_device_and_code(monkeypatch):
         assert result_cache.cache_key(**{**base, name: other}) != key, name
     monkeypatch.setattr(result_cache, "code_fingerprint", lambda: "another kernelwright")
     assert result_cache.cache_key(**base) != key
+
+
+WARM = """
+import sys
+from kernelwright.cli import main
+code = main(["optimize", "level1/01_ReLU", "-o", sys.argv[1]])
+assert code == 0 and "torch" not in sys.modules, (code, "torch" in sys.modules)
+print("WARM-OK")
+"""
+
+
+def test_the_warm_path_needs_neither_torch_nor_the_problem(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KERNELWRIGHT_CACHE": str(tmp_path / "cache")}
+    first = subprocess.run([sys.executable, "-m", "kernelwright.cli", "optimize", "level1/01_ReLU", "-o",
+                            str(tmp_path / "a.py")], capture_output=True, text=True, env=env, timeout=600)
+    assert first.returncode == 0, first.stderr
+    warm = subprocess.run([sys.executable, "-c", WARM, str(tmp_path / "b.py")], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert "WARM-OK" in warm.stdout, warm.stderr
+    assert (tmp_path / "a.py").read_text() == (tmp_path / "b.py").read_text()

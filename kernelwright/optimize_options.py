@@ -1,0 +1,20 @@
+"""The options of `kernelwright optimize`, apart from the compiler so that the CLI's warm path (the result
+cache, `result_cache.py`) can name them without importing torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OptimizeOptions:
+    verify: bool = True                 # on a GPU: build, check each group, judge the file
+    allow_tf32: bool = False            # recorded in the header; FP32 semantics unless set
+    seeds: tuple[int, ...] = (0, 1, 2)  # per-group correctness checks
+    judge_trials: int = 5
+    # Convolutions: "auto" compiles both layouts on a GPU and keeps the faster verified file (without a GPU,
+    # or with --no-verify, NCHW); "nchw" or "channels_last" forces one (rewrite/layout.py).
+    layout: str = "auto"
+    # After an environment failure that persists: emit the compiled file marked "NOT verified: <cause>"
+    # instead of raising EnvironmentFailure.
+    allow_unverified: bool = False
