@@ -5,6 +5,7 @@ The default set takes a few minutes; `-m "gpu and slow"` runs every other bundle
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import torch
 
 from kernelwright.compiler import SPEED_NOISE, OptimizeResult, optimize
 from kernelwright.judge import JudgeOptions, evaluate
+from kernelwright.judge.compare import compare_outputs, oracle_check
 from kernelwright.problem import load_problem
 from kernelwright.problem_files import bundled_problem_ids
 
@@ -72,7 +74,7 @@ def test_optimize_every_bundled_problem(problem_id, tmp_path):
 
 
 # The GEMM -> GEMV rewrite leaves a reduced weight, recomputed on every call for a per-call matrix-vector
-# product. (Every update path: tests/emit/test_derived_weights_gpu.py.)
+# product. (Every update path: tests/emit/test_weights_and_streams_gpu.py.)
 DERIVED = ["level2/03_GemmDivideSumScale", "level2/12_LinearMeanScale"]
 
 
@@ -89,8 +91,16 @@ def test_derived_weights_follow_the_weights(problem_id, tmp_path):
     inputs = problem.inputs(1, "cuda")
 
     def same() -> None:
+        """The judge's rule: the tolerance table, else no less accurate than eager FP32 against float64 (the
+        reduce-then-GEMV sums in another order: on the H100 8 of 8192 cancelling sums of level2/03 differ
+        from eager by 2e-4, while the float64 oracle finds them as accurate)."""
         with torch.no_grad():
-            torch.testing.assert_close(new(*inputs), model(*inputs), rtol=1e-4, atol=1e-4)
+            want, got = model(*inputs), new(*inputs)
+            if compare_outputs(want, got, "default")["status"] == "correct":
+                return
+            exact = copy.deepcopy(model).double()(*[x.double() for x in inputs])
+        accepted, note = oracle_check(want, exact, got)
+        assert accepted, note
 
     same()
     state = problem.build_model(5, "cuda").state_dict()
