@@ -20,7 +20,7 @@ epilogue (bias, activations, residuals) runs as one elementwise pass over the pr
 
 cuBLAS is reached without its headers or a link-time dependency (neither exists on a CPU-only build
 machine): the launcher looks its three entry points up in the libcublas that torch has already loaded, and
-reports an error, which the tuner treats as "keep ATen", where there is none.
+reports an error, which verification (`verify/measure.py`) treats as "keep ATen", where there is none.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from kernelwright.ir.graph import Graph
 from kernelwright.ir.interpret import interpret
 from kernelwright.ir.ops import input_node
 from kernelwright.problem import load_problem
-from kernelwright.tune.measure import time_ms
+from kernelwright.verify.measure import time_ms
 
 pytestmark = pytest.mark.gpu
 DEVICE = torch.device("cuda")
