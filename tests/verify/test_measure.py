@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from kernelwright.fuse.plan import FusedGroup, run_group_with_aten
+from kernelwright.fuse.plan import FusedGroup
 from kernelwright.ir.ops import input_node, make_node
+from kernelwright.verify.execute import run_group_with_aten
 from kernelwright.verify.measure import group_verdict
 
 CPU = torch.device("cpu")
