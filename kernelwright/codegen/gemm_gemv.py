@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from string import Template
 
-from kernelwright.codegen.gemm import launcher_params
+from kernelwright.codegen.gemm_binding import launcher_params
 from kernelwright.fuse.gemm import GemmConfig, GemmView
 
 _TEMPLATE = Template(r'''

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from string import Template
 
-from kernelwright.codegen.gemm import binding_plumbing, input_index, stored_matrices
+from kernelwright.codegen.gemm_binding import binding_plumbing, input_index, stored_matrices
 from kernelwright.fuse.gemm import GemmConfig, GemmView
 
 # Which of the three K blocks carry the small part: A = [small, big, big], B = [big, small, big].
