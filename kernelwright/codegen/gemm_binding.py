@@ -6,8 +6,8 @@ from the same pieces (`gemm_tf32x3.py`)."""
 from __future__ import annotations
 
 import re
-from string import Template
 
+from kernelwright.codegen.kernel import source_template
 from kernelwright.fuse.gemm import GemmConfig, GemmView
 from kernelwright.fuse.plan import FusedGroup
 from kernelwright.ir.graph import Node
@@ -23,62 +23,7 @@ def launcher_params(view: GemmView) -> str:
 
 
 # Assumes `kernelwright.codegen.binding.CPP_PRELUDE` (ATen tensor and empty, c10 CUDA guard and stream).
-_BINDING = Template(r'''
-const char* ${launcher}_launch(${params});
-size_t ${launcher}_workspace(int batch, int m, int n, int k, int split_k);
-
-namespace ${name}_detail {
-// The kernel reads a matrix operand as [batch, rows, cols] with unit column stride and `align`-float
-// accesses, so its address, its row stride and its batch stride must all be multiples of `align` floats.
-inline bool readable(const at::Tensor& v, int64_t batch, int64_t rows, int64_t align) {
-  return v.stride(2) == 1 && (rows == 1 || (v.stride(1) >= v.size(2) && v.stride(1) % align == 0)) &&
-         (batch == 1 || v.stride(0) % align == 0) &&
-         reinterpret_cast<uintptr_t>(v.data_ptr()) % (align * sizeof(float)) == 0;
-}
-// Anything else (a transposed view, an offset slice) is copied once into a fresh allocation, which the
-// caching allocator aligns to 512 bytes. Not `contiguous()`: an offset slice is contiguous already and
-// would come back as is, still misaligned.
-inline at::Tensor matrix(const at::Tensor& v, int64_t batch, int64_t rows, int64_t cols, int64_t align,
-                         const char* role) {
-  if (readable(v, batch, rows, align)) return v;
-  at::Tensor copy = v.clone(at::MemoryFormat::Contiguous);
-  KW_CHECK(readable(copy, batch, rows, align), "${name}: operand ", role, " [", batch, ", ", rows, ", ",
-           cols, "] cannot be read with ", align, "-float accesses");
-  return copy;
-}
-// An epilogue tensor collapsed to its (L, M, N) extents, dense, at a 16-byte aligned address (the visitors
-// read it with vector loads); copied like a matrix operand when it is not.
-inline at::Tensor dense(const at::Tensor& t, int64_t l, int64_t m, int64_t n) {
-  at::Tensor v = t.reshape({l, m, n});
-  const bool ok = v.is_contiguous() && reinterpret_cast<uintptr_t>(v.data_ptr()) % 16 == 0;
-  return ok ? v : v.clone(at::MemoryFormat::Contiguous);
-}
-inline int64_t row_stride(const at::Tensor& v, int64_t cols, int64_t align) {
-  return v.size(1) == 1 ? (cols + align - 1) / align * align : v.stride(1);
-}
-}  // namespace ${name}_detail
-
-std::vector<at::Tensor> ${name}(std::vector<at::Tensor> inputs) {
-${checks}
-  const int64_t batch = ${batch}, m = ${m}, n = ${n}, k = ${k};
-  const int split_k = ${split_k};
-  at::Tensor a = ${name}_detail::matrix(${a_expr}, ${a_batch}, ${a_rows}, ${a_cols}, ${align_a}, "A");
-  at::Tensor b = ${name}_detail::matrix(${b_expr}, ${b_batch}, ${b_rows}, ${b_cols}, ${align_b}, "B");
-${operand_lines}
-  at::Tensor out = at::empty({${out_shape}}, inputs[0].options());
-  const size_t workspace_bytes = ${launcher}_workspace(batch, m, n, k, split_k);
-  at::Tensor workspace =
-      at::empty({static_cast<int64_t>(workspace_bytes)}, inputs[0].options().dtype(at::kByte));
-  const char* error = ${launcher}_launch(
-      a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), ${operand_args}
-      batch, m, n, k, ${name}_detail::row_stride(a, ${a_cols}, ${align_a}),
-      ${name}_detail::row_stride(b, ${b_cols}, ${align_b}),
-      a.size(0) == 1 ? 0 : a.stride(0), b.size(0) == 1 ? 0 : b.stride(0), split_k,
-      workspace_bytes ? workspace.data_ptr() : nullptr, c10::cuda::getCurrentCUDAStream().stream());
-  KW_CHECK(error == nullptr, "${name}: ", error == nullptr ? "" : error);
-  return {out};
-}
-''')
+_BINDING = source_template("kw_gemm_binding.cpp.in")
 
 
 def input_index(group: FusedGroup, node: Node) -> int:
