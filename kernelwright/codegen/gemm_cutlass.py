@@ -35,6 +35,13 @@ _VISITORS = {
     "col": "tb::VisitorColBroadcast<OutputTileThreadMap, float, cute::Stride<int64_t, cute::_0, int64_t>>",
 }
 
+# Each visitor's arguments by kind: the tensor, the value read for a null pointer, its (M, N, L) strides.
+_VISITOR_ARGS = {
+    "full": "{{const_cast<float*>(e{j}), 0.0f, {{e{j}_sm, cute::_1{{}}, e{j}_sl}}}},",
+    "row": "{{e{j}, 0.0f, {{cute::_0{{}}, cute::_1{{}}, e{j}_sl}}}},",
+    "col": "{{e{j}, 0.0f, {{e{j}_sm, cute::_0{{}}, e{j}_sl}}}},",
+}
+
 _SWIZZLES = {
     "identity": "cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>",
     "streamk": "cutlass::gemm::threadblock::ThreadblockSwizzleStreamK",
@@ -45,14 +52,7 @@ _TEMPLATE = source_template("kw_gemm_cutlass.cu.in")
 
 def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function: str) -> str:
     operands = range(len(view.operands))
-    visitor_args = []
-    for j, operand in enumerate(view.operands):
-        if operand.kind == "full":
-            visitor_args.append(f"{{const_cast<float*>(e{j}), 0.0f, {{e{j}_sm, cute::_1{{}}, e{j}_sl}}}},")
-        elif operand.kind == "row":
-            visitor_args.append(f"{{e{j}, 0.0f, {{cute::_0{{}}, cute::_1{{}}, e{j}_sl}}}},")
-        else:
-            visitor_args.append(f"{{e{j}, 0.0f, {{e{j}_sm, cute::_0{{}}, e{j}_sl}}}},")
+    visitor_args = [_VISITOR_ARGS[o.kind].format(j=j) for j, o in enumerate(view.operands)]
     params = launcher_params(view)
     argument_params = params.rsplit(", void* workspace", 1)[0]
     arg_names = [p.split()[-1].lstrip("*") for p in argument_params.split(", ")]
