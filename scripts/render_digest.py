@@ -1,7 +1,8 @@
 """Hashes of every source the compiler generates without a GPU, to show that a refactor leaves them
 byte-identical: each bundled problem (shrunk and full size, each layout variant) captured, rewritten,
 planned, every group rendered and the whole ModelNew file emitted; every GEMM group also rendered with the
-other kernel routes; and the hand-built graphs of tests/codegen (pool, reduction, pointwise cases).
+other kernel routes; and the hand-built graphs of tests/codegen (pool, reduction, pointwise cases, the GEMM
+epilogue group).
 
     python scripts/render_digest.py OUT.json                 # write the hashes
     python scripts/render_digest.py OUT.json --compare A.json  # and list what differs from A.json
@@ -122,6 +123,11 @@ def main() -> int:
     out: dict[str, str] = {}
     for name, graph, matchers in case_graphs():
         plan_digests(f"case/{name}", plan_fusion(graph, matchers), out)
+    import test_gemm_render  # every epilogue operand kind, a transposed A, an odd N
+
+    group = test_gemm_render.epilogue_group()
+    for route, variant in [("chosen", group), *gemm_routes(group)]:
+        out[f"case/gemm/epilogue_group:{route}"] = digest(attempt(lambda g=variant: rendered(g)))
     for problem_id in bundled_problem_ids():
         for shrink in (True, False):
             problem_digests(problem_id, shrink, out)
