@@ -129,6 +129,24 @@ class Partition:
             self._unit[id(node)] = index
 
 
+class Matching:
+    """What one matcher works with: each node's readers (`users`), the ids of the graph's outputs
+    (`roots`), the ids claimed so far (`taken`: by the matchers before it, then by its own groups) and the
+    convexity test against its own groups (`partition`)."""
+
+    def __init__(self, graph: Graph, claimed: frozenset[int]):
+        self.users = graph.users()
+        self.roots = {id(n) for n in graph.roots()}
+        self.taken = set(claimed)
+        self.partition = Partition(graph, self.users)
+
+    def claim(self, members: Iterable[Node]) -> None:
+        """Accept `members` as one group: no later group of this matcher may take any of them."""
+        members = list(members)
+        self.partition.add(members)
+        self.taken.update(id(n) for n in members)
+
+
 def plan_fusion(graph: Graph, matchers: Sequence[Matcher] | None = None,
                 derived: Sequence[Node] = ()) -> FusionPlan:
     """Run the matchers in priority order, keep the groups that are valid, order all steps. `derived`:
