@@ -389,7 +389,7 @@ class _Pipeline:
 
     def measure(self, variant: Variant) -> Variant:
         """Keep the groups whose kernel is correct and not slower than ATen; the extension stays as built."""
-        from kernelwright.tune import measure_groups
+        from kernelwright.verify import measure_groups
 
         try:
             reports = measure_groups(variant.plan, variant.kernels, variant.build.module, self.problem,
@@ -535,8 +535,8 @@ def _checked(plan: FusionPlan, kernels: list[KernelSource], dropped: list[str]
 def _time_plan(variant: Variant, problem: Problem, runs: int = 10) -> float:
     """Median ms of one run of the variant's whole plan (its kept kernels, ATen for the rest); infinity when
     it fails (an OOM, a kernel error), so that it ranks last: the judge would reject it anyway."""
-    from kernelwright.fuse.plan import execute_plan
-    from kernelwright.tune import time_ms
+    from kernelwright.verify import time_ms
+    from kernelwright.verify.execute import execute_plan
 
     device = torch.device("cuda")
     module = variant.build.module if variant.build else None

@@ -23,7 +23,8 @@ CUTLASS_INSTALL = "pip install --no-deps nvidia-cutlass"
 
 
 def cache_dir() -> Path:
-    """Root of kernelwright's caches (builds, tuning): `$KERNELWRIGHT_CACHE` or ~/.cache/kernelwright."""
+    """Root of kernelwright's caches (builds, nvcc checks, optimize results, bench memory peaks):
+    `$KERNELWRIGHT_CACHE` or ~/.cache/kernelwright."""
     root = os.environ.get("KERNELWRIGHT_CACHE") or Path.home() / ".cache" / "kernelwright"
     return Path(root)
 

@@ -110,7 +110,7 @@ def test_channels_last_layout_runs_the_convolutions_on_nhwc_data(tmp_path, monke
     convolution on NHWC data with the bias and softmax over channels after it, and computes Model's values."""
     monkeypatch.setattr("kernelwright.compiler.nvcc_path", lambda: None)   # the plan is under test, not nvcc
     from kernelwright.compiler import OptimizeOptions
-    from kernelwright.fuse.plan import execute_plan
+    from kernelwright.verify.execute import execute_plan
 
     problem = load_shrunk("level2/21_Conv2dBiasSoftmaxChannels")
     result = optimize(problem, OptimizeOptions(layout="channels_last"))

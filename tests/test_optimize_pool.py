@@ -11,8 +11,8 @@ import torch
 
 from kernelwright.compiler import optimize
 from kernelwright.environment import nvcc_path
-from kernelwright.fuse.plan import run_group_with_aten
 from kernelwright.problem import load_shrunk
+from kernelwright.verify.execute import run_group_with_aten
 
 POOL_PROBLEMS = ["level1/60_MaxPool2d", "level1/61_AvgPool2d", "level1/62_AdaptiveAvgPool2d",
                  "level1/63_MaxPool1d"]

@@ -101,7 +101,7 @@ ENVIRONMENT_EXIT = 4
 
 
 def optimize(problem_path: str, output: Path, timeout_s: float) -> tuple[str | None, str, dict | None]:
-    """Run `kernelwright optimize` fresh (its time is what the row reports; its builds and tuning bounded
+    """Run `kernelwright optimize` fresh (its time is what the row reports; its builds and checks bounded
     like a candidate's build): (None when it wrote `output`, else what went wrong; the row status for a
     failure: `optimize_error`, or `oom` / `bench_error` for an environment failure, which is retried;
     where its time went, from `--profile`)."""

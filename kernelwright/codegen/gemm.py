@@ -1,11 +1,13 @@
 """The GEMM family's renderer: a fused group from `kernelwright.fuse.gemm` → CUDA launcher + C++ binding.
 
-Two kernels share one launcher signature and one binding: a CUTLASS 3xTF32 tensor-core GEMM
-(`gemm_cutlass.py`) and a bandwidth-bound matrix-vector kernel (`gemm_gemv.py`). Both apply the same
-generated epilogue function, `float NAME_epilogue(float acc, float e0, ...)`, built from the group's
-pointwise IR with the pointwise family's expression table; they differ only in how they fetch `e0...`.
+Three routes (`GemmConfig.kernel`). A CUTLASS 3xTF32 tensor-core GEMM (`gemm_cutlass.py`) and a
+bandwidth-bound matrix-vector kernel (`gemm_gemv.py`) share one launcher signature and one binding
+(`gemm_binding.py`); the 3xTF32-on-cuBLAS route (`gemm_tf32x3.py`) has launchers of its own and a binding
+built from the same pieces. All apply the same generated epilogue function,
+`float NAME_epilogue(float acc, float e0, ...)`, built from the group's pointwise IR with the pointwise
+family's expression table; they differ only in how they fetch `e0...`.
 
-Launcher (in the .cu, no torch headers):
+Launcher of the CUTLASS and GEMV routes (in the .cu, no torch headers):
     const char* NAME_launch(const float* a, const float* b, float* d,
                             [const float* eJ, long long eJ_sm, long long eJ_sl,]...
                             int batch, int m, int n, int k, long long lda, long long ldb,
@@ -23,16 +25,15 @@ must be built with the `nvidia-cutlass` wheel's include directory, which the bui
 from __future__ import annotations
 
 import hashlib
-import re
-from string import Template
 
 import torch
 
+from kernelwright.codegen import gemm_cutlass, gemm_gemv, gemm_tf32x3
+from kernelwright.codegen.gemm_binding import render_binding
 from kernelwright.codegen.kernel import KernelSource
 from kernelwright.codegen.pointwise import c_literal, emit_statements
 from kernelwright.fuse.gemm import GemmConfig, GemmView, describe
 from kernelwright.fuse.plan import FusedGroup
-from kernelwright.ir.graph import Node
 
 # nvcc flags the CUTLASS translation units need on top of torch's defaults.
 CUTLASS_NVCC_FLAGS = ("-std=c++17", "--expt-relaxed-constexpr")
@@ -49,22 +50,13 @@ def render(group: FusedGroup) -> KernelSource:
             "cutlass", "streamk", 1):
         raise ValueError(f"split-K needs the CUTLASS stream-K kernel and an unbatched product, got {config} "
                          f"for batch {view.batch}")
-    if config.kernel == "gemv":
-        from kernelwright.codegen.gemm_gemv import render_cuda
-    elif config.kernel == "tf32x3":
-        from kernelwright.codegen.gemm_tf32x3 import render_cuda
-    else:
-        from kernelwright.codegen.gemm_cutlass import render_cuda
-    body = render_cuda(_PLACEHOLDER, view, config, epilogue_function(_PLACEHOLDER, view))
+    route = {"gemv": gemm_gemv, "tf32x3": gemm_tf32x3}.get(config.kernel, gemm_cutlass)
+    body = route.render_cuda(_PLACEHOLDER, view, config, epilogue_function(_PLACEHOLDER, view))
     launcher = f"kw_gemm_{_digest(body)}"
     guard = launcher.upper()
     cuda = f"#ifndef {guard}\n#define {guard}\n{body.replace(_PLACEHOLDER, launcher)}#endif  // {guard}\n"
-    if config.kernel == "tf32x3":
-        from kernelwright.codegen.gemm_tf32x3 import render_binding as render_tf32x3_binding
-
-        cpp = render_tf32x3_binding(_PLACEHOLDER, launcher, group, view, config)
-    else:
-        cpp = render_binding(_PLACEHOLDER, launcher, group, view, config)
+    binding = gemm_tf32x3.render_binding if config.kernel == "tf32x3" else render_binding
+    cpp = binding(_PLACEHOLDER, launcher, group, view, config)
     name = f"{launcher}_{_digest(cpp)[:8]}"
     return KernelSource(name=name, cuda=cuda, cpp=cpp.replace(_PLACEHOLDER, name),
                         ir_comment=ir_comment(view, config))
@@ -103,15 +95,6 @@ def epilogue_function(name: str, view: GemmView) -> str:
             f"  return {env[id(view.output)]};\n}}")
 
 
-def launcher_params(view: GemmView) -> str:
-    """The launcher's parameter list (shared by both kernels and by the binding's declaration)."""
-    operands = "".join(f"const float* e{j}, long long e{j}_sm, long long e{j}_sl, "
-                       for j in range(len(view.operands)))
-    return (f"const float* a, const float* b, float* d, {operands}int batch, int m, int n, int k, "
-            "long long lda, long long ldb, long long batch_stride_a, long long batch_stride_b, int split_k, "
-            "void* workspace, cudaStream_t stream")
-
-
 def ir_comment(view: GemmView, config: GemmConfig) -> str:
     layout = f"A {'col' if view.a_col_major else 'row'}-major, B {'col' if view.b_col_major else 'row'}-major"
     if config.kernel == "gemv":
@@ -126,145 +109,3 @@ def ir_comment(view: GemmView, config: GemmConfig) -> str:
     operands = ", ".join(f"{o.node.name or o.node.op}:{o.kind}" for o in view.operands) or "none"
     return (f"{view.anchor.op} [batch {view.batch}] {view.m}x{view.n}x{view.k} ({layout}) via {kernel}; "
             f"epilogue: {epilogue}; epilogue tensors: {operands}")
-
-
-# ---------------------------------------------------------------------------------------------- binding
-
-# Assumes `kernelwright.codegen.binding.CPP_PRELUDE` (ATen tensor and empty, c10 CUDA guard and stream).
-_BINDING = Template(r'''
-const char* ${launcher}_launch(${params});
-size_t ${launcher}_workspace(int batch, int m, int n, int k, int split_k);
-
-namespace ${name}_detail {
-// The kernel reads a matrix operand as [batch, rows, cols] with unit column stride and `align`-float
-// accesses, so its address, its row stride and its batch stride must all be multiples of `align` floats.
-inline bool readable(const at::Tensor& v, int64_t batch, int64_t rows, int64_t align) {
-  return v.stride(2) == 1 && (rows == 1 || (v.stride(1) >= v.size(2) && v.stride(1) % align == 0)) &&
-         (batch == 1 || v.stride(0) % align == 0) &&
-         reinterpret_cast<uintptr_t>(v.data_ptr()) % (align * sizeof(float)) == 0;
-}
-// Anything else (a transposed view, an offset slice) is copied once into a fresh allocation, which the
-// caching allocator aligns to 512 bytes. Not `contiguous()`: an offset slice is contiguous already and
-// would come back as is, still misaligned.
-inline at::Tensor matrix(const at::Tensor& v, int64_t batch, int64_t rows, int64_t cols, int64_t align,
-                         const char* role) {
-  if (readable(v, batch, rows, align)) return v;
-  at::Tensor copy = v.clone(at::MemoryFormat::Contiguous);
-  KW_CHECK(readable(copy, batch, rows, align), "${name}: operand ", role, " [", batch, ", ", rows, ", ",
-           cols, "] cannot be read with ", align, "-float accesses");
-  return copy;
-}
-// An epilogue tensor collapsed to its (L, M, N) extents, dense, at a 16-byte aligned address (the visitors
-// read it with vector loads); copied like a matrix operand when it is not.
-inline at::Tensor dense(const at::Tensor& t, int64_t l, int64_t m, int64_t n) {
-  at::Tensor v = t.reshape({l, m, n});
-  const bool ok = v.is_contiguous() && reinterpret_cast<uintptr_t>(v.data_ptr()) % 16 == 0;
-  return ok ? v : v.clone(at::MemoryFormat::Contiguous);
-}
-inline int64_t row_stride(const at::Tensor& v, int64_t cols, int64_t align) {
-  return v.size(1) == 1 ? (cols + align - 1) / align * align : v.stride(1);
-}
-}  // namespace ${name}_detail
-
-std::vector<at::Tensor> ${name}(std::vector<at::Tensor> inputs) {
-${checks}
-  const int64_t batch = ${batch}, m = ${m}, n = ${n}, k = ${k};
-  const int split_k = ${split_k};
-  at::Tensor a = ${name}_detail::matrix(${a_expr}, ${a_batch}, ${a_rows}, ${a_cols}, ${align_a}, "A");
-  at::Tensor b = ${name}_detail::matrix(${b_expr}, ${b_batch}, ${b_rows}, ${b_cols}, ${align_b}, "B");
-${operand_lines}
-  at::Tensor out = at::empty({${out_shape}}, inputs[0].options());
-  const size_t workspace_bytes = ${launcher}_workspace(batch, m, n, k, split_k);
-  at::Tensor workspace =
-      at::empty({static_cast<int64_t>(workspace_bytes)}, inputs[0].options().dtype(at::kByte));
-  const char* error = ${launcher}_launch(
-      a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), ${operand_args}
-      batch, m, n, k, ${name}_detail::row_stride(a, ${a_cols}, ${align_a}),
-      ${name}_detail::row_stride(b, ${b_cols}, ${align_b}),
-      a.size(0) == 1 ? 0 : a.stride(0), b.size(0) == 1 ? 0 : b.stride(0), split_k,
-      workspace_bytes ? workspace.data_ptr() : nullptr, c10::cuda::getCurrentCUDAStream().stream());
-  KW_CHECK(error == nullptr, "${name}: ", error == nullptr ? "" : error);
-  return {out};
-}
-''')
-
-
-def input_index(group: FusedGroup, node: Node) -> int:
-    """Where `node` stands among the group's inputs (the binding's `inputs[i]`)."""
-    return next(i for i, inp in enumerate(group.inputs) if inp is node)
-
-
-def stored_matrices(view: GemmView) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    """(batch, rows, cols) of A and of B as stored: A is [batch, M, K] (row-major) or its source
-    [batch, K, M]; B is [batch, K, N] or [batch, N, K]. An operand without a batch dim has batch 1."""
-    a_rows, a_cols = (view.k, view.m) if view.a_col_major else (view.m, view.k)
-    b_rows, b_cols = (view.n, view.k) if view.b_col_major else (view.k, view.n)
-    a_batch = view.batch if len(view.a.shape) == 3 else 1
-    b_batch = view.batch if len(view.b.shape) == 3 else 1
-    return (a_batch, a_rows, a_cols), (b_batch, b_rows, b_cols)
-
-
-def render_binding(name: str, launcher: str, group: FusedGroup, view: GemmView, config: GemmConfig) -> str:
-    (a_batch, a_rows, a_cols), (b_batch, b_rows, b_cols) = stored_matrices(view)
-    # CUTLASS's access widths are compiled in; the GEMV kernel picks its own from the pointers and strides
-    # it is given, so copying an operand for its sake would only add traffic.
-    align_a, align_b = (config.align_a, config.align_b) if config.kernel == "cutlass" else (1, 1)
-    checks, operand_lines, operand_args = binding_plumbing(name, group, view, f"{name}_detail::dense")
-    return _BINDING.substitute(
-        name=name, launcher=launcher, params=launcher_params(view),
-        checks=checks,
-        batch=view.batch, m=view.m, n=view.n, k=view.k, split_k=config.split_k,
-        a_expr=_matrix_expr(input_index(group, view.a), a_batch, a_rows, a_cols),
-        b_expr=_matrix_expr(input_index(group, view.b), b_batch, b_rows, b_cols),
-        a_batch=a_batch, b_batch=b_batch, a_rows=a_rows, a_cols=a_cols, b_rows=b_rows, b_cols=b_cols,
-        align_a=align_a, align_b=align_b,
-        operand_lines=operand_lines, operand_args=operand_args,
-        out_shape=", ".join(str(s) for s in view.output.shape) or "",
-    ).lstrip()
-
-
-def binding_plumbing(name: str, group: FusedGroup, view: GemmView, dense: str) -> tuple[str, str, str]:
-    """Binding lines shared by every GEMM kernel: the input checks (count, dtype, shape, one device; then
-    the device guard), the epilogue tensors made dense
-    (`at::Tensor eJ = DENSE(...)`), and the launcher arguments addressing them
-    (`eJ, row stride, batch stride,`)."""
-    operand_lines, operand_args = [], []
-    for j, operand in enumerate(view.operands):
-        lo, mo, no = operand.extents
-        # Collapsed to (L, M, N) extents and made dense, an operand is addressed by two strides.
-        operand_lines.append(f"  at::Tensor e{j} = {dense}(inputs[{input_index(group, operand.node)}], "
-                             f"{lo}, {mo}, {no});")
-        operand_args.append(f"e{j}.data_ptr<float>(), {no if mo > 1 else 0}LL, {mo * no if lo > 1 else 0}LL,")
-    n = len(group.inputs)
-    checks = [
-        f'  KW_CHECK(inputs.size() == {n}, "{name}: expected {n} inputs, got ", inputs.size());',
-        "  // Every input as passed, before any is viewed or copied: a CUDA float32 tensor of the",
-        "  // planned shape, all on one device (the kernel runs on input 0's). Strides are free: what",
-        "  // the kernel cannot read is copied.",
-    ]
-    for k, node in enumerate(group.inputs):
-        shape = ", ".join(map(str, node.shape))
-        checks.append(f'  kw_check_input(inputs[{k}], at::kFloat, at::IntArrayRef{{{shape}}}, '
-                      f'"{name} ({_role(node, view)})", {k});')
-    checks += [
-        "  for (size_t i = 1; i < inputs.size(); ++i) {",
-        f'    KW_CHECK(inputs[i].device() == inputs[0].device(), "{name}: input ", i, " is on ", '
-        "inputs[i].device(),",
-        '             ", input 0 on ", inputs[0].device());',
-        "  }",
-        "  const c10::cuda::CUDAGuard guard(inputs[0].device());",
-    ]
-    return "\n".join(checks), "\n".join(operand_lines), " ".join(operand_args)
-
-
-def _role(node: Node, view: GemmView) -> str:
-    """How an input appears in check messages: its role and its IR name (letters, digits, `._` only, so it
-    is safe inside a C string literal)."""
-    role = "A" if node is view.a else "B" if node is view.b else "epilogue tensor"
-    label = re.sub(r"[^\w.]", "_", node.name or node.op)
-    return f"{role} {label}"
-
-
-def _matrix_expr(index: int, batch: int, rows: int, cols: int) -> str:
-    # reshape is a view whenever the strides allow (an nn.Linear input [..., K] flattens for free).
-    return f"inputs[{index}].reshape({{{batch}, {rows}, {cols}}})"

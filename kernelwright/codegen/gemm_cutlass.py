@@ -25,9 +25,8 @@ stream-K schedule, the parameters initialize the workspace, and the grid comes f
 
 from __future__ import annotations
 
-from string import Template
-
-from kernelwright.codegen.gemm import launcher_params
+from kernelwright.codegen.gemm_binding import launcher_params
+from kernelwright.codegen.kernel import source_template
 from kernelwright.fuse.gemm import GemmConfig, GemmView
 
 _VISITORS = {
@@ -36,144 +35,24 @@ _VISITORS = {
     "col": "tb::VisitorColBroadcast<OutputTileThreadMap, float, cute::Stride<int64_t, cute::_0, int64_t>>",
 }
 
+# Each visitor's arguments by kind: the tensor, the value read for a null pointer, its (M, N, L) strides.
+_VISITOR_ARGS = {
+    "full": "{{const_cast<float*>(e{j}), 0.0f, {{e{j}_sm, cute::_1{{}}, e{j}_sl}}}},",
+    "row": "{{e{j}, 0.0f, {{cute::_0{{}}, cute::_1{{}}, e{j}_sl}}}},",
+    "col": "{{e{j}, 0.0f, {{e{j}_sm, cute::_0{{}}, e{j}_sl}}}},",
+}
+
 _SWIZZLES = {
     "identity": "cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<8>",
     "streamk": "cutlass::gemm::threadblock::ThreadblockSwizzleStreamK",
 }
 
-_TEMPLATE = Template(r'''
-#include <cuda_runtime.h>
-#include <cstdint>
-#include <cutlass/cutlass.h>
-#include <cutlass/gemm/kernel/default_gemm_universal_with_visitor.h>
-#include <cutlass/epilogue/threadblock/fusion/visitors.hpp>
-#include "kw_common.cuh"
-
-$epilogue_function
-
-namespace ${name}_cutlass {
-namespace tb = cutlass::epilogue::threadblock;
-using ThreadblockShape = cutlass::gemm::GemmShape<$block>;
-using WarpShape = cutlass::gemm::GemmShape<$warp>;
-using InstructionShape = cutlass::gemm::GemmShape<16, 8, 8>;   // the TF32 tensor-core instruction shape
-constexpr int kAlignA = $align_a, kAlignB = $align_b, kAlignC = $align_c;
-constexpr bool kStreamK = $streamk;
-using OutputTileThreadMap = tb::OutputTileThreadLayout<ThreadblockShape, WarpShape, float, kAlignC, 1>;
-
-// VisitorCompute instantiates its functor on cutlass::Array fragments.
-template <class Fragment> struct Epilogue;
-template <int N> struct Epilogue<cutlass::Array<float, N>> {
-  CUTLASS_DEVICE cutlass::Array<float, N> operator()($functor_params) const {
-    cutlass::Array<float, N> out;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i) out[i] = ${name}_epilogue($functor_args);
-    return out;
-  }
-};
-
-using Accum = tb::VisitorAccFetch;
-$visitor_types
-using Compute = tb::VisitorCompute<Epilogue, float, float, cutlass::FloatRoundStyle::round_to_nearest>;
-using EVTCompute = tb::Sm80EVT<Compute, Accum$visitor_list>;
-using Store = tb::VisitorAuxStore<OutputTileThreadMap, float, cutlass::FloatRoundStyle::round_to_nearest,
-                                  cute::Stride<int64_t, cute::_1, int64_t>>;
-using EVT = tb::Sm80EVT<Store, EVTCompute>;
-
-using Kernel = typename cutlass::gemm::kernel::DefaultGemmWithVisitor<
-    float, $layout_a, cutlass::ComplexTransform::kNone, kAlignA,
-    float, $layout_b, cutlass::ComplexTransform::kNone, kAlignB,
-    float, cutlass::layout::RowMajor, kAlignC,
-    float, float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
-    ThreadblockShape, WarpShape, InstructionShape, EVT, $swizzle, $stages,
-    cutlass::arch::OpMultiplyAddFastF32, 1>::GemmKernel;
-
-inline Kernel::Arguments arguments($argument_params) {
-  typename EVT::Arguments callbacks{
-    {
-      {},$visitor_args
-      {},
-    },
-    {d, {int64_t(n), cute::_1{}, int64_t(m) * n}},
-  };
-  using cutlass::gemm::GemmUniversalMode;
-  const auto mode = batch > 1 ? GemmUniversalMode::kBatched : GemmUniversalMode::kGemm;
-  // Unbatched, the count is the stream-K kernel's split factor (1: its own heuristic). The data-parallel
-  // kernel would read a count > 1 as a split whose partial tiles each run the epilogue: never pass one.
-  const int count = batch > 1 ? batch : kStreamK ? split_k : 1;
-  return Kernel::Arguments(mode, {m, n, k}, count, callbacks, a, b, nullptr, nullptr, batch_stride_a,
-                           batch_stride_b, 0, int64_t(m) * n, lda, ldb, 0, 0);
-}
-
-constexpr int kSharedBytes = int(sizeof(Kernel::SharedStorage));
-
-__global__ void __launch_bounds__(Kernel::kThreadCount) gemm_kernel(Kernel::Params params) {
-  extern __shared__ int shared_storage[];
-  Kernel::invoke(params, *reinterpret_cast<Kernel::SharedStorage*>(shared_storage));
-}
-
-// SM count and resident blocks per SM of gemm_kernel on the current device (the stream-K schedule is sized
-// by both), queried once per device and thread.
-inline cudaError_t device_properties(int& sms, int& occupancy) {
-  static thread_local int device = -1, device_sms = 0, device_occupancy = 0;
-  int current = 0;
-  cudaError_t error = cudaGetDevice(&current);
-  if (error == cudaSuccess && current != device) {
-    error = cudaDeviceGetAttribute(&device_sms, cudaDevAttrMultiProcessorCount, current);
-    if (error == cudaSuccess && kSharedBytes >= (48 << 10)) {
-      error = cudaFuncSetAttribute(gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
-    }
-    if (error == cudaSuccess) {
-      error = cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
-          &device_occupancy, gemm_kernel, Kernel::kThreadCount, kSharedBytes,
-          cudaOccupancyDisableCachingOverride);
-    }
-    device = error == cudaSuccess ? current : -1;
-  }
-  sms = device_sms;
-  occupancy = device_occupancy;
-  return error;
-}
-}  // namespace ${name}_cutlass
-
-size_t ${name}_workspace(int batch, int m, int n, int k, int split_k) {
-  using namespace ${name}_cutlass;
-  int sms = 0, occupancy = 0;
-  if (device_properties(sms, occupancy) != cudaSuccess) return 0;
-  return Kernel::Params(arguments($null_args), sms, occupancy).get_workspace_size();
-}
-
-const char* ${name}_launch($params) {
-  using namespace ${name}_cutlass;
-  const Kernel::Arguments args = arguments($forward_args);
-  int sms = 0, occupancy = 0;
-  cudaError_t error = device_properties(sms, occupancy);
-  if (error != cudaSuccess) return cudaGetErrorString(error);
-  cutlass::Status status = Kernel::can_implement(args);
-  if (status != cutlass::Status::kSuccess) return cutlassGetStatusString(status);
-  Kernel::Params params(args, sms, occupancy);
-  if (args.mode == cutlass::gemm::GemmUniversalMode::kGemm) {
-    status = params.init_workspace(workspace, stream);
-    if (status != cutlass::Status::kSuccess) return cutlassGetStatusString(status);
-  }
-  const dim3 grid = params.get_grid_dims();
-  if (grid.y > 65535 || grid.z > 65535) return "the grid is too large for this GEMM";
-  gemm_kernel<<<grid, Kernel::kThreadCount, kSharedBytes, stream>>>(params);
-  error = cudaGetLastError();
-  return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
-}
-''')
+_TEMPLATE = source_template("kw_gemm_cutlass.cu.in")
 
 
 def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function: str) -> str:
     operands = range(len(view.operands))
-    visitor_args = []
-    for j, operand in enumerate(view.operands):
-        if operand.kind == "full":
-            visitor_args.append(f"{{const_cast<float*>(e{j}), 0.0f, {{e{j}_sm, cute::_1{{}}, e{j}_sl}}}},")
-        elif operand.kind == "row":
-            visitor_args.append(f"{{e{j}, 0.0f, {{cute::_0{{}}, cute::_1{{}}, e{j}_sl}}}},")
-        else:
-            visitor_args.append(f"{{e{j}, 0.0f, {{e{j}_sm, cute::_0{{}}, e{j}_sl}}}},")
+    visitor_args = [_VISITOR_ARGS[o.kind].format(j=j) for j, o in enumerate(view.operands)]
     params = launcher_params(view)
     argument_params = params.rsplit(", void* workspace", 1)[0]
     arg_names = [p.split()[-1].lstrip("*") for p in argument_params.split(", ")]

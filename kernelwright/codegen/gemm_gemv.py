@@ -14,96 +14,15 @@ from __future__ import annotations
 
 from string import Template
 
-from kernelwright.codegen.gemm import launcher_params
+from kernelwright.codegen.gemm_binding import launcher_params
+from kernelwright.codegen.kernel import source_template
 from kernelwright.fuse.gemm import GemmConfig, GemmView
 
-_TEMPLATE = Template(r'''
-#include <cuda_runtime.h>
-#include <cstdint>
-#include "kw_common.cuh"
+_TEMPLATE = source_template("kw_gemm_gemv.cu.in")
 
-$epilogue_function
+_DOT_KERNEL = source_template("kw_gemm_gemv_dot.cu.in", fragment=True)
 
-namespace ${name}_gemv {
-
-// Output r of batch l: the epilogue reads its tensors at (l, m, n) = $coords.
-__device__ __forceinline__ float finish(float acc, long long l, long long r$operand_params) {
-  return ${name}_epilogue(acc$operand_loads);
-}
-
-$kernel
-}  // namespace ${name}_gemv
-
-size_t ${name}_workspace(int batch, int m, int n, int k, int split_k) { return 0; }
-
-const char* ${name}_launch($params) {
-  using namespace ${name}_gemv;
-  // The matrix and vector operands of this product ($form form).
-  const float* mat = $mat;
-  const long long mat_ld = $mat_ld, mat_bs = $mat_bs;
-  const float* vec = $vec;
-  const long long vec_stride = $vec_stride, vec_bs = $vec_bs;
-  const int rows = $rows;
-$launch
-  const cudaError_t error = cudaGetLastError();
-  return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
-}
-''')
-
-_DOT_KERNEL = r'''
-constexpr int kWarpsPerBlock = 8;
-
-template <int kVec>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32) dot(
-    const float* __restrict__ mat, long long mat_ld, long long mat_bs, const float* __restrict__ vec,
-    long long vec_stride, long long vec_bs, float* __restrict__ d, int rows, int k$operand_params) {
-  const int lane = threadIdx.x & 31;
-  const long long r = static_cast<long long>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  const long long l = blockIdx.y;
-  if (r >= rows) return;
-  const float* line = mat + l * mat_bs + r * mat_ld;
-  const float* v = vec + l * vec_bs;
-  float acc = 0.0f;
-  if constexpr (kVec == 4) {
-    for (int i = lane * 4; i < k; i += 32 * 4) {
-      const kw::Vec<float, 4> x = kw::load_vec<float, 4>(line + i);
-      const kw::Vec<float, 4> y = kw::load_vec<float, 4>(v + i);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc = fmaf(x.v[j], y.v[j], acc);
-    }
-  } else {
-    for (int i = lane; i < k; i += 32) acc = fmaf(__ldg(line + i), __ldg(v + i * vec_stride), acc);
-  }
-  acc = kw::warp_reduce(acc, kw::Sum());
-  if (lane == 0) d[l * rows + r] = finish(acc, l, r$operand_args);
-}
-'''
-
-_AXPY_KERNEL = r'''
-__global__ void __launch_bounds__(1024) axpy(
-    const float* __restrict__ mat, long long mat_ld, long long mat_bs, const float* __restrict__ vec,
-    long long vec_stride, long long vec_bs, float* __restrict__ d, int rows, int k$operand_params) {
-  __shared__ float partial[32][33];   // +1 column: no bank conflicts when thread (x, 0) sums column x
-  const long long r = static_cast<long long>(blockIdx.x) * 32 + threadIdx.x;
-  const long long l = blockIdx.y;
-  float acc = 0.0f;
-  if (r < rows) {
-    const float* column = mat + l * mat_bs + r;
-    const float* v = vec + l * vec_bs;
-    for (long long i = threadIdx.y; i < k; i += 32) {
-      acc = fmaf(__ldg(column + i * mat_ld), __ldg(v + i * vec_stride), acc);
-    }
-  }
-  partial[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && r < rows) {
-    float total = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) total += partial[j][threadIdx.x];
-    d[l * rows + r] = finish(total, l, r$operand_args);
-  }
-}
-'''
+_AXPY_KERNEL = source_template("kw_gemm_gemv_axpy.cu.in", fragment=True)
 
 _LAUNCH_DOT = r'''
   const dim3 grid((rows + kWarpsPerBlock - 1) / kWarpsPerBlock, batch);
@@ -146,7 +65,7 @@ def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function
     return _TEMPLATE.substitute(
         name=name, epilogue_function=epilogue_function, params=launcher_params(view), form=form,
         coords=f"(l, {coords[0]}, {coords[1]})", operand_params=params, operand_loads="".join(loads),
-        kernel=Template(kernel.strip("\n")).substitute(operand_params=params, operand_args=args),
+        kernel=kernel.substitute(operand_params=params, operand_args=args),
         launch=Template(launch).substitute(args=args),
         mat=mat, mat_ld=mat_ld, mat_bs=mat_bs, vec=vec, vec_stride=vec_stride, vec_bs=vec_bs, rows=rows,
     ).lstrip()

@@ -13,6 +13,10 @@ nvcc fast (about 1 s instead of about 60 s).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+TEMPLATE_DIR = Path(__file__).parent / "cuda"
 
 
 @dataclass(frozen=True)
@@ -21,3 +25,11 @@ class KernelSource:
     cuda: str          # kernels + a launcher taking raw pointers/sizes/cudaStream_t; no torch headers
     cpp: str           # the binding: takes the tensors, checks them, allocates outputs, calls the launcher
     ir_comment: str    # the IR this kernel implements (printed above it in the emitted file)
+
+
+def source_template(filename: str, fragment: bool = False) -> Template:
+    """A source template of `codegen/cuda/`: a kernel (`.cu.in`) or a binding (`.cpp.in`) with
+    `string.Template` holes (`$name`, `${name}`; `$$` is a `$`). A `fragment` fills a hole of another
+    template on a line of its own: its file's final newline belongs to that line, so it is dropped."""
+    text = (TEMPLATE_DIR / filename).read_text()
+    return Template(text.removesuffix("\n") if fragment else text)

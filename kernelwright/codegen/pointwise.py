@@ -1,24 +1,28 @@
 """The pointwise family: IR elementwise ops → CUDA expressions, and the fused pointwise kernel.
 
 `EXPRESSIONS` is the one table from IR op to CUDA expression. `emit_statements` turns a pointwise IR
-subgraph into C statements; other families reuse it for their prologues and epilogues.
+subgraph into C statements; other families reuse it for their prologues and epilogues. The kernel prints
+them into `cuda/kw_pointwise_kernel.cu.in`.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-import string
 from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from kernelwright.codegen.kernel import KernelSource
+from kernelwright.codegen.kernel import KernelSource, source_template
 from kernelwright.errors import UnsupportedOp
 from kernelwright.fuse.plan import VIEW_OPS, FusedGroup
 from kernelwright.ir.graph import Node
+
+# The fused kernel (launcher included) and its binding; the holes are upper case.
+TEMPLATE = source_template("kw_pointwise_kernel.cu.in")
+BINDING = source_template("kw_pointwise_binding.cpp.in")
 
 C_TYPES = {
     torch.float32: "float", torch.float64: "double", torch.int64: "long long", torch.int32: "int",
@@ -336,7 +340,7 @@ def render(group: FusedGroup) -> KernelSource:
         "STRIDED_CALL": ", ".join([f"kw::load(p.in{k} + off[{k}])" for k in range(len(operands))]
                                   + [f"p.out{k}[i]" for k in range(len(group.outputs))]),
     }
-    cuda = string.Template(CUDA_TEMPLATE).substitute(holes)
+    cuda = TEMPLATE.substitute(holes)
     cpp = _binding(group, name, operands, domain, kernel_shape)
     return KernelSource(name=name, cuda=cuda, cpp=cpp, ir_comment=describe_group(group))
 
@@ -352,7 +356,7 @@ def _binding(group: FusedGroup, name: str, operands: list[Operand], domain: tupl
     outputs = ",\n".join(
         f"      at::empty({_int_list(domain)}, inputs[0].options().dtype({AT_SCALAR_TYPES[o.dtype]}))"
         for o in group.outputs)
-    return string.Template(CPP_TEMPLATE).substitute(
+    return BINDING.substitute(
         NAME=name, NUM_INPUTS=len(group.inputs), CHECKS="\n".join(checks), OPERAND_VIEWS=views,
         RANK=len(kernel_shape), OUTPUTS=outputs)
 
@@ -379,130 +383,3 @@ def describe_group(group: FusedGroup) -> str:
 
 def _type_text(node: Node) -> str:
     return f"{str(node.dtype).replace('torch.', '')}{list(node.shape)}"
-
-
-# ------------------------------------------------------------------------------------------- templates
-
-CUDA_TEMPLATE = r"""
-namespace $NAME {
-
-constexpr int kRank = $RANK;
-constexpr int kOperands = $OPERANDS;
-constexpr long long kNumel = $NUMEL;
-constexpr int kVec = $VEC;
-constexpr int kBlock = $BLOCK;
-constexpr bool kInt32Domain = $STRIDED_INT32;
-
-struct Pointers {
-$POINTER_FIELDS
-};
-
-template <typename IndexT>
-struct Strides {
-  IndexT v[kOperands][kRank];
-};
-
-__device__ __forceinline__ void compute($COMPUTE_PARAMS) {
-$COMPUTE_BODY
-}
-
-struct Broadcast {
-  bool v[kOperands];
-};
-
-// Every operand contiguous over the domain (or one broadcast element, bcast[k]): V elements per access.
-template <int V>
-__global__ void __launch_bounds__(kBlock) flat_kernel(const Pointers p, const Broadcast broadcast) {
-  using IndexT = $FLAT_INDEX;
-  const bool* bcast = broadcast.v;
-  constexpr IndexT kVecs = kNumel / V;
-  for (IndexT v = kw::global_thread<IndexT>(); v < kVecs; v += kw::grid_threads<IndexT>()) {
-$VEC_LOADS
-$VEC_RESULTS
-#pragma unroll
-    for (int j = 0; j < V; ++j) compute($VEC_CALL);
-$VEC_STORES
-  }
-  for (IndexT i = kVecs * V + kw::global_thread<IndexT>(); i < kNumel; i += kw::grid_threads<IndexT>()) {
-    compute($FLAT_CALL);
-  }
-}
-
-template <typename IndexT>
-__global__ void __launch_bounds__(kBlock) strided_kernel(const Pointers p, const Strides<IndexT> s) {
-  constexpr IndexT sizes[kRank] = {$SIZES};
-  for (IndexT i = kw::global_thread<IndexT>(); i < kNumel; i += kw::grid_threads<IndexT>()) {
-    IndexT off[kOperands] = {};
-    IndexT rest = i;
-#pragma unroll
-    for (int d = kRank - 1; d >= 0; --d) {
-      const IndexT coord = rest % sizes[d];
-      rest /= sizes[d];
-#pragma unroll
-      for (int k = 0; k < kOperands; ++k) off[k] += coord * s.v[k][d];
-    }
-    compute($STRIDED_CALL);
-  }
-}
-
-}  // namespace $NAME
-
-int ${NAME}_launch(const void* const* in, const long long* strides, void* const* out, cudaStream_t stream) {
-  using namespace $NAME;
-  const Pointers p{$POINTER_INIT};
-  constexpr long long sizes[kRank] = {$SIZES};
-  constexpr int operand_bytes[kOperands] = {$OPERAND_SIZES};
-  Broadcast bcast;
-  bool flat = true;
-  long long max_offset = 0;
-  for (int k = 0; k < kOperands; ++k) {
-    const long long* st = strides + k * kRank;
-    bool contiguous = true, scalar = true;
-    long long expected = 1;
-    for (int d = kRank - 1; d >= 0; --d) {
-      if (sizes[d] != 1) {
-        contiguous = contiguous && st[d] == expected;
-        scalar = scalar && st[d] == 0;
-      }
-      expected *= sizes[d];
-      max_offset += (sizes[d] - 1) * st[d];
-    }
-    bcast.v[k] = scalar;
-    const bool aligned = reinterpret_cast<uintptr_t>(in[k]) % (operand_bytes[k] * kVec) == 0;
-    flat = flat && (scalar || (contiguous && aligned));
-  }
-  const long long work = flat ? kNumel / kVec + kNumel % kVec : kNumel;
-  const int grid = kw::grid_size(work, kBlock, $BLOCKS_PER_SM);
-  if (flat) {
-    flat_kernel<kVec><<<grid, kBlock, 0, stream>>>(p, bcast);
-  } else if (kInt32Domain && max_offset < (1LL << 31)) {
-    Strides<int> s;
-    for (int k = 0; k < kOperands; ++k)
-      for (int d = 0; d < kRank; ++d) s.v[k][d] = static_cast<int>(strides[k * kRank + d]);
-    strided_kernel<int><<<grid, kBlock, 0, stream>>>(p, s);
-  } else {
-    Strides<long long> s;
-    for (int k = 0; k < kOperands; ++k)
-      for (int d = 0; d < kRank; ++d) s.v[k][d] = strides[k * kRank + d];
-    strided_kernel<long long><<<grid, kBlock, 0, stream>>>(p, s);
-  }
-  return static_cast<int>(cudaGetLastError());
-}
-"""
-
-CPP_TEMPLATE = r"""
-int ${NAME}_launch(const void* const* in, const long long* strides, void* const* out, cudaStream_t stream);
-
-std::vector<at::Tensor> $NAME(std::vector<at::Tensor> inputs) {
-  KW_CHECK(inputs.size() == $NUM_INPUTS, "$NAME expects $NUM_INPUTS tensors, got ", inputs.size());
-$CHECKS
-  const c10::cuda::CUDAGuard guard(inputs[0].device());
-  // The inputs as seen by the kernel: views and broadcasts folded into strides over the domain.
-  const std::vector<at::Tensor> operands = {
-$OPERAND_VIEWS
-  };
-  return kw_launch_strided(operands, $RANK, {
-$OUTPUTS
-  }, ${NAME}_launch, "$NAME");
-}
-"""

@@ -14,10 +14,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from string import Template
 
-from kernelwright.codegen.kernel import KernelSource
+from kernelwright.codegen.kernel import KernelSource, source_template
 from kernelwright.codegen.pointwise import INT32_LIMIT, describe_group, emit_statements
 from kernelwright.codegen.reduction_binding import binding_source
 from kernelwright.codegen.reduction_index import broadcast_strides, contiguous_strides
@@ -26,7 +24,7 @@ from kernelwright.fuse.plan import FusedGroup
 from kernelwright.fuse.pool import POOL_OPS, PoolSpec
 from kernelwright.ir.graph import Node
 
-TEMPLATE = Template((Path(__file__).parent / "cuda" / "kw_pool_kernel.cu.in").read_text())
+TEMPLATE = source_template("kw_pool_kernel.cu.in")
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,9 @@ every pass reads them from there.
 
 from __future__ import annotations
 
-from pathlib import Path
-from string import Template
-
 import torch
 
-from kernelwright.codegen.kernel import KernelSource
+from kernelwright.codegen.kernel import KernelSource, source_template
 from kernelwright.codegen.pointwise import op_expression
 from kernelwright.codegen.reduction_binding import binding_source
 from kernelwright.codegen.reduction_index import (
@@ -40,7 +37,7 @@ from kernelwright.fuse.reduction import (
 )
 from kernelwright.ir.graph import Node, format_graph
 
-TEMPLATE = Template((Path(__file__).parent / "cuda" / "kw_row_kernel.cu.in").read_text())
+TEMPLATE = source_template("kw_row_kernel.cu.in")
 # Shared memory a block may use when a cluster is not available and the row must fit in one block.
 SINGLE_BLOCK_SMEM = 220 * 1024
 
@@ -467,100 +464,14 @@ class _RowScalars:
         return lines
 
 
-_LAUNCH = Template("""\
-template <int VEC, int CL, bool CACHE>
-static cudaError_t launch($params, cudaStream_t stream) {
-  auto fn = kernel<VEC, CL, CACHE>;
-  const size_t smem = CACHE ? sizeof(float) * ROWS_PER_BLOCK * CACHED * ((LEN / VEC + CL - 1) / CL) * VEC : 0;
-  const unsigned blocks = static_cast<unsigned>((ROWS + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK * CL);
-  if (smem > 0) {
-    // The 48 KB default covers static + dynamic shared memory together, so raise the dynamic limit
-    // whenever there is any (a row cache of exactly 48 KB plus the reduction scratch failed to launch).
-    // A function attribute belongs to one device: set on each (the answer kept as error + 1).
-    static std::atomic<int> configured[64];
-    const int answer = kw::per_device(configured, [&](int) {
-      return 1 + cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(smem));
-    });
-    if (answer != 1) return static_cast<cudaError_t>(answer - 1);
-  }
-  if (CL == 1 || $split) {
-    fn<<<blocks, THREADS, smem, stream>>>($args);
-    return cudaGetLastError();
-  }
-  if (CL > 8) cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(THREADS);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = CL;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  static std::atomic<int> fits[64];   // per device, whether a cluster of this shape fits at all: 2 yes, 1 no
-  const int fit = kw::per_device(fits, [&](int) {
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, fn, &config) != cudaSuccess) clusters = 0;
-    cudaGetLastError();
-    return clusters > 0 ? 2 : 1;
-  });
-  if (fit == 1) return cudaErrorNotSupported;
-  return cudaLaunchKernelEx(&config, fn, $args);
-}""")
+_LAUNCH = source_template("kw_row_launch.cu.in", fragment=True)
 
-_ENTRY = Template("""\
-int ${name}_launch($params, cudaStream_t stream) {
-  using namespace $name;
-  const bool vec = $vec_pick;
-  cudaError_t err = cudaErrorNotSupported;
-  if ($cluster > 1) {
-    int device = 0, major = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (major >= 9) {
-      err = vec ? launch<VEC_MAX, $cluster, $cache>($args, stream)
-                : launch<1, $cluster, $cache>($args, stream);
-      if (err != cudaSuccess) cudaGetLastError();
-      if (err != cudaSuccess && $retry) {
-        // the planned cluster does not fit this device: a portable one without the row cache (two reads
-        // of the row, but every SM busy) before one block per row
-        err = vec ? launch<VEC_MAX, $portable, false>($args, stream)
-                  : launch<1, $portable, false>($args, stream);
-        if (err != cudaSuccess) cudaGetLastError();
-      }
-    }
-  }
-  if (err != cudaSuccess) {
-    // one block per row; the row cache only when a whole row fits in one block's shared memory
-    err = vec ? launch<VEC_MAX, 1, $fallback_cache>($args, stream)
-              : launch<1, 1, $fallback_cache>($args, stream);
-  }
-  return static_cast<int>(err);
-}""")
+_ENTRY = source_template("kw_row_entry.cu.in", fragment=True)
 
 # Split rows: independent blocks per row (`split` in the spec); the partials and the per-row arrival
 # counters are this launch's, in the workspace the binding allocates on the current stream, so launches on
 # two streams never share them (device globals did: concurrent launches mixed their counts).
-_SPLIT_ENTRY = Template("""\
-size_t ${name}_workspace() {
-  using namespace $name;
-  return sizeof(Pass0) * ROWS * $cluster + sizeof(unsigned) * ROWS;
-}
-
-int ${name}_launch($entry_params, void* workspace, cudaStream_t stream) {
-  using namespace $name;
-  Pass0* partials = static_cast<Pass0*>(workspace);
-  unsigned* arrivals = reinterpret_cast<unsigned*>(partials + ROWS * $cluster);
-  const cudaError_t cleared = cudaMemsetAsync(arrivals, 0, sizeof(unsigned) * ROWS, stream);
-  if (cleared != cudaSuccess) return static_cast<int>(cleared);
-  const bool vec = $vec_pick;
-  return static_cast<int>(vec ? launch<VEC_MAX, $cluster, false>($args, stream)
-                              : launch<1, $cluster, false>($args, stream));
-}""")
+_SPLIT_ENTRY = source_template("kw_row_split_entry.cu.in", fragment=True)
 
 
 def _digest(group: FusedGroup) -> str:

@@ -5,17 +5,15 @@ column otherwise)."""
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
-from string import Template
 
-from kernelwright.codegen.kernel import KernelSource
+from kernelwright.codegen.kernel import KernelSource, source_template
 from kernelwright.codegen.reduction_binding import binding_source
 from kernelwright.codegen.reduction_index import index_type
 from kernelwright.fuse.plan import FusedGroup
 from kernelwright.fuse.scan import ScanSpec
 from kernelwright.ir.graph import Graph, format_graph
 
-TEMPLATE = Template((Path(__file__).parent / "cuda" / "kw_scan_kernel.cu.in").read_text())
+TEMPLATE = source_template("kw_scan_kernel.cu.in")
 
 
 def render(group: FusedGroup) -> KernelSource:

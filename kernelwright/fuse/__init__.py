@@ -1,8 +1,9 @@
 """The fusion planner: which IR nodes form one kernel, and which kernel family renders it.
 
-`MATCHERS` lists each family's matcher in priority order: anchors first (GEMM/conv with epilogues, then
+`MATCHERS` lists each family's matcher in priority order: anchors first (GEMM with epilogues, then
 reductions, normalizations, softmax, scans, pools), pointwise chains last, so they only take what no anchor
-absorbed. A matcher is `match(graph, claimed_node_ids) -> list[FusedGroup]`.
+absorbed. A matcher is `match(graph, claimed_node_ids) -> list[FusedGroup]`; `plan.Matching` holds what
+most of them work with (readers, outputs, claimed nodes, the convexity test).
 """
 
 from kernelwright.fuse import gemm, pointwise, pool, reduction, scan

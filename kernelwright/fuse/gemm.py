@@ -7,9 +7,10 @@ The pointwise ops after the GEMM that read only the GEMM's value, constants and 
 whole groups of output dims (a bias row `[N]`, a per-row column `[M, 1]`, a residual `[M, N]`, per batch
 or not) run in the epilogue, so the product is written once, already finished.
 
-The kernel variant (`GemmConfig`) is chosen here by shape rules; `candidate_configs` lists the others the
-tuner may time. Tiny products are left to ATen: cuBLAS wins there and the pointwise family still fuses
-their epilogues. So are all tensor-core GEMMs when the CUTLASS headers (`nvidia-cutlass`) are not installed.
+The kernel variant (`GemmConfig`) is chosen here by shape rules, one per GEMM (the evidence for them: the
+other tile shapes and routes timed by `bench/kernels/bench_gemm.py`). Tiny products are left to ATen:
+cuBLAS wins there and the pointwise family still fuses their epilogues. So are all tensor-core GEMMs when
+the CUTLASS headers (`nvidia-cutlass`) are not installed.
 Convolutions are not claimed: cuDNN runs them as ATen steps and the pointwise family fuses what follows.
 """
 
@@ -201,29 +202,6 @@ def split_k_factor(tiles: int, k: int, batch: int = 1, sm_count: int = SM_COUNT)
     if batch > 1:
         return 1
     return max(1, min(2 * sm_count // tiles, k // MIN_SPLIT_K, MAX_SPLIT_K))
-
-
-def candidate_configs(group: FusedGroup) -> list[GemmConfig]:
-    """The variants the tuner may time for this group, the rule-based choice first."""
-    view = describe(group)
-    chosen = select_config(view)
-    if chosen.kernel == "gemv":
-        return [chosen]
-    if chosen.kernel != "tf32x3":
-        tf32x3 = [GemmConfig(kernel="tf32x3", align_a=chosen.align_a, align_b=chosen.align_b,
-                             align_c=chosen.align_c, split_k=tf32x3_chunks(view.k))]
-    else:
-        tf32x3 = []
-    aligns = dict(align_a=chosen.align_a, align_b=chosen.align_b, align_c=chosen.align_c)
-    shapes = [BIG_TILE, SMALL_TILE, GemmConfig(block=(128, 128, 16), warp=(64, 64, 16), stages=3),
-              GemmConfig(block=(64, 128, 16), warp=(32, 64, 16), stages=4)]
-    others = []
-    for shape in shapes:
-        shape = shape._replace(**aligns)
-        split = split_k_factor(_tile_count(view.m, view.n, view.batch, shape), view.k, view.batch)
-        others += [shape, shape._replace(swizzle="streamk")]
-        others += [shape._replace(swizzle="streamk", split_k=split)] if split > 1 else []
-    return [chosen] + [c for c in tf32x3 + others if c != chosen]
 
 
 # ------------------------------------------------------------------------------------------ the anchor

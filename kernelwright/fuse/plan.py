@@ -4,22 +4,17 @@ Matchers (one per kernel family, listed in priority order in `kernelwright.fuse.
 groups; the planner accepts a group only if it is convex in the graph where the groups accepted before it
 are contracted to single nodes (no path leaves the group and comes back, so every group runs as one step
 and the steps have a valid order), then orders the steps topologically. Every non-leaf node nobody
-claimed becomes an `AtenStep`.
+claimed becomes an `AtenStep`. Running a plan is `verify/execute.py`'s: this module only decides.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import heapq
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import torch
 
 from kernelwright.ir.graph import Graph, Node
-from kernelwright.ir.interpret import run_node, upcast
-from kernelwright.ir.ops import compiled
 
 VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "select"})
 
@@ -134,6 +129,24 @@ class Partition:
             self._unit[id(node)] = index
 
 
+class Matching:
+    """What one matcher works with: each node's readers (`users`), the ids of the graph's outputs
+    (`roots`), the ids claimed so far (`taken`: by the matchers before it, then by its own groups) and the
+    convexity test against its own groups (`partition`)."""
+
+    def __init__(self, graph: Graph, claimed: frozenset[int]):
+        self.users = graph.users()
+        self.roots = {id(n) for n in graph.roots()}
+        self.taken = set(claimed)
+        self.partition = Partition(graph, self.users)
+
+    def claim(self, members: Iterable[Node]) -> None:
+        """Accept `members` as one group: no later group of this matcher may take any of them."""
+        members = list(members)
+        self.partition.add(members)
+        self.taken.update(id(n) for n in members)
+
+
 def plan_fusion(graph: Graph, matchers: Sequence[Matcher] | None = None,
                 derived: Sequence[Node] = ()) -> FusionPlan:
     """Run the matchers in priority order, keep the groups that are valid, order all steps. `derived`:
@@ -229,59 +242,6 @@ def _order_steps(graph: Graph, groups: list[FusedGroup], users: dict[int, list[N
     if len(result) != len(steps):
         raise AssertionError("fusion groups form a cycle; Partition.is_convex should have prevented it")
     return tuple(result)
-
-
-GroupRunner = Callable[[FusedGroup, list[Any]], Sequence[Any]]
-
-
-def execute_plan(plan: FusionPlan, inputs: Sequence[Any],
-                 params: Mapping[str, torch.Tensor] | torch.nn.Module, device: str | torch.device = "cpu",
-                 run_group: GroupRunner | None = None) -> tuple[list[Any], dict[str, Any], dict[int, Any]]:
-    """Run a plan step by step: the derived steps, then ATen steps with their ATen source, groups with
-    `run_group(group, input values) -> output values` (default: their nodes' ATen sources). Later steps
-    see only a group's outputs, so a plan with wrong inputs/outputs fails here. Returns (graph outputs,
-    new buffer values by FQN, every visible value by node id)."""
-    device = torch.device(device)
-    run_group = run_group or (lambda group, args: run_group_with_aten(group, args, device))
-    values: dict[int, Any] = {}
-    for node in plan.graph.inputs:
-        values[id(node)] = inputs[node.attr("index", 0)]
-    for node in plan.graph.params:
-        values[id(node)] = _parameter(params, node.name)
-
-    def value(node: Node) -> Any:
-        return node.attr("value") if node.op == "const" else values[id(node)]
-
-    for step in plan.derived_steps + plan.steps:
-        if isinstance(step, FusedGroup):
-            results = run_group(step, [value(i) for i in step.inputs])
-            values.update((id(n), r) for n, r in zip(step.outputs, results, strict=True))
-        else:
-            node = step.node
-            run = compiled(node.op, node.attrs, len(node.inputs))
-            values[id(node)] = run(device, *map(value, node.inputs))
-    outputs = [value(n) for n in plan.graph.outputs]
-    return outputs, {fqn: value(n) for fqn, n in plan.graph.mutations}, values
-
-
-def run_group_with_aten(group: FusedGroup, args: Sequence[Any], device: torch.device,
-                        dtype: torch.dtype | None = None) -> list[Any]:
-    """A group's outputs computed node by node with ATen: the reference a kernel is checked against. With
-    `dtype` (float64) every floating value is upcast first: the group's higher-precision oracle."""
-    local: dict[int, Any] = {id(n): upcast(a, dtype) for n, a in zip(group.inputs, args, strict=True)}
-    for node in group.nodes:
-        operands = [i.attr("value") if i.op == "const" else local[id(i)] for i in node.inputs]
-        local[id(node)] = run_node(node, operands, dtype, device)
-    return [local[id(n)] for n in group.outputs]
-
-
-def _parameter(params: Mapping[str, torch.Tensor] | torch.nn.Module, fqn: str) -> Any:
-    if isinstance(params, torch.nn.Module):
-        value: Any = params
-        for part in fqn.split("."):
-            value = getattr(value, part)
-        return value
-    return params[fqn]
 
 
 def describe_plan(plan: FusionPlan) -> str:

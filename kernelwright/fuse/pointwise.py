@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelwright.fuse.plan import VIEW_OPS, FusedGroup, Partition, make_group
+from kernelwright.fuse.plan import VIEW_OPS, FusedGroup, Matching, make_group
 from kernelwright.ir.graph import Graph, Node
 
 UNARY_OPS = frozenset("""
@@ -46,37 +46,33 @@ def _is_view(node: Node) -> bool:
 
 
 def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
-    users = graph.users()
-    roots = {id(n) for n in graph.roots()}
-    partition = Partition(graph, users)
-    taken = set(claimed)
+    matching = Matching(graph, claimed)
     groups = []
     # Consumers first, so each group grows backwards from its last node.
     for seed in reversed(graph.nodes()):
-        if id(seed) in taken or not is_pointwise(seed) or seed.numel == 0:
+        if id(seed) in matching.taken or not is_pointwise(seed) or seed.numel == 0:
             continue
-        members = _grow(seed, users, roots, taken, partition)
-        group = make_group(graph, "pointwise", members, users=users)
+        members = _grow(seed, matching)
+        group = make_group(graph, "pointwise", members, users=matching.users)
         if not group.inputs:
             continue        # only constants: nothing to read, ATen (or constant folding) handles it
-        partition.add(members)
-        taken.update(id(n) for n in members)
+        matching.claim(members)
         groups.append(group)
     return groups
 
 
-def _grow(seed: Node, users: dict[int, list[Node]], roots: set[int], taken: set[int],
-          partition: Partition) -> list[Node]:
+def _grow(seed: Node, matching: Matching) -> list[Node]:
     members = [seed]
     ids = {id(seed)}
     while True:
         best = None
-        for candidate in _producers(members, ids, taken):
+        for candidate in _producers(members, ids, matching.taken):
             ids_with = ids | {id(candidate)}
-            external = id(candidate) in roots or any(id(u) not in ids_with for u in users[id(candidate)])
+            external = id(candidate) in matching.roots or any(
+                id(u) not in ids_with for u in matching.users[id(candidate)])
             if external and (_is_view(candidate) or candidate.shape != seed.shape):
                 continue
-            if not partition.is_convex(members + [candidate]):
+            if not matching.partition.is_convex(members + [candidate]):
                 continue
             if not external:
                 best = candidate

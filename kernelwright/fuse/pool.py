@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelwright.fuse.plan import FusedGroup, Partition, make_group
+from kernelwright.fuse.plan import FusedGroup, Matching, make_group
 from kernelwright.fuse.pointwise import POINTWISE_OPS
 from kernelwright.ir.graph import Graph, Node
 
@@ -82,21 +82,17 @@ class PoolSpec:
 
 
 def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
-    users = graph.users()
-    roots = {id(n) for n in graph.roots()}
-    partition = Partition(graph, users)
-    taken = set(claimed)
+    matching = Matching(graph, claimed)
     with_indices = _inputs_pooled_with_indices(graph)
     groups = []
     for pool in graph.nodes():
-        if id(pool) in taken or not is_supported_pool(pool) or id(pool.inputs[0]) in with_indices:
+        if id(pool) in matching.taken or not is_supported_pool(pool) or id(pool.inputs[0]) in with_indices:
             continue
         members = [pool]
-        members += _prologue(pool, members, users, roots, taken, partition)
-        members += _epilogue(pool, members, users, roots, taken, partition)
-        partition.add(members)
-        taken.update(id(n) for n in members)
-        group = make_group(graph, "pool", members, users=users)
+        members += _prologue(pool, members, matching)
+        members += _epilogue(pool, members, matching)
+        matching.claim(members)
+        group = make_group(graph, "pool", members, users=matching.users)
         groups.append(FusedGroup(group.family, group.nodes, group.inputs, group.outputs, (plan_pool(pool),)))
     return groups
 
@@ -135,59 +131,59 @@ def _elementwise_ok(node: Node) -> bool:
         for i in node.inputs)
 
 
-def _prologue(pool: Node, members: list[Node], users: dict[int, list[Node]], roots: set[int],
-              taken: set[int], partition: Partition) -> list[Node]:
+def _prologue(pool: Node, members: list[Node], matching: Matching) -> list[Node]:
     ids = {id(n) for n in members}
 
     def absorbable(node: Node, extra: set[int] = frozenset()) -> bool:
-        return (id(node) not in taken and id(node) not in ids and id(node) not in roots
-                and all(id(u) in ids | extra for u in users[id(node)]))
+        return (id(node) not in matching.taken and id(node) not in ids and id(node) not in matching.roots
+                and all(id(u) in ids | extra for u in matching.users[id(node)]))
 
     added: list[Node] = []
     source = pool.inputs[0]
     if is_unit_reshape(source) and absorbable(source):
         inner = source.inputs[0]
         if _elementwise_ok(inner) and absorbable(inner, {id(source)}) \
-                and partition.is_convex(members + [source, inner]):
+                and matching.partition.is_convex(members + [source, inner]):
             added += [source, inner]
             ids.update((id(source), id(inner)))
-    elif _elementwise_ok(source) and absorbable(source) and partition.is_convex(members + [source]):
+    elif _elementwise_ok(source) and absorbable(source) and matching.partition.is_convex(members + [source]):
         added.append(source)
         ids.add(id(source))
     frontier = [n for n in added if n.op != "reshape"]
     while frontier:
         node = frontier.pop()
         for inp in node.inputs:
-            if _elementwise_ok(inp) and absorbable(inp) and partition.is_convex(members + added + [inp]):
+            if _elementwise_ok(inp) and absorbable(inp) \
+                    and matching.partition.is_convex(members + added + [inp]):
                 added.append(inp)
                 ids.add(id(inp))
                 frontier.append(inp)
     return added
 
 
-def _epilogue(pool: Node, members: list[Node], users: dict[int, list[Node]], roots: set[int],
-              taken: set[int], partition: Partition) -> list[Node]:
+def _epilogue(pool: Node, members: list[Node], matching: Matching) -> list[Node]:
     """A chain after the pool: each step the only reader of the value before it."""
     added: list[Node] = []
     tail, crossed_reshape = pool, False
-    while id(tail) not in roots:
-        readers = {id(u): u for u in users[id(tail)]}
+    while id(tail) not in matching.roots:
+        readers = {id(u): u for u in matching.users[id(tail)]}
         if len(readers) != 1:
             break
         (step,) = readers.values()
         chain = [step]
         if is_unit_reshape(step) and not crossed_reshape:
-            after = {id(u): u for u in users[id(step)]}
-            if id(step) in roots or len(after) != 1:
+            after = {id(u): u for u in matching.users[id(step)]}
+            if id(step) in matching.roots or len(after) != 1:
                 break
             chain.append(next(iter(after.values())))
         last = chain[-1]
         value = chain[-2] if len(chain) == 2 else tail
-        if any(id(n) in taken for n in chain) or not _elementwise_ok(last) or last.shape != value.shape:
+        if any(id(n) in matching.taken for n in chain) or not _elementwise_ok(last) \
+                or last.shape != value.shape:
             break
         inside = {id(n) for n in members + added + chain}
         outside = [i for i in last.inputs if i is not value and i.op != "const"]
-        if any(id(i) in inside for i in outside) or not partition.is_convex(members + added + chain):
+        if any(id(i) in inside for i in outside) or not matching.partition.is_convex(members + added + chain):
             break
         added += chain
         crossed_reshape = crossed_reshape or len(chain) == 2

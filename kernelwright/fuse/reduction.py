@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelwright.fuse.plan import FusedGroup, Partition, make_group
+from kernelwright.fuse.plan import FusedGroup, Matching, make_group
 from kernelwright.fuse.pointwise import POINTWISE_OPS
 from kernelwright.ir.graph import Graph, Node
 
@@ -134,22 +134,18 @@ def space_of(node: Node) -> Space | None:
 
 
 def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
-    users = graph.users()
-    roots = {id(n) for n in graph.roots()}
-    partition = Partition(graph, users)
-    taken = set(claimed)
+    matching = Matching(graph, claimed)
     groups = []
     for anchor in graph.nodes():
-        if id(anchor) in taken:
+        if id(anchor) in matching.taken:
             continue
         space = space_of(anchor)
         if space is None:
             continue
-        growth = _Growth(space, anchor, users, roots, taken, partition)
+        growth = _Growth(space, anchor, matching)
         members = growth.run()
-        partition.add(members)
-        taken.update(id(n) for n in members)
-        group = make_group(graph, "reduction", members, users=users)
+        matching.claim(members)
+        group = make_group(graph, "reduction", members, users=matching.users)
         levels = tuple(growth.level[id(n)] for n in group.nodes)
         groups.append(FusedGroup(group.family, group.nodes, group.inputs, group.outputs,
                                  (plan_launch(space, group, levels),)))
@@ -160,9 +156,10 @@ class _Growth:
     """Grows one group from its anchor; `level[id]` is "elem", "row" (keepdim form) or "rowsq"
     (squeezed form)."""
 
-    def __init__(self, space: Space, anchor: Node, users: dict[int, list[Node]], roots: set[int],
-                 taken: set[int], partition: Partition):
-        self.space, self.users, self.roots, self.taken, self.partition = space, users, roots, taken, partition
+    def __init__(self, space: Space, anchor: Node, matching: Matching):
+        self.space = space
+        self.users, self.roots, self.taken = matching.users, matching.roots, matching.taken
+        self.partition = matching.partition
         self.members = [anchor]
         self.level = {id(anchor): level_of_anchor(anchor)}
 

@@ -33,7 +33,7 @@ def interpret(
         if node.op == "input":
             values[id(node)] = upcast(_argument(node, inputs), dtype)
         elif node.op in ("param", "buffer"):
-            values[id(node)] = upcast(_lookup(params, node.name), dtype)
+            values[id(node)] = upcast(parameter(params, node.name), dtype)
         elif node.op == "const":
             values[id(node)] = node.attr("value")
         else:
@@ -58,7 +58,8 @@ def _argument(node: Node, inputs: Sequence[Any]) -> Any:
     return inputs[index]
 
 
-def _lookup(params: Mapping[str, torch.Tensor] | torch.nn.Module, fqn: str) -> torch.Tensor:
+def parameter(params: Mapping[str, torch.Tensor] | torch.nn.Module, fqn: str) -> torch.Tensor:
+    """The parameter or buffer `fqn` ("layer.0.weight"), from a mapping by FQN or read off a module."""
     if isinstance(params, torch.nn.Module):
         value: Any = params
         for part in fqn.split("."):

@@ -15,6 +15,7 @@ import torch
 
 from kernelwright.judge import tensorfile
 from kernelwright.judge.build import exclusive_build_dir, install_compile_only_hooks
+from kernelwright.judge.failures import classify_failure
 from kernelwright.judge.guard import (
     ExtensionRecorder,
     FunctionSnapshot,
@@ -34,7 +35,6 @@ from kernelwright.judge.outputs import (
 )
 from kernelwright.judge.perturb import state_dict_mismatch
 from kernelwright.judge.timing import measure
-from kernelwright.judge.worker import classify_failure
 
 _perf_counter = time.perf_counter
 _sleep = time.sleep

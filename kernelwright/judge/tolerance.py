@@ -25,23 +25,17 @@ from __future__ import annotations
 
 import torch
 
+_DEFAULT = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (2e-2, 2e-2),
+    torch.complex64: (1e-4, 1e-4),
+    torch.complex128: (1e-7, 1e-7),
+}
 PRESETS: dict[str, dict[torch.dtype, tuple[float, float]]] = {
-    "default": {
-        torch.float64: (1e-7, 1e-7),
-        torch.float32: (1e-4, 1e-4),
-        torch.float16: (1e-2, 1e-2),
-        torch.bfloat16: (2e-2, 2e-2),
-        torch.complex64: (1e-4, 1e-4),
-        torch.complex128: (1e-7, 1e-7),
-    },
-    "kernelbench": {
-        torch.float64: (1e-2, 1e-2),
-        torch.float32: (1e-2, 1e-2),
-        torch.float16: (1e-2, 1e-2),
-        torch.bfloat16: (1e-2, 1e-2),
-        torch.complex64: (1e-2, 1e-2),
-        torch.complex128: (1e-2, 1e-2),
-    },
+    "default": _DEFAULT,
+    "kernelbench": dict.fromkeys(_DEFAULT, (1e-2, 1e-2)),     # the same floating dtypes, one pair for all
 }
 
 # A candidate may be at most this many times less accurate than eager FP32, measured against float64.

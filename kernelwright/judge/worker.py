@@ -13,9 +13,9 @@ import contextlib
 import json
 import os
 import sys
-import traceback
 
 from kernelwright.gpulock import cpu_work, gpu_work
+from kernelwright.judge.failures import classify_failure
 
 # How each command is guarded (kernelwright/gpulock.py): `build` and `load` are heavy CPU work (imports, nvcc,
 # making inputs), which no timing on this machine may overlap; `time` takes the timing lock itself (or runs
@@ -28,40 +28,6 @@ def guard_for(op: str):
     if op in CPU_OPS:
         return cpu_work()
     return contextlib.nullcontext() if op in SELF_LOCKED_OPS else gpu_work()
-
-
-def classify_failure(exc: BaseException, source_file: str | None = None) -> dict:
-    """{"status", "detail", "fatal"} for an exception raised while running candidate or reference code."""
-    name = type(exc).__name__
-    text = str(exc).strip()
-    lowered = text.lower()
-    if (
-        isinstance(exc, MemoryError)
-        or name == "OutOfMemoryError"
-        or "out of memory" in lowered
-        or "can't allocate memory" in lowered
-    ):
-        status = "oom"
-    else:
-        status = "runtime_error"
-    cuda_error = (
-        name == "AcceleratorError"
-        or "cuda error" in lowered
-        or "illegal memory access" in lowered
-        or "device-side assert" in lowered
-        or "unspecified launch failure" in lowered
-    )
-    where = ""
-    if source_file:
-        frames = [
-            f
-            for f in traceback.extract_tb(exc.__traceback__)
-            if os.path.realpath(f.filename) == os.path.realpath(source_file)
-        ]
-        if frames:
-            where = f" (candidate line {frames[-1].lineno}: {frames[-1].line})"
-    first_lines = "\n".join(text.splitlines()[:6])
-    return {"status": status, "detail": f"{name}: {first_lines}{where}", "fatal": cuda_error}
 
 
 def main(argv: list[str]) -> int:

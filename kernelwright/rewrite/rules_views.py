@@ -20,23 +20,13 @@ def merge_permutes(n: Node, ctx: RewriteContext) -> Node | None:
     return make_node("permute", [inner.inputs[0]], dims=tuple(p[q] for q in dims))
 
 
-@rule("reshape", summary="reshape(reshape(x)) -> one reshape; reshape to the same shape -> x")
-def merge_reshapes(n: Node, ctx: RewriteContext) -> Node | None:
+@rule("reshape", "expand", summary="reshape(reshape(x)), expand(expand(x)) -> one; to the same shape -> x")
+def merge_shape_views(n: Node, ctx: RewriteContext) -> Node | None:
     x = n.inputs[0]
     if x.shape == n.shape:
         return x
-    if x.op == "reshape":
-        return make_node("reshape", [x.inputs[0]], shape=n.shape)
-    return None
-
-
-@rule("expand", summary="expand(expand(x)) -> one expand; expand to the same shape -> x")
-def merge_expands(n: Node, ctx: RewriteContext) -> Node | None:
-    x = n.inputs[0]
-    if x.shape == n.shape:
-        return x
-    if x.op == "expand":
-        return make_node("expand", [x.inputs[0]], shape=n.shape)
+    if x.op == n.op:
+        return make_node(n.op, [x.inputs[0]], shape=n.shape)
     return None
 
 
@@ -62,5 +52,5 @@ def full_slice(n: Node, ctx: RewriteContext) -> Node | None:
 
 
 RULES: tuple[Rule, ...] = (
-    merge_permutes, merge_reshapes, merge_expands, cancel_flips, same_dtype_cast, full_slice,
+    merge_permutes, merge_shape_views, cancel_flips, same_dtype_cast, full_slice,
 )

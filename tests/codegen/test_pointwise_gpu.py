@@ -11,9 +11,9 @@ from test_pointwise import CASES, Case, plan_of
 from kernelwright.codegen.binding import assemble
 from kernelwright.codegen.build import build_extension
 from kernelwright.codegen.pointwise import render
-from kernelwright.fuse.plan import execute_plan
 from kernelwright.ir.graph import Graph
 from kernelwright.ir.ops import const_node, input_node, make_node
+from kernelwright.verify.execute import execute_plan
 
 pytestmark = pytest.mark.gpu
 DEVICE = torch.device("cuda")

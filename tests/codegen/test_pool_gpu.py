@@ -20,12 +20,12 @@ from kernelwright.codegen.binding import assemble
 from kernelwright.codegen.build import build_extension
 from kernelwright.codegen.registry import render_group
 from kernelwright.fuse import plan_fusion
-from kernelwright.fuse.plan import execute_plan, run_group_with_aten
 from kernelwright.ir.graph import Graph
 from kernelwright.ir.interpret import interpret
 from kernelwright.ir.ops import input_node
 from kernelwright.problem import load_problem
-from kernelwright.tune.measure import time_ms
+from kernelwright.verify.execute import execute_plan, run_group_with_aten
+from kernelwright.verify.measure import time_ms
 
 pytestmark = pytest.mark.gpu
 DEVICE = torch.device("cuda")

@@ -18,9 +18,10 @@ from kernelwright.capture import capture
 from kernelwright.codegen.binding import assemble
 from kernelwright.codegen.registry import render_group
 from kernelwright.emit import EmitInfo, emit_fallback, emit_module
-from kernelwright.fuse.plan import plan_fusion, run_group_with_aten
+from kernelwright.fuse.plan import plan_fusion
 from kernelwright.problem import load_problem, load_shrunk
 from kernelwright.rewrite import hoistable_nodes, rewrite_graph
+from kernelwright.verify.execute import run_group_with_aten
 
 PROBLEMS = ["level1/05_SiLU", "level1/28_BatchNorm2dTrain", "level3/01_MLP",
             "level3/08_SqueezeExcitationBlock"]

@@ -12,13 +12,13 @@ from kernelwright.fuse.plan import (
     FusedGroup,
     FusionPlan,
     Partition,
-    execute_plan,
     make_group,
     plan_fusion,
 )
 from kernelwright.ir.graph import Graph
 from kernelwright.ir.interpret import interpret
 from kernelwright.ir.ops import const_node, input_node, make_node, param_node
+from kernelwright.verify.execute import execute_plan
 
 
 def x_input(shape=(4, 8), name="x", index=0):

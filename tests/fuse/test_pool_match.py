@@ -14,12 +14,13 @@ from pool_cases import CASES, max_pool, random_inputs  # noqa: E402
 
 from kernelwright.capture import capture  # noqa: E402
 from kernelwright.fuse import plan_fusion  # noqa: E402
-from kernelwright.fuse.plan import AtenStep, execute_plan  # noqa: E402
+from kernelwright.fuse.plan import AtenStep  # noqa: E402
 from kernelwright.fuse.pool import plan_pool  # noqa: E402
 from kernelwright.ir.graph import Graph  # noqa: E402
 from kernelwright.ir.interpret import interpret  # noqa: E402
 from kernelwright.ir.ops import const_node, input_node, make_node  # noqa: E402
 from kernelwright.problem import load_problem, load_shrunk  # noqa: E402
+from kernelwright.verify.execute import execute_plan  # noqa: E402
 
 RETURN_INDICES = '''
 import torch

@@ -11,9 +11,8 @@ from kernelwright.rewrite.rules_reduce import minmax_of_monotone, reduce_of_expa
 from kernelwright.rewrite.rules_views import (
     cancel_flips,
     full_slice,
-    merge_expands,
     merge_permutes,
-    merge_reshapes,
+    merge_shape_views,
     same_dtype_cast,
 )
 
@@ -42,11 +41,11 @@ def test_permute_chains_compose_and_identities_vanish():
 def test_reshape_expand_flip_cast_slice_chains():
     x = x_in((4, 6))
     r = make_node("reshape", [make_node("reshape", [x], shape=(2, 12))], shape=(8, 3))
-    assert check(r, merge_reshapes, fires=True).outputs[0].inputs[0] is x
-    assert check(make_node("reshape", [x], shape=(4, 6)), merge_reshapes, fires=True).outputs[0] is x
+    assert check(r, merge_shape_views, fires=True).outputs[0].inputs[0] is x
+    assert check(make_node("reshape", [x], shape=(4, 6)), merge_shape_views, fires=True).outputs[0] is x
     v = x_in((1, 6), 1)
     e = make_node("expand", [make_node("expand", [v], shape=(3, 6))], shape=(2, 3, 6))
-    assert check(e, merge_expands, fires=True).outputs[0].inputs[0] is v
+    assert check(e, merge_shape_views, fires=True).outputs[0].inputs[0] is v
     f = make_node("flip", [make_node("flip", [x], dims=(1,))], dims=(1,))
     assert check(f, cancel_flips, fires=True).outputs[0] is x
     check(make_node("flip", [make_node("flip", [x], dims=(0,))], dims=(1,)), cancel_flips, fires=False)

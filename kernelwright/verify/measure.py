@@ -13,10 +13,11 @@ from dataclasses import dataclass
 import torch
 
 from kernelwright.codegen.kernel import KernelSource
-from kernelwright.fuse.plan import FusedGroup, FusionPlan, execute_plan, run_group_with_aten
+from kernelwright.fuse.plan import FusedGroup, FusionPlan
 from kernelwright.gpulock import gpu_timing, gpu_work
 from kernelwright.judge.compare import compare_outputs, oracle_check
 from kernelwright.problem import Problem
+from kernelwright.verify.execute import execute_plan, run_group_with_aten
 
 # A kernel within this fraction of ATen's time counts as a tie and is kept (one launch instead of several
 # also saves host time that per-kernel timing does not see).

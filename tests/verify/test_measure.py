@@ -1,13 +1,14 @@
-"""The per-kernel correctness rule of `optimize` (tune/measure.py), on the CPU: the judge's tolerance
+"""The per-kernel correctness rule of `optimize` (verify/measure.py), on the CPU: the judge's tolerance
 table first, then the float64 oracle for kernels more accurate than ATen's FP32."""
 
 from __future__ import annotations
 
 import torch
 
-from kernelwright.fuse.plan import FusedGroup, run_group_with_aten
+from kernelwright.fuse.plan import FusedGroup
 from kernelwright.ir.ops import input_node, make_node
-from kernelwright.tune.measure import group_verdict
+from kernelwright.verify.execute import run_group_with_aten
+from kernelwright.verify.measure import group_verdict
 
 CPU = torch.device("cpu")
 
