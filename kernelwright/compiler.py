@@ -265,9 +265,13 @@ class _Pipeline:
         last = Variant("channels_last", other, tuple(hoistable_nodes(other)))
         return [last] if layout == "channels_last" else [nchw, last]
 
+    def stages_of(self, variant: Variant) -> _Stages:
+        """The stages of one variant, named apart ("[channels-last] measure") when it is not the NCHW one."""
+        return self.stages.under("" if variant.layout == "nchw" else "[channels-last] ")
+
     def lower(self, variant: Variant) -> Variant:
         """Plan and render one variant (no GPU needed)."""
-        stages = self.stages.under("" if variant.layout == "nchw" else "[channels-last] ")
+        stages = self.stages_of(variant)
         with stages.run("plan") as note:
             plan = plan_fusion(variant.graph, derived=list(variant.derived))
             aten_steps = len(plan.steps) - len(plan.groups)
@@ -361,8 +365,7 @@ class _Pipeline:
             if not variant.build:
                 measured.append(variant)
                 continue
-            stages = self.stages.under("" if variant.layout == "nchw" else "[channels-last] ")
-            with stages.run("measure") as note:
+            with self.stages_of(variant).run("measure") as note:
                 variant = self.measure(variant)
                 note.append(f"{len(variant.kernels)} of {len(variant.reports)} kernel(s) kept")
             measured.append(variant)
@@ -427,9 +430,10 @@ class _Pipeline:
             verdict = _judge(self.judge_session, source)
             note.append(_verdict_line(verdict))
         self.result.verdict = verdict
-        if verdict["status"] in ("oom", "timeout") and _gpu_shared():
+        others = _others_gib() if verdict["status"] in ("oom", "timeout") else 0.0
+        if others * 2**30 > SHARED_GPU_BYTES:
             cause = (f"the judge's run ended in {verdict['status']} while other processes held "
-                     f"{_others_gib():.1f} GiB of GPU memory")
+                     f"{others:.1f} GiB of GPU memory")
             if self.unverified_ok:
                 self.emit(variant, f"NOT verified: {cause} (environment failure; --allow-unverified)")
                 return None
@@ -577,10 +581,6 @@ def _others_gib() -> float:
     CUDA context)."""
     free, total = torch.cuda.mem_get_info()
     return (total - free - torch.cuda.memory_reserved()) / 2**30
-
-
-def _gpu_shared() -> bool:
-    return _others_gib() * 2**30 > SHARED_GPU_BYTES
 
 
 def _first_line(exc: BaseException) -> str:

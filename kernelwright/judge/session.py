@@ -3,6 +3,7 @@ reply is folded into the verdict; the first failing step decides the status."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 
@@ -248,7 +249,7 @@ def _settled(rounds: dict[str, list[dict]]) -> bool:
     if len(pairs) < MIN_ROUNDS or any(c["median_ms"] <= 0 for c, _ in pairs):
         return False
     ratios = [e["median_ms"] / c["median_ms"] for c, e in pairs]
-    middle = sorted(ratios)[len(ratios) // 2]
+    middle = statistics.median(ratios)
     return all(abs(r - middle) <= ROUND_AGREEMENT * middle for r in ratios)
 
 
