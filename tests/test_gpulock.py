@@ -39,6 +39,14 @@ def _intervals(log: Path) -> list[tuple[str, float, float]]:
     return [(kind, float(a), float(b)) for kind, a, b in rows]
 
 
+def _finished_spans(procs: list[subprocess.Popen], log: Path, other: str) -> tuple[list, list]:
+    """Wait for every holder; (the timing spans, the `other` kind's spans) from the log."""
+    for proc in procs:
+        assert proc.wait(timeout=30) == 0
+    spans = _intervals(log)
+    return [s for s in spans if s[0] == "timing"], [s for s in spans if s[0] == other]
+
+
 def _overlap(a: tuple, b: tuple) -> bool:
     return a[1] < b[2] and b[1] < a[2]
 
@@ -50,14 +58,10 @@ def test_timing_excludes_shared_work_and_shared_holders_overlap(tmp_path: Path):
     workers += [_start("timing", 0.5, log, lock), _start("timing", 0.5, log, lock)]
     time.sleep(0.2)
     workers.append(_start("work", 0.3, log, lock))  # arrives while a timer waits: queues behind it
-    for w in workers:
-        assert w.wait(timeout=30) == 0
-    spans = _intervals(log)
-    timings = [s for s in spans if s[0] == "timing"]
-    works = [s for s in spans if s[0] == "work"]
+    timings, works = _finished_spans(workers, log, "work")
     assert len(timings) == 2 and len(works) == 3
     for t in timings:
-        assert not any(_overlap(t, other) for other in spans if other is not t)
+        assert not any(_overlap(t, other) for other in timings + works if other is not t)
     first_two = sorted(works, key=lambda s: s[1])[:2]
     assert _overlap(*first_two)  # shared holders ran together
     late = max(works, key=lambda s: s[1])
@@ -83,11 +87,7 @@ def test_machine_lock_keeps_builds_and_timings_apart(tmp_path: Path):
               _start("timing", 0.6, log, tmp_path / "gpu1.lock", machine)]
     time.sleep(0.2)
     procs.append(_start("build", 0.3, log, tmp_path / "gpu0.lock", machine))
-    for p in procs:
-        assert p.wait(timeout=30) == 0
-    spans = _intervals(log)
-    timings = [s for s in spans if s[0] == "timing"]
-    builds = [s for s in spans if s[0] == "build"]
+    timings, builds = _finished_spans(procs, log, "build")
     assert len(timings) == 2 and len(builds) == 3
     for t in timings:
         assert not any(_overlap(t, b) for b in builds)
