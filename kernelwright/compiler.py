@@ -132,6 +132,7 @@ class Variant:
     reports: tuple = ()
     build: Built | None = None
     compile_check: CompileCheck | None = None
+    replay: bool = False                     # the emitted forward replays a CUDA graph (emit/replay.py)
 
     def keep(self, kernels: list[KernelSource], plan: FusionPlan, dropped: list[str]) -> Variant:
         return replace(self, kernels=tuple(kernels), plan=plan, dropped=self.dropped + tuple(dropped))
@@ -339,17 +340,25 @@ class _Pipeline:
             live = self.rank(live)
         failures = []
         for variant in live:
-            verdict = self.judge(variant)
-            if verdict is None:  # the environment failed and an unverified file was asked for
-                return self.result
-            speedup = verdict.get("speedup_vs_eager")
-            if verdict["status"] != "correct":
-                failures.append(f"the judge found the compiled file {verdict['status']}: {verdict['detail']}")
-            elif speedup is not None and speedup < 1 / (1 + SPEED_NOISE):
-                failures.append(f"the compiled file was slower than eager ({speedup:.2f}x)")
-            else:
+            # With replay, the same plan step by step is the next try when the judge rejects the replay.
+            tries = [self.replay(variant)]
+            if tries[0].replay:
+                tries.append(variant)
+            for attempt in tries:
+                verdict = self.judge(attempt)
+                if verdict is None:  # the environment failed and an unverified file was asked for
+                    return self.result
+                speedup = verdict.get("speedup_vs_eager")
+                replayed = " (CUDA graph replay)" if attempt.replay else ""
+                if verdict["status"] != "correct":
+                    failures.append(f"the judge found the compiled file{replayed} {verdict['status']}: "
+                                    f"{verdict['detail']}")
+                    continue
+                if speedup is not None and speedup < 1 / (1 + SPEED_NOISE):
+                    failures.append(f"the compiled file{replayed} was slower than eager ({speedup:.2f}x)")
+                    break
                 device = torch.cuda.get_device_name()
-                return self.emit(variant, f"verified on {device}: {_verdict_line(verdict)}")
+                return self.emit(attempt, f"verified on {device}: {_verdict_line(verdict)}")
         return self.fallback("; ".join(failures), live[0])
 
     def build_all(self, variants: list[Variant]) -> list[Variant]:
@@ -422,6 +431,31 @@ class _Pipeline:
             f"{variants[i].layout} {times[i]:.3f} ms" for i in order) + " (whole plan, timed before judging)")
         return [variants[i] for i in order]
 
+    def replay(self, variant: Variant) -> Variant:
+        """`variant` with CUDA-graph replay when the emitted file runs faster with it: the file is timed in
+        this process both ways on the problem's inputs (replay off is the same file with `_KW_REPLAY`
+        False). Off where a graph could not be right (random ops) or where capturing failed."""
+        if self.options.replay == "off":
+            return variant
+        unsafe = _replay_unsafe(variant.graph)
+        if unsafe:
+            self.result.notes.append(f"CUDA graph replay: off ({unsafe})")
+            return variant
+        on = replace(variant, replay=True)
+        with self.stages_of(variant).run("replay") as note:
+            source = self.emit(on, "being timed").source
+            step_ms, replay_ms, failure = _time_replay(source, self.problem)
+            note.append(failure or f"step by step {step_ms:.3f} ms, replayed {replay_ms:.3f} ms")
+        if failure:
+            self.result.notes.append(f"CUDA graph replay: off ({failure})")
+            return variant
+        timing = f"{replay_ms:.3f} ms replayed vs {step_ms:.3f} ms step by step, timed before judging"
+        if replay_ms * (1 + SPEED_NOISE) < step_ms:
+            self.result.notes.append(f"CUDA graph replay: on ({timing})")
+            return on
+        self.result.notes.append(f"CUDA graph replay: off, not faster ({timing})")
+        return variant
+
     def judge(self, variant: Variant) -> dict | None:
         """The judge's verdict on the emitted file of `variant`; an environment failure raised (or, where
         allowed, the unverified file emitted and None returned)."""
@@ -471,7 +505,8 @@ class _Pipeline:
     def info(self, variant: Variant | None, verification: str) -> EmitInfo:
         dropped = variant.dropped if variant else ()
         notes = (*self.result.notes, *(f"fell back to ATen: {d}" for d in dropped))
-        return EmitInfo(self.problem.id, self.options.allow_tf32, verification, notes)
+        return EmitInfo(self.problem.id, self.options.allow_tf32, verification, notes,
+                        replay=bool(variant and variant.replay))
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -555,6 +590,59 @@ def _time_plan(variant: Variant, problem: Problem, runs: int = 10) -> float:
             return time_ms(run, runs=runs, warmup=2)
     except RuntimeError:
         return float("inf")
+
+
+# Ops whose result a replayed graph would not reproduce as eager does (random numbers).
+_RANDOM_TARGETS = ("dropout", "rand", "bernoulli", "normal", "uniform", "multinomial", "exponential",
+                   "geometric", "cauchy", "poisson")
+
+
+def _replay_unsafe(graph: Graph) -> str | None:
+    """Why a CUDA graph of this forward could differ from eager, or None."""
+    for node in graph.nodes():
+        target = str(node.attr("target", "")) if node.op == "aten_fallback" else ""
+        if any(word in target for word in _RANDOM_TARGETS):
+            return f"random op {target}"
+    return None
+
+
+def _time_replay(source: str, problem: Problem, runs: int = 10) -> tuple[float, float, str | None]:
+    """(ms step by step, ms replayed, why replay cannot be used or None) of the emitted file `source`, run in
+    this process on the problem's inputs; the two must agree (the judge checks the kept file in full)."""
+    from kernelwright.verify import time_ms
+
+    namespace: dict = {"__name__": "kernelwright_replay_probe"}
+    device = torch.device("cuda")
+    try:
+        exec(compile(source, "<kernelwright replay probe>", "exec"), namespace)  # noqa: S102 (our own file)
+        with torch.no_grad(), gpu_work():
+            model = problem.build_model(0, device, model_class=namespace["ModelNew"])
+            inputs = problem.inputs(0, device)
+        with torch.no_grad(), gpu_timing():
+            namespace["_KW_REPLAY"] = False
+            stepped = model(*inputs)
+            step_ms = time_ms(lambda: model(*inputs), runs=runs, warmup=1)
+            namespace["_KW_REPLAY"] = True
+            replayed = model(*inputs), model(*inputs)  # eager + capture, then the first replay
+            replay_ms = time_ms(lambda: model(*inputs), runs=runs, warmup=1)
+    except torch.OutOfMemoryError as exc:
+        return 0.0, 0.0, f"out of GPU memory while timing it: {_first_line(exc)}"
+    except RuntimeError as exc:
+        return 0.0, 0.0, f"{type(exc).__name__}: {_first_line(exc)}"
+    failure = namespace["_kw_replay_failure"](model)
+    if failure:
+        return step_ms, replay_ms, f"capture failed: {failure}"
+    if not _same_outputs(stepped, replayed[1]):
+        return step_ms, replay_ms, "the replayed output differed from the step-by-step one"
+    return step_ms, replay_ms, None
+
+
+def _same_outputs(a: object, b: object) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and torch.allclose(a, b, rtol=1e-3, atol=1e-4, equal_nan=True)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
+        return all(_same_outputs(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
 
 
 def _judge_options(options: OptimizeOptions):

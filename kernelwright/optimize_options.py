@@ -18,3 +18,6 @@ class OptimizeOptions:
     # After an environment failure that persists: emit the compiled file marked "NOT verified: <cause>"
     # instead of raising EnvironmentFailure.
     allow_unverified: bool = False
+    # CUDA-graph replay of the emitted forward (emit/replay.py): "auto" times the file both ways on a GPU and
+    # keeps replay where it is faster; "off" never emits it.
+    replay: str = "auto"

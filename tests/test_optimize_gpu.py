@@ -112,3 +112,20 @@ def test_derived_weights_follow_the_weights(problem_id, tmp_path):
         theirs.data.mul_(-0.5)
     same()
     assert list(new.state_dict()) == list(model.state_dict())
+
+
+# Small networks whose forward is many short steps: the compiler times the file with and without CUDA-graph
+# replay and says in the header which it kept (tests/emit/test_replay_gpu.py: the replay itself).
+REPLAY = ["level3/01_MLP", "level3/09_DepthwiseSeparableConvBlock"]
+
+
+@pytest.mark.parametrize("problem_id", REPLAY)
+def test_the_replay_choice_is_measured_and_judged(problem_id, tmp_path):
+    result = check_problem(problem_id, tmp_path)
+    if result.fallback_reason is None:
+        (note,) = [n for n in result.notes if n.startswith("CUDA graph replay:")]
+        assert "ms replayed vs" in note or "capture failed" in note, note
+        assert note in result.source
+        assert ("_kw_replay(self, ModelNew._kw_forward" in result.source) == note.startswith(
+            "CUDA graph replay: on")
+        print(f"{problem_id}: {note}")

@@ -34,6 +34,9 @@ def register(subparsers) -> None:
     parser.add_argument("--layout", choices=("auto", "nchw", "channels_last"), default="auto",
                         help="layout of 2-D/3-D convolutions: auto builds both on a GPU, times them and "
                              "keeps the faster that the judge passes (NCHW without one)")
+    parser.add_argument("--replay", choices=("auto", "off"), default="auto",
+                        help="CUDA-graph replay of the whole forward (one launch instead of one per op): "
+                             "auto times the file with and without it on a GPU and keeps the faster")
     parser.add_argument("--allow-unverified", action="store_true",
                         help="when verification fails for the machine's sake (GPU memory held by other "
                              "processes, a build or judge failure outside the code) even after a retry, "
@@ -54,7 +57,7 @@ def run(args) -> int:
 
     started = time.perf_counter()
     options = OptimizeOptions(verify=not args.no_verify, allow_tf32=args.allow_tf32, layout=args.layout,
-                              allow_unverified=args.allow_unverified)
+                              allow_unverified=args.allow_unverified, replay=args.replay)
     if not (args.fresh or args.explain) and _served_from_cache(args, options, started):
         return 0
     from kernelwright.compiler import optimize

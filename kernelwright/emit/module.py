@@ -31,6 +31,7 @@ from kernelwright.codegen.binding import ExtensionSources
 from kernelwright.codegen.build import BUILD_SOURCE, extension_name
 from kernelwright.codegen.kernel import KernelSource
 from kernelwright.emit.kernelbench import checker_safe_source
+from kernelwright.emit.replay import REPLAY_SOURCE
 from kernelwright.fuse.plan import AtenStep, FusedGroup, FusionPlan
 from kernelwright.ir.graph import Graph, Node
 from kernelwright.ir.ops import aten_source, literal
@@ -46,6 +47,7 @@ class EmitInfo:
     allow_tf32: bool = False
     verification: str = "not verified"
     notes: tuple[str, ...] = ()
+    replay: bool = False    # forward replays a CUDA graph (emit/replay.py) where one is safe
 
 
 def emit_module(problem_source: str, info: EmitInfo, plan: FusionPlan, sources: ExtensionSources,
@@ -72,7 +74,9 @@ def emit_module(problem_source: str, info: EmitInfo, plan: FusionPlan, sources: 
     parts = [header, _copied(problem_source), GENERATED_BANNER]
     if sources.kernels:
         parts += [_sources_block(sources), BUILD_SOURCE.strip() + "\n", _build_block(sources)]
-    parts.append(_model_new(plan.graph, plan, kernels))
+    if info.replay:
+        parts.append(REPLAY_SOURCE.strip() + "\n")
+    parts.append(_model_new(plan.graph, plan, kernels, info.replay))
     return "\n\n".join(p.strip("\n") for p in parts) + "\n"
 
 
@@ -153,7 +157,7 @@ def _value(node: Node, names: dict[int, str]) -> str:
     return literal(node.attr("value")) if node.op == "const" else names[id(node)]
 
 
-def _model_new(graph: Graph, plan: FusionPlan, kernels: dict[int, KernelSource]) -> str:
+def _model_new(graph: Graph, plan: FusionPlan, kernels: dict[int, KernelSource], replay: bool = False) -> str:
     names: dict[int, str] = {}
     args = []
     for node in sorted(graph.inputs, key=lambda n: n.attr("index", 0)):
@@ -209,12 +213,26 @@ def _model_new(graph: Graph, plan: FusionPlan, kernels: dict[int, KernelSource])
         lines.append("if _kw_ext is None:\n"
                      '    raise RuntimeError("this ModelNew runs custom CUDA kernels and needs a CUDA GPU; '
                      'none is available")')
-    lines += body
-    indented = "\n".join("        " + line.replace("\n", "\n        ") for line in lines)
-    return (f"class ModelNew(Model):\n"
-            f'    """Model with its forward compiled by kernelwright: custom kernels for the fused groups, '
-            f'ATen for the rest."""\n\n'
-            f"    def forward({signature}):\n{indented}\n")
+    doc = ('    """Model with its forward compiled by kernelwright: custom kernels for the fused groups, '
+           'ATen for the rest."""\n\n')
+    if not replay:
+        return (f"class ModelNew(Model):\n{doc}"
+                f"    def forward({signature}):\n{_indented(lines + body)}\n")
+    tuple_args = f"({', '.join(args)}{',' if len(args) == 1 else ''})"
+    lines.append(f"return _kw_replay(self, ModelNew._kw_forward, ModelNew._kw_state, {tuple_args})")
+    held = [_self_path(n.name) for n in graph.params]
+    state = f"({', '.join(held)}{',' if len(held) == 1 else ''})"
+    return (f"class ModelNew(Model):\n{doc}"
+            f"    def forward({signature}):\n{_indented(lines)}\n\n"
+            f"    def _kw_forward({signature}):\n"
+            f'        """The forward step by step (what a CUDA graph records)."""\n{_indented(body)}\n\n'
+            f"    def _kw_state(self):\n"
+            f'        """The parameters and buffers the forward reads or writes (in each graph key)."""\n'
+            f"        return {state}\n")
+
+
+def _indented(lines: list[str]) -> str:
+    return "\n".join("        " + line.replace("\n", "\n        ") for line in lines)
 
 
 def _mode_dependent(graph: Graph) -> bool:

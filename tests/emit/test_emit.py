@@ -27,16 +27,18 @@ PROBLEMS = ["level1/05_SiLU", "level1/28_BatchNorm2dTrain", "level3/01_MLP",
             "level3/08_SqueezeExcitationBlock"]
 
 
-def emitted(problem_id: str | Path, rewrite: bool = False):
+def emitted(problem_id: str | Path, rewrite: bool = False, replay: bool = False):
     """The emitted file (a bundled problem shrunk, or a problem file at full size); with `rewrite`, of the
-    rewritten graph with its derived weights hoisted (as `optimize` does)."""
+    rewritten graph with its derived weights hoisted (as `optimize` does); with `replay`, its forward replays
+    a CUDA graph (emit/replay.py)."""
     problem = load_shrunk(problem_id) if isinstance(problem_id, str) else load_problem(problem_id)
     graph = capture(problem)
     if rewrite:
         graph, _ = rewrite_graph(graph)
     plan = plan_fusion(graph, derived=hoistable_nodes(graph) if rewrite else ())
     kernels = [render_group(g) for g in plan.groups]
-    source = emit_module(problem.source, EmitInfo(problem.id, verification="test"), plan, assemble(kernels))
+    info = EmitInfo(problem.id, verification="test", replay=replay)
+    source = emit_module(problem.source, info, plan, assemble(kernels))
     return problem, plan, kernels, source
 
 
@@ -62,9 +64,12 @@ def load_with_aten_kernels(source: str, plan, kernels, tmp_path) -> types.Module
     return module
 
 
+@pytest.mark.parametrize("replay", [False, True], ids=["step", "replay"])
 @pytest.mark.parametrize("problem_id", PROBLEMS)
-def test_emitted_forward_computes_what_model_computes(problem_id, tmp_path):
-    problem, plan, kernels, source = emitted(problem_id)
+def test_emitted_forward_computes_what_model_computes(problem_id, replay, tmp_path):
+    """On the CPU a replay file runs its forward step by step (graphs need CUDA tensors): the same answer."""
+    problem, plan, kernels, source = emitted(problem_id, replay=replay)
+    assert ("_kw_replay(self, ModelNew._kw_forward" in source) == replay
     module = load_with_aten_kernels(source, plan, kernels, tmp_path)
     model = problem.build_model(3)
     new = problem.build_model(3, model_class=module.ModelNew)

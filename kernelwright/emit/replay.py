@@ -1,0 +1,162 @@
+"""CUDA-graph replay of a generated forward: the runtime pasted into emitted files (`REPLAY_SOURCE`).
+
+A small network at small batch is bound by the CPU: Python, ATen's dispatch and one launch per kernel cost
+more than the GPU work. Replaying a CUDA graph of the whole forward costs one launch. The emitted file uses
+it when the compiler measured it faster (`compiler.py`, `_Pipeline.replay`); then `ModelNew.forward` calls
+`_kw_replay(self, ModelNew._kw_forward, ModelNew._kw_state, args)`.
+
+The rules, each for a way a graph could give a wrong answer:
+- one graph per (stream, train/eval mode, each argument's shape, strides, dtype and device, non-tensor
+  arguments by value), and per identity and address of every parameter and buffer the forward reads (a
+  replaced parameter, `p.data = t` included, is a new key; writes into a parameter's memory,
+  `load_state_dict` and `.data.copy_` included, are read by the replay itself). A graph is replayed only
+  while each of those tensors has the identity, address and shape it had at capture (checked every call);
+  at most `_KW_GRAPHS_PER_MODEL` graphs are kept per model (the oldest dropped);
+- the first call for a key runs the forward eagerly (its result is returned: a train-mode BatchNorm's
+  running statistics move once, as in eager; it also warms cuBLAS/cuDNN) and then captures the graph
+  (capturing runs nothing); later calls copy the arguments into the graph's static inputs, replay, and
+  return *copies* of the static outputs (never a buffer the next call overwrites);
+- the eager path runs instead whenever a graph cannot be right or cannot be made: gradients wanted (an
+  argument requires grad), an argument on the CPU or with overlapping memory (an expanded view), an
+  unhashable non-tensor argument, no tensor argument at all, a stream already capturing, or a capture
+  that failed (then this model never tries again: the reason is kept in `_kw_replay_failure(model)`);
+- replay runs under `torch.no_grad()`: the generated kernels have no backward anyway;
+- a model's graphs live in a module-level weak dictionary (not on the module: `deepcopy`, `state_dict`
+  and `.to()` see nothing of them); graphs are per thread and stream, so no two callers share static
+  inputs, and every step is safe under the GIL without a lock.
+"""
+
+REPLAY_SOURCE = r'''
+_KW_REPLAY = True          # the compiler measured replay faster; set False to run the forward step by step
+_KW_GRAPHS_PER_MODEL = 4
+_KW_RUNNERS = None
+
+
+def _kw_replay(model, forward, state, args):
+    """forward(model, *args), replayed from a CUDA graph where one is safe (see the rules in the header)."""
+    key = _kw_replay_key(model, args) if _KW_REPLAY else None
+    runner = _kw_runner(model) if key is not None else None
+    if key is None or runner.failure is not None:
+        return forward(model, *args)
+    held = state(model)
+    identity = tuple((id(t), t.data_ptr(), t.shape) for t in held)
+    entry = runner.entries.get(key)
+    if entry is None or entry.identity != identity:
+        with torch.no_grad():
+            result = forward(model, *args)
+        runner.capture(key, identity, held, forward, model, args)
+        return result
+    with torch.no_grad():
+        for static, value in zip(entry.inputs, args):
+            if static is not None:
+                static.copy_(value)
+        entry.graph.replay()
+        return _kw_map_tensors(entry.outputs, lambda t: t.clone(memory_format=torch.preserve_format))
+
+
+def _kw_replay_key(model, args):
+    """The graph key of a call, or None when this call must run eagerly. Graphs are per thread and stream:
+    no two callers ever share a graph's static inputs."""
+    import _thread
+
+    parts = []
+    for value in args:
+        if isinstance(value, torch.Tensor):
+            if value.device.type != "cuda" or value.requires_grad or not _kw_dense(value):
+                return None
+            parts.append((tuple(value.shape), value.stride(), value.dtype, value.device.index))
+        elif getattr(type(value), "__hash__", None) is None:
+            return None
+        else:
+            parts.append(("value", type(value), value))
+    if not any(isinstance(value, torch.Tensor) for value in args) or torch.cuda.is_current_stream_capturing():
+        return None
+    return (_thread.get_ident(), torch.cuda.current_stream().cuda_stream, model.training, *parts)
+
+
+def _kw_dense(t):
+    """Whether `t` covers its memory exactly, without overlap or gaps (a permutation of a contiguous tensor),
+    so that a copy with the same strides exists."""
+    if t.is_contiguous():
+        return True
+    expected = 1
+    for stride, size in sorted((st, n) for st, n in zip(t.stride(), t.shape) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _kw_map_tensors(value, fn):
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, tuple):
+        return tuple(_kw_map_tensors(v, fn) for v in value)
+    if isinstance(value, list):
+        return [_kw_map_tensors(v, fn) for v in value]
+    return value
+
+
+def _kw_runner(model):
+    global _KW_RUNNERS
+    import weakref
+
+    if _KW_RUNNERS is None:
+        _KW_RUNNERS = weakref.WeakKeyDictionary()
+    runner = _KW_RUNNERS.get(model)
+    if runner is None:
+        runner = _KW_RUNNERS.setdefault(model, _KwRunner())
+    return runner
+
+
+def _kw_replay_failure(model):
+    """Why replay is off for `model` (a capture failed), or None."""
+    return _kw_runner(model).failure
+
+
+class _KwGraph:
+    def __init__(self, graph, identity, held, inputs, outputs):
+        self.graph, self.identity, self.held = graph, identity, held
+        self.inputs, self.outputs = inputs, outputs
+
+
+class _KwRunner:
+    def __init__(self):
+        self.entries, self.failure = {}, None
+
+    def capture(self, key, identity, held, forward, model, args):
+        """Record forward(model, *static inputs) into a new graph; a failure turns replay off for good."""
+        inputs = [a.clone(memory_format=torch.preserve_format) if isinstance(a, torch.Tensor) else None
+                  for a in args]
+        if any(s is not None and s.stride() != a.stride() for s, a in zip(inputs, args)):
+            self.failure = "a static input copy did not keep the argument's strides"
+            return
+        static_args = [a if s is None else s for s, a in zip(inputs, args)]
+        graph, outputs, caught = torch.cuda.CUDAGraph(), None, _KwCaught()
+        with caught, torch.no_grad(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            outputs = forward(model, *static_args)
+        if caught.failure is not None:
+            self.failure, self.entries = caught.failure, {}
+            return
+        self.entries[key] = _KwGraph(graph, identity, held, inputs, outputs)
+        while len(self.entries) > _KW_GRAPHS_PER_MODEL:
+            self.entries.pop(next(iter(self.entries)), None)
+
+
+class _KwCaught:
+    """Keeps the first line of an Exception raised in its block (a failed capture: it costs the replay,
+    never the call, which already has its eagerly computed result)."""
+
+    def __init__(self):
+        self.failure = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, traceback):
+        if exc is None or not isinstance(exc, Exception):
+            return False
+        first = (str(exc).strip().splitlines() or [""])[0]
+        self.failure = f"{kind.__name__}: {first}".rstrip(": ")
+        return True
+'''

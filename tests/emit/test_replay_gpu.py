@@ -1,0 +1,158 @@
+"""CUDA-graph replay (emit/replay.py) on the GPU, with emitted files whose forward replays a graph: the answer
+equals Model's on every call and after every way of changing the parameters (`update_paths.py`, writes
+through `param.data` and `p.data = t` included); outputs are fresh tensors and new values in an input's
+storage are read; two instances and two streams at once are each right; a train-mode BatchNorm's running
+statistics move exactly as eager's, once per call; and, printed with `-s`, the time step by step and
+replayed on a launch-bound problem."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+from test_emit import GPU_PROBLEM, emitted
+from update_paths import UPDATES
+
+pytestmark = pytest.mark.gpu
+
+
+def load(problem_id, tmp_path_factory, rewrite=False):
+    problem, plan, kernels, source = emitted(problem_id, rewrite=rewrite, replay=True)
+    path = tmp_path_factory.mktemp("replay") / "new.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"replay_{abs(hash(str(problem_id)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module._kw_ext is not None and module._KW_REPLAY
+    return problem, module
+
+
+@pytest.fixture(scope="module")
+def state_heavy(tmp_path_factory):
+    """3xTF32 weight splits, derived weights, a split-row reduction, a softmax, pointwise kernels."""
+    return load(GPU_PROBLEM, tmp_path_factory, rewrite=True)
+
+
+def replayed(module, model) -> bool:
+    runner = module._kw_runner(model)
+    assert runner.failure is None, runner.failure
+    return bool(runner.entries)
+
+
+def assert_same(got, want, msg):
+    got, want = (got, want) if isinstance(want, (tuple, list)) else ([got], [want])
+    for g, w in zip(got, want, strict=True):
+        atol = 1e-4 * max(1.0, w.abs().max().item())
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=atol, msg=lambda m: f"{msg}: {m}")
+
+
+def test_every_call_and_every_update_path(state_heavy):
+    problem, module = state_heavy
+    model = problem.build_model(0, "cuda")
+    new = problem.build_model(0, "cuda", model_class=module.ModelNew)
+    inputs = problem.inputs(1, "cuda")
+
+    def check(msg):
+        with torch.no_grad():
+            for call in range(3):   # eager + capture, then replays
+                assert_same(new(*inputs), model(*inputs), f"{msg}, call {call}")
+
+    check("before any update")
+    assert replayed(module, new)
+    for seed, (how, update) in enumerate(UPDATES.items(), start=1):
+        update(model, 100 * seed)
+        update(new, 100 * seed)
+        check(f"after {how}")
+
+
+def test_outputs_are_fresh_and_inputs_are_read_anew(state_heavy):
+    problem, module = state_heavy
+    model = problem.build_model(0, "cuda")
+    new = problem.build_model(0, "cuda", model_class=module.ModelNew)
+    a, b = problem.inputs(1, "cuda"), problem.inputs(2, "cuda")
+    with torch.no_grad():
+        want_a, want_b = model(*a), model(*b)
+        new(*a), new(*a)
+        first = new(*a)
+        for x, y in zip(a, b, strict=True):       # the same storage, new values
+            if isinstance(x, torch.Tensor):
+                x.copy_(y)
+        second = new(*a)
+    assert replayed(module, new)
+    assert_same(first, want_a, "the first output, after a later call")
+    assert_same(second, want_b, "new values in the same input storage")
+    pointers = {t.data_ptr() for out in (first, second) for t in (out if isinstance(out, tuple) else [out])}
+    assert len(pointers) == 2 * (len(first) if isinstance(first, tuple) else 1)
+
+
+def test_two_instances_on_two_streams(state_heavy):
+    problem, module = state_heavy
+    model = problem.build_model(0, "cuda")
+    news = [problem.build_model(0, "cuda", model_class=module.ModelNew) for _ in range(2)]
+    batches = [problem.inputs(seed, "cuda") for seed in (1, 2)]
+    with torch.no_grad():
+        expected = [model(*inputs) for inputs in batches]
+        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+        for stream in streams:
+            stream.wait_stream(torch.cuda.current_stream())
+        results: list[list] = [[], [], [], []]
+        for _ in range(5):
+            for k, stream in enumerate(streams):
+                with torch.cuda.stream(stream):
+                    results[k].append(news[k](*batches[k]))         # own instance
+                    results[2 + k].append(news[0](*batches[k]))     # a shared one, one graph per stream
+        for stream in streams:
+            torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+    for k in range(4):
+        for i, got in enumerate(results[k]):
+            assert_same(got, expected[k % 2], f"result list {k}, call {i}")
+    assert replayed(module, news[0]) and replayed(module, news[1])
+
+
+@pytest.mark.parametrize("problem_id", ["level1/28_BatchNorm2dTrain", "level3/02_ResidualConvBlock"])
+def test_train_mode_batch_norm_moves_once_per_call(problem_id, tmp_path_factory):
+    problem, module = load(problem_id, tmp_path_factory)
+    model = problem.build_model(0, "cuda")
+    new = problem.build_model(0, "cuda", model_class=module.ModelNew)
+    with torch.no_grad():
+        for call in range(4):
+            inputs = problem.inputs(call, "cuda")
+            assert_same(new(*inputs), model(*inputs), f"call {call}")
+            for (name, want), (_, got) in zip(model.state_dict().items(), new.state_dict().items(),
+                                              strict=True):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5,
+                                           msg=lambda m, n=name, c=call: f"{n} after call {c}: {m}")
+    assert replayed(module, new)
+
+
+def test_grad_mode_with_grad_inputs_runs_step_by_step(state_heavy):
+    problem, module = state_heavy
+    new = problem.build_model(0, "cuda", model_class=module.ModelNew)
+    inputs = [x.requires_grad_() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+              for x in problem.inputs(1, "cuda")]
+    new(*inputs)
+    assert not module._kw_runner(new).entries
+
+
+def test_print_step_by_step_against_replayed(tmp_path_factory):
+    """Not an assertion: the per-call time of a small MLP both ways (a launch-bound forward)."""
+    problem, module = load("level3/01_MLP", tmp_path_factory)
+    new = problem.build_model(0, "cuda", model_class=module.ModelNew)
+    inputs = problem.inputs(0, "cuda")
+    times = {}
+    with torch.no_grad():
+        for mode in (False, True):
+            module._KW_REPLAY = mode
+            for _ in range(3):
+                new(*inputs)
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(100):
+                new(*inputs)
+            end.record()
+            end.synchronize()
+            times[mode] = start.elapsed_time(end) / 100
+    print(f"\nlevel3/01_MLP (shrunk): step by step {times[False]:.3f} ms, replayed {times[True]:.3f} ms")
