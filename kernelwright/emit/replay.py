@@ -13,9 +13,12 @@ The rules, each for a way a graph could give a wrong answer:
   while each of those tensors has the identity, address and shape it had at capture (checked every call);
   at most `_KW_GRAPHS_PER_MODEL` graphs are kept per model (the oldest dropped);
 - the first call for a key runs the forward eagerly (its result is returned: a train-mode BatchNorm's
-  running statistics move once, as in eager; it also warms cuBLAS/cuDNN) and then captures the graph
-  (capturing runs nothing); later calls copy the arguments into the graph's static inputs, replay, and
-  return *copies* of the static outputs (never a buffer the next call overwrites);
+  running statistics move once, as in eager; it also warms cuBLAS/cuDNN) and then captures the graph on
+  the call's own arguments (capturing runs nothing). A later call whose arguments are at the same
+  addresses (a timing loop, or the caching allocator handing out the same block) replays it as is: the
+  graph reads whatever is at those addresses, which is the call's arguments. A call with arguments
+  elsewhere copies them into static inputs of a second graph, made once. Every call returns *copies* of
+  the static outputs (never a buffer the next call overwrites);
 - the eager path runs instead whenever a graph cannot be right or cannot be made: gradients wanted (an
   argument requires grad), an argument on the CPU or with overlapping memory (an expanded view), an
   unhashable non-tensor argument, no tensor argument at all, a stream already capturing, or a capture
@@ -44,14 +47,22 @@ def _kw_replay(model, forward, state, args):
     if entry is None or entry.identity != identity:
         with torch.no_grad():
             result = forward(model, *args)
-        runner.capture(key, identity, held, forward, model, args)
+        runner.start(key, identity, held, forward, model, args)
         return result
+    pointers = tuple(a.data_ptr() for a in args if isinstance(a, torch.Tensor))
     with torch.no_grad():
-        for static, value in zip(entry.inputs, args):
-            if static is not None:
-                static.copy_(value)
-        entry.graph.replay()
-        return _kw_map_tensors(entry.outputs, lambda t: t.clone(memory_format=torch.preserve_format))
+        if pointers == entry.pointers:          # the arguments live where the graph reads: no copy
+            entry.direct.replay()
+            outputs = entry.direct_outputs
+        else:
+            if entry.copying is None and not runner.copying(entry, forward, model, args):
+                return forward(model, *args)
+            for static, value in zip(entry.inputs, args):
+                if static is not None:
+                    static.copy_(value)
+            entry.copying.replay()
+            outputs = entry.copying_outputs
+        return _kw_map_tensors(outputs, lambda t: t.clone(memory_format=torch.preserve_format))
 
 
 def _kw_replay_key(model, args):
@@ -114,33 +125,57 @@ def _kw_replay_failure(model):
     return _kw_runner(model).failure
 
 
-class _KwGraph:
-    def __init__(self, graph, identity, held, inputs, outputs):
-        self.graph, self.identity, self.held = graph, identity, held
-        self.inputs, self.outputs = inputs, outputs
+class _KwEntry:
+    """The graphs of one key: `direct` reads the arguments where the first call had them (replayed while
+    the call's arguments are at those addresses: a graph reads whatever is there at replay); `copying`
+    (made on the first call with arguments elsewhere) reads static copies of them. Both share one memory
+    pool: they run one after the other on one stream, and nothing in the pool outlives a replay but the
+    static outputs, which are copied out at once."""
+
+    def __init__(self, identity, held, pointers, direct, direct_outputs):
+        self.identity, self.held, self.pointers = identity, held, pointers
+        self.direct, self.direct_outputs = direct, direct_outputs
+        self.copying, self.copying_outputs, self.inputs = None, None, None
 
 
 class _KwRunner:
     def __init__(self):
         self.entries, self.failure = {}, None
 
-    def capture(self, key, identity, held, forward, model, args):
-        """Record forward(model, *static inputs) into a new graph; a failure turns replay off for good."""
+    def start(self, key, identity, held, forward, model, args):
+        """Record forward(model, *args) as the key's direct graph (after an eager run of the same call)."""
+        graph, outputs = self.record(forward, model, args, None)
+        if graph is None:
+            return
+        pointers = tuple(a.data_ptr() for a in args if isinstance(a, torch.Tensor))
+        self.entries[key] = _KwEntry(identity, held, pointers, graph, outputs)
+        while len(self.entries) > _KW_GRAPHS_PER_MODEL:
+            self.entries.pop(next(iter(self.entries)), None)
+
+    def copying(self, entry, forward, model, args):
+        """Record the key's copying graph, on static copies of `args`; False when that failed."""
         inputs = [a.clone(memory_format=torch.preserve_format) if isinstance(a, torch.Tensor) else None
                   for a in args]
         if any(s is not None and s.stride() != a.stride() for s, a in zip(inputs, args)):
             self.failure = "a static input copy did not keep the argument's strides"
-            return
+            return False
         static_args = [a if s is None else s for s, a in zip(inputs, args)]
+        graph, outputs = self.record(forward, model, static_args, entry.direct.pool())
+        if graph is None:
+            return False
+        entry.inputs, entry.copying, entry.copying_outputs = inputs, graph, outputs
+        return True
+
+    def record(self, forward, model, args, pool):
+        """(graph, its outputs) of forward(model, *args), or (None, None) after a failed capture, which turns
+        replay off for this model (capturing runs nothing: the call's result comes from elsewhere)."""
         graph, outputs, caught = torch.cuda.CUDAGraph(), None, _KwCaught()
-        with caught, torch.no_grad(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            outputs = forward(model, *static_args)
+        with caught, torch.no_grad(), torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+            outputs = forward(model, *args)
         if caught.failure is not None:
             self.failure, self.entries = caught.failure, {}
-            return
-        self.entries[key] = _KwGraph(graph, identity, held, inputs, outputs)
-        while len(self.entries) > _KW_GRAPHS_PER_MODEL:
-            self.entries.pop(next(iter(self.entries)), None)
+            return None, None
+        return graph, outputs
 
 
 class _KwCaught:

@@ -79,7 +79,12 @@ def test_outputs_are_fresh_and_inputs_are_read_anew(state_heavy):
             if isinstance(x, torch.Tensor):
                 x.copy_(y)
         second = new(*a)
+        other = [x.clone() if isinstance(x, torch.Tensor) else x for x in a]   # elsewhere: the copying graph
+        third = new(*other)
     assert replayed(module, new)
+    (entry,) = module._kw_runner(new).entries.values()
+    assert entry.copying is not None
+    assert_same(third, want_b, "the same values at another address")
     assert_same(first, want_a, "the first output, after a later call")
     assert_same(second, want_b, "new values in the same input storage")
     pointers = {t.data_ptr() for out in (first, second) for t in (out if isinstance(out, tuple) else [out])}
@@ -138,7 +143,7 @@ def test_grad_mode_with_grad_inputs_runs_step_by_step(state_heavy):
 
 def test_print_step_by_step_against_replayed(tmp_path_factory):
     """Not an assertion: the per-call time of a small MLP both ways (a launch-bound forward)."""
-    problem, module = load("level3/01_MLP", tmp_path_factory)
+    problem, module = load("level3/01_MLP", tmp_path_factory, rewrite=True)
     new = problem.build_model(0, "cuda", model_class=module.ModelNew)
     inputs = problem.inputs(0, "cuda")
     times = {}
