@@ -134,7 +134,10 @@ class ExtensionSources:
 
 def assemble(kernels: Sequence[KernelSource]) -> ExtensionSources:
     """Resolve the `#include "x.cuh"` lines of every kernel against codegen/cuda/ (kw_common.cuh always
-    first), each header once, in order of first use."""
+    first), each header once, in order of first use. Kernels are named by a hash of what they compute, so
+    groups that compute the same thing on the same shapes (a network's repeated blocks) share one kernel:
+    each name is defined once (twice would not compile)."""
+    kernels = _distinct(kernels)
     order: list[str] = []
     _collect("kw_common.cuh", order)
     for kernel in kernels:
@@ -144,6 +147,16 @@ def assemble(kernels: Sequence[KernelSource]) -> ExtensionSources:
     headers = "#include <cuda_runtime.h>\n#include <stdint.h>\n" + "\n".join(
         f"// ======== {name}\n{text}" for name, text in zip(order, texts, strict=True))
     return ExtensionSources(headers, tuple(kernels))
+
+
+def _distinct(kernels: Sequence[KernelSource]) -> list[KernelSource]:
+    """Each kernel name once, in order of first use; one name with two different sources is a naming bug."""
+    seen: dict[str, KernelSource] = {}
+    for kernel in kernels:
+        first = seen.setdefault(kernel.name, kernel)
+        if (first.cuda, first.cpp) != (kernel.cuda, kernel.cpp):
+            raise ValueError(f"two different kernels are both named {kernel.name}")
+    return list(seen.values())
 
 
 def _collect(name: str, order: list[str]) -> None:

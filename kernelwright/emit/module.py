@@ -60,7 +60,7 @@ def emit_module(problem_source: str, info: EmitInfo, plan: FusionPlan, sources: 
     if len(groups) != len(called):
         raise ValueError(f"{len(groups)} fused groups but {len(called)} kernel sources")
     kernels = {id(g): k for g, k in zip(groups, called, strict=True)}
-    uncalled = [k.name for k in sources.kernels if all(k is not c for c in called)]
+    uncalled = [k.name for k in sources.kernels if k.name not in {c.name for c in called}]
     summary = () if groups else (f"{NO_KERNEL}: its gain is the derived weights, computed with ATen",)
     header = _header(info, [
         f"fused: {len(groups)} kernel(s), {sum(isinstance(s, AtenStep) for s in plan.steps)} ATen step(s)",

@@ -8,6 +8,7 @@ import ast
 import subprocess
 import sys
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def emitted(problem_id: str | Path, rewrite: bool = False, replay: bool = False)
     plan = plan_fusion(graph, derived=hoistable_nodes(graph) if rewrite else ())
     kernels = [render_group(g) for g in plan.groups]
     info = EmitInfo(problem.id, verification="test", replay=replay)
-    source = emit_module(problem.source, info, plan, assemble(kernels))
+    source = emit_module(problem.source, info, plan, assemble(kernels), called=kernels)
     return problem, plan, kernels, source
 
 
@@ -117,6 +118,30 @@ def test_file_is_readable_and_self_describing():
         assert f"# ---- kernel {kernel.name}, implementing:" in source
     assert source.count("load_inline(") == 1
     assert "class ModelNew(Model):" in source
+
+
+def test_repeated_blocks_share_one_kernel(tmp_path):
+    """A network's repeated blocks plan identical groups; their kernel is defined once in the extension and
+    called by each group (two definitions of one name would not compile)."""
+    problem, plan, kernels, source = emitted("level3/15_FireModuleNetBatch1")
+    names = [k.name for k in kernels]
+    assert len(set(names)) < len(names)
+    assert [k.name for k in assemble(kernels).kernels] == list(dict.fromkeys(names))
+    for name in set(names):
+        assert source.count(f"\n_KW_CUDA_{name} = ") == 1
+        assert source.count(f'm.def("{name}",') == 1
+    assert "built but not called" not in source
+    module = load_with_aten_kernels(source, plan, kernels, tmp_path)
+    model, new = problem.build_model(3), problem.build_model(3, model_class=module.ModelNew)
+    with torch.no_grad():
+        torch.testing.assert_close(new(*problem.inputs(5)), model(*problem.inputs(5)), rtol=1e-5, atol=1e-5)
+
+
+def test_two_kernels_with_one_name_and_different_sources_are_refused():
+    kernels = emitted("level1/05_SiLU")[2]
+    clash = replace(kernels[0], cuda=kernels[0].cuda + "// another kernel\n")
+    with pytest.raises(ValueError, match=f"both named {kernels[0].name}"):
+        assemble([kernels[0], clash])
 
 
 @pytest.mark.parametrize("reason", ["capture failed: data-dependent branch",
