@@ -58,6 +58,10 @@ def render_markdown(report: dict, plots: list[str] = PLOT_FILES) -> str:
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
     lines += ["## Per problem", ""]
+    if any(row.get("gpu_busy_share") is not None for row in rows):
+        lines += ["GPU busy: the share of a forward's wall time in which the GPU ran the system's work "
+                  "(profiled over a few forwards after timing); a low share means launch-bound: the time "
+                  "goes to Python and kernel launches.", ""]
     lines += _problem_table(rows)
     return "\n".join(lines) + "\n"
 
@@ -190,8 +194,10 @@ def _optimize_time_section(rows: list[dict]) -> list[str]:
 
 
 def _problem_table(rows: list[dict]) -> list[str]:
+    # The GPU busy share only where the judge measured it (on CUDA, in runs since it does).
+    busy = any(row.get("gpu_busy_share") is not None for row in rows)
     head = ["problem", "category", "system", "verdict", "time ms", "eager ms", "compile ms", "×eager",
-            "×compile", "device", "note"]
+            "×compile", *(["GPU busy"] if busy else []), "device", "note"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     order = {s: i for i, s in enumerate(ordered_systems(rows))}
     for row in sorted(rows, key=lambda r: (r["problem"], order[r["system"]])):
@@ -201,8 +207,10 @@ def _problem_table(rows: list[dict]) -> list[str]:
         credit = "" if credited else f"not credited: measured {fmt_speedup(row['measured_speedup_vs_eager'])}"
         note = "; ".join(filter(None, [credit, *flag_notes(row.get("flags") or {}), note]))
         speedups = [fmt_speedup(row[key]) + mark for key in ("speedup_vs_eager", "speedup_vs_compile")]
+        share = [fmt_fraction(row.get("gpu_busy_share"))] if busy else []
         cells = [row["problem"], row["category"], row["system"], row["status"], fmt_ms(row["time_ms"]),
-                 fmt_ms(row["eager_ms"]), fmt_ms(row["compile_ms"]), *speedups, row["device"] or "-", note]
+                 fmt_ms(row["eager_ms"]), fmt_ms(row["compile_ms"]), *speedups, *share, row["device"] or "-",
+                 note]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 

@@ -2,9 +2,10 @@
 
 Fields: problem, level, category, system, status, detail, time_ms, iqr_ms, eager_ms, compile_ms,
 speedup_vs_eager, speedup_vs_compile, measured_speedup_vs_eager, measured_speedup_vs_compile, credited,
-memory, build_seconds, optimize_seconds, optimize_profile (where optimize's time went: stages, build
-steps, judge phases), flags, device, gpu, seconds, finished, candidate, verdict (the
-judge's verdict without its environment block).
+gpu_busy_share and eager_gpu_busy_share (the share of a forward's wall time the GPU was busy, the
+system's own and eager's, where the judge measured them: judge/busy.py), memory, build_seconds,
+optimize_seconds, optimize_profile (where optimize's time went: stages, build steps, judge phases), flags,
+device, gpu, seconds, finished, candidate, verdict (the judge's verdict without its environment block).
 
 `status` is a judge status, or one of the bench's own: `missing` (a candidates folder has no file for
 the problem), `optimize_error` (`kernelwright optimize` produced no file), `problem_error` (the problem
@@ -46,7 +47,8 @@ def base_row(task: BenchTask, run: SystemRun) -> dict[str, Any]:
         "problem": task.problem_id, "level": task.level, "category": task.category, "system": run.system,
         "status": None, "detail": "", "time_ms": None, "iqr_ms": None, "eager_ms": None, "compile_ms": None,
         "speedup_vs_eager": None, "speedup_vs_compile": None, "measured_speedup_vs_eager": None,
-        "measured_speedup_vs_compile": None, "credited": True, "memory": None, "build_seconds": None,
+        "measured_speedup_vs_compile": None, "credited": True, "gpu_busy_share": None,
+        "eager_gpu_busy_share": None, "memory": None, "build_seconds": None,
         "optimize_seconds": None, "optimize_profile": None, "flags": {}, "device": None, "gpu": None,
         "seconds": None, "finished": None, "candidate": run.candidate,
     }
@@ -82,6 +84,7 @@ def candidate_row(task: BenchTask, run: SystemRun, verdict: dict) -> dict[str, A
         speedup_vs_compile=verdict.get("speedup_vs_compile"),
         measured_speedup_vs_eager=verdict.get("speedup_vs_eager"),
         measured_speedup_vs_compile=verdict.get("speedup_vs_compile"),
+        gpu_busy_share=_busy(verdict, "candidate"), eager_gpu_busy_share=_busy(verdict, "eager"),
         memory=verdict.get("memory"),
         build_seconds=verdict.get("build_seconds"), flags=dict(verdict.get("flags") or {}),
         verdict={k: v for k, v in verdict.items() if k != "env"},
@@ -99,6 +102,8 @@ def reference_row(task: BenchTask, run: SystemRun, report: dict) -> dict[str, An
     eager_ms, compile_ms = eager.get("median_ms"), compiled.get("median_ms")
     row = base_row(task, run)
     row.update(eager_ms=eager_ms, compile_ms=compile_ms, memory=report.get("memory"),
+               eager_gpu_busy_share=_busy(report, "eager"),
+               gpu_busy_share=_busy(report, "eager") if run.system == "eager" else None,
                verdict={k: v for k, v in report.items() if k != "env"})
     own = (eager if run.system == "eager" else compiled).get("median_ms")
     if own is None:
@@ -151,6 +156,10 @@ def trim(text: str) -> str:
 
 def _timing(verdict: dict, key: str) -> dict:
     return (verdict.get("timings") or {}).get(key) or {}
+
+
+def _busy(verdict: dict, side: str) -> float | None:
+    return (verdict.get("launch_bound") or {}).get(f"{side}_gpu_busy_share")
 
 
 def _text(value: Any) -> str:

@@ -26,6 +26,8 @@ def register(subparsers) -> None:
                         help="skip the x1000 / all-negative / tiny / non-contiguous trials")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
     parser.add_argument("--no-compile-baseline", action="store_true", help="do not time torch.compile")
+    parser.add_argument("--no-busy-share", action="store_true",
+                        help="do not profile the GPU busy share of eager and the candidate after timing")
     parser.add_argument("--compile-only", action="store_true",
                         help="only compile the candidate's CUDA/C++ sources (no GPU needed)")
     parser.add_argument("--build-timeout", type=float, default=600.0, metavar="S",
@@ -46,7 +48,8 @@ def options_from_args(args) -> JudgeOptions:
     return JudgeOptions(
         device=args.device, trials=args.trials, seed=args.seed, tolerance=args.tolerance,
         extra_distributions=not args.no_extra_distributions, timing=not args.no_timing,
-        compile_baseline=not args.no_compile_baseline, compile_only=args.compile_only,
+        compile_baseline=not args.no_compile_baseline, busy_share=not args.no_busy_share,
+        compile_only=args.compile_only,
         build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout, min_runs=args.min_runs,
         min_time_s=args.min_time, shrink=args.shrink,
     )

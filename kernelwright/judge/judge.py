@@ -25,8 +25,10 @@ import torch
 
 from kernelwright.environment import collect_environment
 from kernelwright.errors import EnvironmentFailure, KernelwrightError, ProblemLoadError, UsageError
+from kernelwright.gpulock import gpu_timing
 from kernelwright.judge import tensorfile
 from kernelwright.judge.build import build_root
+from kernelwright.judge.busy import launch_bound_section
 from kernelwright.judge.extract import forbidden_imports, read_candidate
 from kernelwright.judge.options import JudgeOptions
 from kernelwright.judge.process import WorkerDied, WorkerProcess, WorkerTimeout
@@ -78,6 +80,7 @@ class Judge:
         self._trials: list[dict] = []
         self._env: dict | None = None
         self._reference_timings: dict = {}
+        self._reference_busy: dict | None = None
         self.reference_peak: int | None = None  # bytes of GPU memory the reference held at most
         self._count = 0
 
@@ -170,6 +173,22 @@ class Judge:
                     timings["compile_error"] = str(exc)
         return timings
 
+    def measures_busy(self) -> bool:
+        """Whether verdicts get the GPU busy share (judge/busy.py): on CUDA, with timing."""
+        options = self.options
+        return options.busy_share and options.timing and options.device == "cuda" and not options.compile_only
+
+    def reference_busy(self) -> dict:
+        """Eager's GPU busy share, measured once per Judge under the timing lock, or {"error": why}."""
+        if self._reference_busy is None:
+            try:
+                with gpu_timing():
+                    reply = self._reference_request({"op": "busy"})
+                self._reference_busy = reply.get("busy") or {"error": "no measurement in the reply"}
+            except (Failed, KernelwrightError) as exc:  # the reference failed: the share is only a report
+                self._reference_busy = {"error": str(exc)}
+        return self._reference_busy
+
     def _time_reference(self, which: str) -> dict:
         reply = self._reference_request(
             {
@@ -187,6 +206,7 @@ class Judge:
         self._start_reference()
         self._reference_request({"op": "reset"})
         timings = self.reference_timings()
+        busy = {"launch_bound": launch_bound_section(self.reference_busy())} if self.measures_busy() else {}
         return {
             "status": "reference",
             "detail": "",
@@ -200,6 +220,7 @@ class Judge:
             else [],
             "env": self._env or collect_environment(),
             "seeds": self._seeds(),
+            **busy,
         }
 
     def _seeds(self) -> dict:

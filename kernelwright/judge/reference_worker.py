@@ -12,6 +12,7 @@ import torch
 from kernelwright.environment import collect_environment
 from kernelwright.gpulock import cpu_work
 from kernelwright.judge import tensorfile
+from kernelwright.judge.busy import busy_share_or_reason
 from kernelwright.judge.compare import compare_buffers, compare_outputs, oracle_check
 from kernelwright.judge.inputs import PERTURBED_PARAMS, Trial, apply_distribution, plan_trials
 from kernelwright.judge.outputs import aliases, flatten
@@ -141,6 +142,20 @@ class ReferenceWorker:
             stats = measure(lambda: model(*inputs), self.device, command["min_runs"], command["min_time_s"],
                             locked=command.get("locked", False))
         return {"ok": True, "timing": stats, "peak_memory_bytes": peak_memory(self.device)}
+
+
+    def op_busy(self, command: dict) -> dict:
+        """The GPU busy share of eager Model on the timing inputs (judge/busy.py), after its timing. The judge
+        holds the timing lock around it."""
+        if self.timing_inputs is None:
+            self.timing_inputs = self.trial_inputs(self.plan[0])
+        inputs, model = self.timing_inputs, self.model
+
+        def forward():
+            with torch.no_grad():
+                model(*inputs)
+
+        return {"ok": True, "busy": busy_share_or_reason(forward, self.device)}
 
 
 def peak_memory(device: str) -> int | None:

@@ -31,6 +31,8 @@ def print_verdict(verdict: dict, console: Console | None = None) -> None:
     for key, label in (("speedup_vs_eager", "vs eager"), ("speedup_vs_compile", "vs torch.compile")):
         if verdict.get(key) is not None:
             table.add_row(label, f"{verdict[key]:.3f}x")
+    if verdict.get("launch_bound"):
+        table.add_row("GPU busy", escape(busy_text(verdict["launch_bound"])))
     flags = {k: v for k, v in (verdict.get("flags") or {}).items() if v not in (False, None, "fp32")}
     if flags:
         table.add_row("flags", escape(", ".join(f"{k}={v}" for k, v in flags.items())))
@@ -44,6 +46,21 @@ def print_verdict(verdict: dict, console: Console | None = None) -> None:
     table.add_row("device", escape(f"{verdict.get('device')} ({gpu}), torch {env.get('torch')}, "
                                    f"CUDA {env.get('torch_cuda')}"))
     console.print(table)
+
+
+def busy_text(launch_bound: dict) -> str:
+    """The verdict's `launch_bound` in a line: per side, the share of a forward's wall time the GPU was busy
+    (low: launch-bound), what it is made of, or why it was not measured."""
+    parts = []
+    for side in ("eager", "candidate"):
+        share, per_call = launch_bound.get(f"{side}_gpu_busy_share"), launch_bound.get(side) or {}
+        if share is not None:
+            busy, wall, kernels = (per_call.get(k, 0) for k in ("busy_ms", "wall_ms", "kernels"))
+            parts.append(f"{side} {share:.0%} ({busy:.4g} ms busy of {wall:.4g} ms a forward, "
+                         f"{kernels:g} kernels)")
+        elif side in (launch_bound.get("errors") or {}):
+            parts.append(f"{side} not measured: {launch_bound['errors'][side]}")
+    return "; ".join(parts)
 
 
 def _trials_line(trials: list[dict]) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kernelwright.gpulock import gpu_timing
 from kernelwright.judge.build import trim_build_log
+from kernelwright.judge.busy import launch_bound_section
 from kernelwright.judge.process import WorkerDied, WorkerProcess, WorkerTimeout, describe_exit
 from kernelwright.judge.timing import combine_rounds
 from kernelwright.problem import BUNDLED_DIR, Problem
@@ -18,6 +19,8 @@ from kernelwright.problem import BUNDLED_DIR, Problem
 # stop once the last MIN_ROUNDS ratios agree within ROUND_AGREEMENT, or at MAX_ROUNDS.
 MIN_ROUNDS, MAX_ROUNDS = 3, 7
 ROUND_AGREEMENT = 0.015
+# The GPU busy share's profiler pass (judge/busy.py) takes well under a second; these bound a stuck one.
+BUSY_MIN_LEFT_S, BUSY_TIMEOUT_S = 5.0, 60.0
 
 
 class Rejected(Exception):
@@ -206,6 +209,9 @@ class CandidateSession:
                                                        **per_round})
                 self._note_memory("reference_peak_bytes", eager)
                 rounds["eager"].append(eager["timing"])
+            # After the candidate's last timed round: its process is closed next, so the profiler never
+            # precedes one of its timings.
+            busy = self._candidate_busy(deadline) if self.judge.measures_busy() else None
         self.worker.close()  # its memory is not needed for the torch.compile timing
         stats, eager = combine_rounds(rounds["candidate"]), combine_rounds(rounds["eager"])
         timings = self.verdict["timings"]
@@ -225,6 +231,19 @@ class CandidateSession:
         for key, name in (("speedup_vs_eager", "eager"), ("speedup_vs_compile", "compile")):
             if timings[name] and candidate_ms > 0:
                 self.verdict[key] = round(timings[name]["median_ms"] / candidate_ms, 4)
+        if busy is not None:
+            self.verdict["launch_bound"] = launch_bound_section(self.judge.reference_busy(), busy)
+
+    def _candidate_busy(self, deadline: float) -> dict:
+        """The candidate's GPU busy share (judge/busy.py), or {"error": why}: never a verdict."""
+        left = deadline - time.monotonic()
+        if left < BUSY_MIN_LEFT_S:
+            return {"error": f"not measured: {max(left, 0):.0f} s of the run timeout left after timing"}
+        try:
+            reply = self.worker.request({"op": "busy"}, min(left, BUSY_TIMEOUT_S))
+        except (WorkerDied, WorkerTimeout) as exc:
+            return {"error": f"the candidate's process failed while profiled: {exc}"}
+        return reply.get("busy") or {"error": reply.get("detail") or "no measurement in the reply"}
 
     def _note_memory(self, key: str, reply: dict) -> None:
         value = reply.get("peak_memory_bytes")

@@ -8,7 +8,7 @@ import math
 import re
 
 import pytest
-from conftest import TINY_SUITE, FakeExecutor, make_answers, make_tiny_suite
+from conftest import TINY_SUITE, FakeExecutor, FakeJudge, make_answers, make_tiny_suite
 
 from kernelwright.bench.compare import render_comparison
 from kernelwright.bench.plan import BenchTask, SystemRun
@@ -95,6 +95,39 @@ def test_markdown_numbers_equal_the_jsonl(store):
     assert categories[("activation", "answers")]["problems"] == "2"
     for header in ("| date |", "| device |", "| torch |", "| kernelwright |", "| CUDA |", "| driver |"):
         assert header in markdown
+
+
+class BusyJudge(FakeJudge):
+    """The fake judge with the GPU busy share in its verdicts, as the judge measures it on CUDA."""
+
+    def reference_report(self) -> dict:
+        return {**super().reference_report(), "launch_bound": {"eager_gpu_busy_share": 0.25}}
+
+    def evaluate(self, candidate: str) -> dict:
+        verdict = super().evaluate(candidate)
+        if verdict["status"] == "correct":
+            verdict["launch_bound"] = {"eager_gpu_busy_share": 0.25, "candidate_gpu_busy_share": 0.8}
+        return verdict
+
+
+def test_gpu_busy_share_is_a_column_only_where_measured(store, tmp_path):
+    assert "GPU busy" not in (store.directory / "report.md").read_text()   # the judge measured none
+
+    suite, answers = make_tiny_suite(tmp_path / "suite"), make_answers(tmp_path / "answers")
+    config = BenchConfig(suite=str(suite), systems=f"eager,compile,{answers}", device="cpu",
+                         out=str(tmp_path / "out"))
+    busy = run_bench(config, execute=FakeExecutor(judge=BusyJudge)).store
+    write_report(busy)
+    rows = {(r["problem"], r["system"]): r for r in busy.rows()}
+    assert rows[("level1/01_ReLU", "eager")]["gpu_busy_share"] == 0.25
+    assert rows[("level1/01_ReLU", "compile")]["gpu_busy_share"] is None   # not measured for torch.compile
+    assert rows[("level1/01_ReLU", "answers")]["gpu_busy_share"] == 0.8
+    assert rows[("level1/01_ReLU", "answers")]["eager_gpu_busy_share"] == 0.25
+    markdown = (busy.directory / "report.md").read_text()
+    assert "a low share means launch-bound" in markdown
+    cells = {(r["problem"], r["system"]): r["GPU busy"] for r in markdown_table(markdown, "problem")}
+    assert cells[("level1/01_ReLU", "eager")] == "25%" and cells[("level1/01_ReLU", "answers")] == "80%"
+    assert cells[("level1/01_ReLU", "compile")] == "-" and cells[("level1/06_Sigmoid", "answers")] == "-"
 
 
 def test_report_json_and_plots(store):

@@ -17,7 +17,9 @@ from corpus import CANDIDATES, GPU_CANDIDATES, PROBLEMS
 from test_corpus_cpu import EXPECTED
 
 from kernelwright.judge import Judge, JudgeOptions, evaluate, evaluate_reference
+from kernelwright.judge.busy import busy_share
 from kernelwright.judge.timing import measure
+from kernelwright.problem_files import resolve_problem_path
 
 pytestmark = pytest.mark.gpu
 
@@ -174,3 +176,51 @@ def test_evaluate_reference_times_eager_and_compile():
     print("matmul reference:", report["timings"])
     assert report["timings"]["eager"]["median_ms"] > 0
     assert report["timings"]["compile"]["median_ms"] > 0
+
+
+# ----------------------------------------------------------------------------------------- GPU busy share
+
+
+def test_launch_bound_share_of_a_small_batch_network(tmp_path, gpu_build_dir):
+    """A 24-layer MLP on one vector: eager's and the candidate's (here Model itself) GPU busy shares are
+    measured, each in (0, 1], from one profiled pass after timing."""
+    problem = resolve_problem_path("level3/17_DeepMLPBatch1")
+    candidate = tmp_path / "same_as_model.py"
+    candidate.write_text(problem.read_text() + "\n\nclass ModelNew(Model):\n    ...\n")
+    verdict = evaluate(problem, candidate, replace(FAST, build_dir=gpu_build_dir))
+    launch = verdict.get("launch_bound")
+    print("launch_bound:", launch, "timings:", verdict["timings"])
+    assert verdict["status"] == "correct", verdict["detail"]
+    assert not (launch or {}).get("errors"), launch
+    for side in ("eager", "candidate"):
+        assert 0 < launch[f"{side}_gpu_busy_share"] <= 1
+        assert launch[side]["kernels"] >= 49 and 0 < launch[side]["busy_ms"] <= launch[side]["wall_ms"] * 1.01
+
+
+def test_busy_share_tells_launch_bound_from_gpu_bound():
+    x, a = torch.ones(1, device="cuda"), torch.randn(4096, 4096, device="cuda")
+
+    def tiny_launches():
+        for _ in range(200):
+            x.add_(1)
+
+    launch_bound, gpu_bound = busy_share(tiny_launches), busy_share(lambda: a @ a)
+    print("200 one-element adds:", launch_bound, "4096^3 matmul:", gpu_bound)
+    assert launch_bound["kernels"] == 200 and gpu_bound["kernels"] >= 1
+    assert launch_bound["gpu_busy_share"] < 0.75 and 0.9 < gpu_bound["gpu_busy_share"] <= 1
+
+
+def test_profiling_leaves_no_launch_overhead_behind():
+    """The reference process times eager again after its profiled pass (the next candidate): CUPTI is torn
+    down when the profiler stops, so launches cost what they cost before."""
+    x = torch.ones(1, device="cuda")
+
+    def tiny_launches():
+        for _ in range(100):
+            x.add_(1)
+
+    before = measure(tiny_launches, "cuda", min_runs=50, min_time_s=0.3)
+    busy_share(tiny_launches)
+    after = measure(tiny_launches, "cuda", min_runs=50, min_time_s=0.3)
+    print(f"100 launches: {before['median_ms']:.4f} ms before profiling, {after['median_ms']:.4f} ms after")
+    assert after["median_ms"] <= before["median_ms"] * 1.10

@@ -1,0 +1,136 @@
+"""The GPU busy share of a forward: the fraction of its wall time in which the GPU runs any of its work.
+
+A small-batch network can spend most of a forward in Python, the dispatcher and kernel launches while the GPU
+idles between microsecond kernels (launch-bound); a large one keeps the GPU busy throughout. The share says
+which, for eager and for the candidate: a candidate that fuses kernels or replays a CUDA graph raises it.
+
+How: after the timed rounds, a few more forwards under torch.profiler with only the CUDA activity (no CPU ops
+recorded, so the host pays as little as possible for being watched). Busy time is the union of the device
+intervals of kernels, memcpys and memsets (overlapping intervals, e.g. on two streams, count once); wall time
+runs from before the first call to after a synchronize following the last, on the host clock. The profiler
+still costs the host a little per launch, so a launch-bound share reads slightly low.
+
+Kineto leaves CUPTI attached after a profiling session unless `TEARDOWN_CUPTI=1` when it stops, and an
+attached CUPTI slows every later launch; the reference process times eager again for the next candidate, so
+the profiler runs with teardown on. A failure here costs only the share (`busy_share_or_reason`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager
+from time import perf_counter
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+# Bound at import, before any candidate code runs (as in timing.py).
+_synchronize = torch.cuda.synchronize
+_profile = profile
+
+BUSY_CALLS = 5          # profiled forwards at most ...
+BUSY_SECONDS = 0.1      # ... and about this long in all: a forward of 100 ms is profiled once
+BUSY_ACTIVITIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})   # Kineto's names of device work
+
+
+def merged_length(intervals: Iterable[tuple[float, float]]) -> float:
+    """The length of the union of [start, end) intervals: overlapping or touching ones count once, empty or
+    reversed ones not at all."""
+    total, reach = 0.0, None
+    for start, end in sorted((s, e) for s, e in intervals if e > s):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+
+
+def device_intervals(events: Iterable) -> list[tuple[float, float]]:
+    """(start, end) in microseconds of each profiler event that is device work (kernel, memcpy, memset); an
+    event without an activity type (older torch) counts when it ran on the device."""
+    spans = []
+    for event in events:
+        if event.device_type != DeviceType.CUDA:
+            continue
+        kind = getattr(event, "activity_type", None)
+        if kind and kind not in BUSY_ACTIVITIES:
+            continue
+        spans.append((event.time_range.start, event.time_range.end))
+    return spans
+
+
+def busy_share(fn: Callable[[], object], max_calls: int = BUSY_CALLS) -> dict:
+    """{"gpu_busy_share", "busy_ms", "wall_ms", "kernels", "calls"}: the share over a few calls of `fn` (one
+    unprofiled call first sizes the run) and, per call, the device's busy time, the wall time and the number
+    of device operations. Raises what the profiler raises; a run that records no device work is a
+    RuntimeError."""
+    _synchronize()
+    start = perf_counter()
+    fn()
+    _synchronize()
+    calls = max(1, min(max_calls, math.ceil(BUSY_SECONDS / max(perf_counter() - start, 1e-6))))
+    with _cupti_teardown(), _profile(activities=[ProfilerActivity.CUDA]) as prof:
+        _synchronize()
+        start = perf_counter()
+        for _ in range(calls):
+            fn()
+        _synchronize()
+        wall_us = (perf_counter() - start) * 1e6
+    intervals = device_intervals(prof.events())
+    if not intervals:
+        raise RuntimeError("the profiler recorded no GPU work")
+    busy_us = merged_length(intervals)
+    return {
+        "gpu_busy_share": round(min(busy_us / wall_us, 1.0), 4),
+        "busy_ms": round(busy_us / calls / 1e3, 5),
+        "wall_ms": round(wall_us / calls / 1e3, 5),
+        "kernels": round(len(intervals) / calls, 1),
+        "calls": calls,
+    }
+
+
+def busy_share_or_reason(fn: Callable[[], object], device: str) -> dict:
+    """`busy_share` on CUDA, or {"error": why} (never raises for the profiler's sake: the share is a report,
+    never part of the verdict)."""
+    if device != "cuda":
+        return {"error": "measured on CUDA devices only"}
+    try:
+        return busy_share(fn)
+    except Exception as exc:  # torch.profiler / Kineto / CUPTI may fail in many ways; the verdict must not
+        text = str(exc).strip().splitlines()
+        return {"error": f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__}
+
+
+@contextmanager
+def _cupti_teardown():
+    """TEARDOWN_CUPTI=1 while the profiler runs and stops (Kineto reads it then), the previous value after."""
+    before = os.environ.get("TEARDOWN_CUPTI")
+    os.environ["TEARDOWN_CUPTI"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TEARDOWN_CUPTI", None)
+        else:
+            os.environ["TEARDOWN_CUPTI"] = before
+
+
+def launch_bound_section(eager: dict, candidate: dict | None = None) -> dict:
+    """The verdict's `launch_bound` entry from the two measurements (each `busy_share`'s dict or {"error"}):
+    `eager_gpu_busy_share` and `candidate_gpu_busy_share` where measured, the per-call details under `eager`
+    and `candidate`, and under `errors` why a side was not measured."""
+    section: dict = {}
+    for side, result in (("eager", eager), ("candidate", candidate)):
+        if result is None:
+            continue
+        if "error" in result:
+            section.setdefault("errors", {})[side] = result["error"]
+            continue
+        section[f"{side}_gpu_busy_share"] = result["gpu_busy_share"]
+        section[side] = {k: v for k, v in result.items() if k != "gpu_busy_share"}
+    return section
