@@ -647,10 +647,12 @@ def _same_outputs(a: object, b: object) -> bool:
 
 def _judge_options(options: OptimizeOptions):
     """The judge as the bench runs it, but shorter timing: optimize only asks "not slower than eager?", and
-    the bench times the kept file in full. No torch.compile baseline (tens of seconds per problem)."""
+    the bench times the kept file in full. No torch.compile baseline (tens of seconds per problem), no GPU
+    busy share (the bench measures it)."""
     from kernelwright.judge import JudgeOptions
 
-    return JudgeOptions(trials=options.judge_trials, compile_baseline=False, min_runs=30, min_time_s=0.3)
+    return JudgeOptions(trials=options.judge_trials, compile_baseline=False, min_runs=30, min_time_s=0.3,
+                        busy_share=False)
 
 
 def _judge(judge, source: str) -> dict:
