@@ -187,6 +187,12 @@ class Judge:
                 self._reference_busy = reply.get("busy") or {"error": "no measurement in the reply"}
             except (Failed, KernelwrightError) as exc:  # the reference failed: the share is only a report
                 self._reference_busy = {"error": str(exc)}
+            # A profiled pass leaves launches slower in its process, CUPTI torn down or not (+11% on a
+            # launch-bound loop, H100): eager is never timed again in this one; a later candidate's eager
+            # rounds start a fresh reference process.
+            if self._reference is not None:
+                self._reference.close()
+                self._reference = None
         return self._reference_busy
 
     def _time_reference(self, which: str) -> dict:

@@ -210,9 +210,11 @@ def test_busy_share_tells_launch_bound_from_gpu_bound():
     assert launch_bound["gpu_busy_share"] < 0.75 and 0.9 < gpu_bound["gpu_busy_share"] <= 1
 
 
-def test_profiling_leaves_no_launch_overhead_behind():
-    """The reference process times eager again after its profiled pass (the next candidate): CUPTI is torn
-    down when the profiler stops, so launches cost what they cost before."""
+def test_no_eager_timing_follows_the_profiled_pass_in_one_process():
+    """A profiled pass leaves launches slower in its process even with CUPTI torn down (H100, 2026-11-25:
+    100 one-element adds 0.976 ms before, 1.089 ms after, +11%), so the judge closes the reference process
+    after eager's busy pass: the next candidate's eager rounds run in a fresh one. Prints the in-process
+    overhead of this run."""
     x = torch.ones(1, device="cuda")
 
     def tiny_launches():
@@ -223,4 +225,10 @@ def test_profiling_leaves_no_launch_overhead_behind():
     busy_share(tiny_launches)
     after = measure(tiny_launches, "cuda", min_runs=50, min_time_s=0.3)
     print(f"100 launches: {before['median_ms']:.4f} ms before profiling, {after['median_ms']:.4f} ms after")
-    assert after["median_ms"] <= before["median_ms"] * 1.10
+    judge = Judge(resolve_problem_path("level3/17_DeepMLPBatch1"), FAST)
+    try:
+        judge.reference_timings()
+        assert "gpu_busy_share" in judge.reference_busy()
+        assert judge._reference is None
+    finally:
+        judge.close()
