@@ -20,6 +20,14 @@ from kernelwright.errors import UnsupportedOp
 from kernelwright.fuse.plan import VIEW_OPS, FusedGroup
 from kernelwright.ir.graph import Node
 
+# The flat kernel's defaults, the one place to change them (bench/kernels/bench_pointwise.py measures each
+# knob; PointwiseConfig below says what they mean).
+DEFAULT_BLOCK = 256
+DEFAULT_UNROLL = 1
+DEFAULT_GRID = "persistent"
+DEFAULT_CACHE = "read_only"
+DEFAULT_BROADCAST = False
+
 # The fused kernel (launcher included) and its binding; the holes are upper case.
 TEMPLATE = source_template("kw_pointwise_kernel.cu.in")
 BINDING = source_template("kw_pointwise_binding.cpp.in")
@@ -199,9 +207,11 @@ def emit_statements(nodes: Iterable[Node], env: MutableMapping[int, str], prefix
 # A fused pointwise group iterates over one domain (its outputs' shape). Views and broadcasts inside the
 # group are pushed down to its inputs: each (input, chain of views) pair becomes one operand, a strided
 # view that the binding builds with ATen metadata ops, so the kernel only sees pointers and strides over
-# the domain. At run time the launcher picks the flat kernel (16-byte vector loads/stores, scalar tail)
-# when every operand is contiguous or a broadcast scalar and aligned, else the strided kernel (32-bit
-# offsets unless the strides need 64).
+# the domain. Each operand also gets a band (kw::Band): the layout a contiguous input has after its views,
+# contiguous over some dims of the domain and broadcast over the others. At run time the launcher picks the
+# flat kernel (16-byte vector loads/stores; U vectors per thread in flight; a scalar tail) when every
+# operand has its band's strides and is aligned, else the strided kernel (32-bit offsets unless the
+# strides need 64).
 
 AT_SCALAR_TYPES = {
     torch.float32: "at::kFloat", torch.float64: "at::kDouble", torch.int64: "at::kLong",
@@ -211,10 +221,32 @@ AT_SCALAR_TYPES = {
 INT32_LIMIT = 2**31 - 2**26   # leaves room for the grid stride past the last index
 
 
+RESIDENT_THREADS_PER_SM = 2048     # sm_80 / sm_90: the persistent grid fills every SM with this many threads
+GRIDS = ("persistent", "one_pass")
+# `cache` knob → the kw::Cache policy of the flat kernel's loads and stores (kw_common.cuh says which PTX).
+CACHE_POLICIES = {"read_only": "kw::Cache::ReadOnly", "streaming": "kw::Cache::Streaming",
+                  "no_allocate": "kw::Cache::NoAllocate"}
+
+
 @dataclass(frozen=True)
 class PointwiseConfig:
-    block: int = 256
-    blocks_per_sm: int = 8      # 2048 resident threads per SM on sm_80/sm_90 at 256 threads per block
+    """Launch knobs of the flat kernel (the strided kernel uses `block` and the persistent grid)."""
+
+    block: int = DEFAULT_BLOCK           # threads per block
+    unroll: int = DEFAULT_UNROLL         # vectors per operand a thread loads before computing (U)
+    grid: str = DEFAULT_GRID             # "persistent": grid-stride loop; "one_pass": one block per tile
+    cache: str = DEFAULT_CACHE           # a key of CACHE_POLICIES
+    broadcast: bool = DEFAULT_BROADCAST  # broadcast operands (a bias [C] over [N, C], ...) stay on the flat
+                                         # kernel; if False only contiguous and single-value operands do
+
+    def __post_init__(self):
+        if self.block % 32 or not 32 <= self.block <= 1024 or self.unroll < 1 or self.grid not in GRIDS \
+                or self.cache not in CACHE_POLICIES:
+            raise ValueError(f"invalid pointwise config {self}")
+
+    @property
+    def blocks_per_sm(self) -> int:
+        return max(1, RESIDENT_THREADS_PER_SM // self.block)
 
     @staticmethod
     def from_tuple(config: tuple) -> PointwiseConfig:
@@ -304,6 +336,8 @@ def render(group: FusedGroup) -> KernelSource:
     numel = math.prod(kernel_shape)
     types = [c_type(o.dtype) for o in operands] + [c_type(o.dtype) for o in group.outputs]
     width = max(torch.empty((), dtype=o.dtype).element_size() for o in list(operands) + list(group.outputs))
+    inputs, outputs = types[:len(operands)], types[len(operands):]
+    bands = [_band(o, group, kernel_shape, config.broadcast) for o in operands]
     holes = {
         "NAME": name,
         "RANK": len(kernel_shape),
@@ -312,37 +346,89 @@ def render(group: FusedGroup) -> KernelSource:
         "OPERANDS": len(operands),
         "VEC": max(1, 16 // width),
         "BLOCK": config.block,
+        "UNROLL": config.unroll,
+        "ONE_PASS": "true" if config.grid == "one_pass" else "false",
         "BLOCKS_PER_SM": config.blocks_per_sm,
+        "CACHE": CACHE_POLICIES[config.cache],
         "FLAT_INDEX": "int" if numel < INT32_LIMIT else "long long",
         "STRIDED_INT32": "true" if numel < INT32_LIMIT else "false",
+        "BANDS": "\n".join(f"using Band{k} = kw::Band<{b.inner}LL, {b.extent}LL, kNumel>;  // {b.kind}"
+                            for k, b in enumerate(bands)),
+        "FLAT_STRIDES": ", ".join("{" + ", ".join(str(x) for x in band.strides) + "}" for band in bands),
+        "ALIGNMENT": ", ".join(f"Band{k}::alignment<{t}, kVec>()" for k, t in enumerate(inputs)),
         "POINTER_FIELDS": "\n".join(
-            [f"  const {t}* in{k};" for k, t in enumerate(types[:len(operands)])]
-            + [f"  {t}* out{k};" for k, t in enumerate(types[len(operands):])]),
+            [f"  const {t}* in{k};" for k, t in enumerate(inputs)]
+            + [f"  {t}* out{k};" for k, t in enumerate(outputs)]),
         "POINTER_INIT": ", ".join(
-            [f"static_cast<const {t}*>(in[{k}])" for k, t in enumerate(types[:len(operands)])]
-            + [f"static_cast<{t}*>(out[{k}])" for k, t in enumerate(types[len(operands):])]),
+            [f"static_cast<const {t}*>(in[{k}])" for k, t in enumerate(inputs)]
+            + [f"static_cast<{t}*>(out[{k}])" for k, t in enumerate(outputs)]),
         "COMPUTE_PARAMS": ", ".join(
-            [f"const {t} a{k}" for k, t in enumerate(types[:len(operands)])]
-            + [f"{t}& r{k}" for k, t in enumerate(types[len(operands):])]),
+            [f"const {t} a{k}" for k, t in enumerate(inputs)]
+            + [f"{t}& r{k}" for k, t in enumerate(outputs)]),
         "COMPUTE_BODY": "\n".join(f"  {line}" for line in body.lines)
                         + "\n" + "\n".join(f"  r{k} = {res};" for k, res in enumerate(results)),
-        "OPERAND_SIZES": ", ".join(f"sizeof({t})" for t in types[:len(operands)]),
-        "VEC_LOADS": "\n".join(
-            f"    const kw::Vec<{t}, V> x{k} = bcast[{k}] ? kw::splat<{t}, V>(kw::load(p.in{k})) "
-            f": kw::load_vec<{t}, V>(p.in{k} + v * V);" for k, t in enumerate(types[:len(operands)])),
-        "VEC_RESULTS": "\n".join(f"    kw::Vec<{t}, V> y{k};" for k, t in enumerate(types[len(operands):])),
-        "VEC_CALL": ", ".join([f"x{k}.v[j]" for k in range(len(operands))]
-                              + [f"y{k}.v[j]" for k in range(len(group.outputs))]),
-        "VEC_STORES": "\n".join(f"    kw::store_vec<{t}, V>(p.out{k} + v * V, y{k});"
-                                for k, t in enumerate(types[len(operands):])),
-        "FLAT_CALL": ", ".join([f"kw::load(p.in{k} + (bcast[{k}] ? 0 : i))" for k in range(len(operands))]
-                               + [f"p.out{k}[i]" for k in range(len(group.outputs))]),
-        "STRIDED_CALL": ", ".join([f"kw::load(p.in{k} + off[{k}])" for k in range(len(operands))]
-                                  + [f"p.out{k}[i]" for k in range(len(group.outputs))]),
+        "VEC_DECLS": "\n".join([f"  kw::Vec<{t}, kVec> x{k}[U];" for k, t in enumerate(inputs)]
+                               + [f"  kw::Vec<{t}, kVec> y{k}[U];" for k, t in enumerate(outputs)]),
+        "VEC_LOADS": "\n".join(f"    x{k}[u] = Band{k}::load_vec<{t}, kVec, kCache>(p.in{k}, i);"
+                               for k, t in enumerate(inputs)),
+        "VEC_CALL": ", ".join([f"x{k}[u].v[j]" for k in range(len(inputs))]
+                              + [f"y{k}[u].v[j]" for k in range(len(outputs))]),
+        "VEC_STORES": "\n".join(f"    kw::store_vec<{t}, kVec, kCache>(p.out{k} + i, y{k}[u]);"
+                                for k, t in enumerate(outputs)),
+        "FLAT_CALL": ", ".join([f"kw::load<{t}, kCache>(p.in{k} + Band{k}::offset(i))"
+                                for k, t in enumerate(inputs)]
+                               + [f"p.out{k}[i]" for k in range(len(outputs))]),
+        "STRIDED_CALL": ", ".join([f"kw::load(p.in{k} + off[{k}])" for k in range(len(inputs))]
+                                  + [f"p.out{k}[i]" for k in range(len(outputs))]),
     }
     cuda = TEMPLATE.substitute(holes)
     cpp = _binding(group, name, operands, domain, kernel_shape)
     return KernelSource(name=name, cuda=cuda, cpp=cpp, ir_comment=describe_group(group))
+
+
+@dataclass(frozen=True)
+class Band:
+    """How the flat kernel reads an operand: element i of the domain at (i / inner) % extent (kw::Band),
+    which holds when the operand has `strides` over the domain (size-1 dims aside)."""
+
+    inner: int
+    extent: int
+    strides: tuple[int, ...]
+    kind: str       # a few words for the generated source
+
+
+def _band(operand: Operand, group: FusedGroup, sizes: tuple[int, ...], broadcast: bool) -> Band:
+    """The band a contiguous input becomes through the operand's views: contiguous over dims [a, c) of the
+    domain and broadcast over the others. Views that make no band (a permute, a strided slice), and any
+    broadcast but a single value when `broadcast` is off, get the contiguous band: the flat kernel then runs
+    only if the operand happens to be contiguous at run time."""
+    numel = math.prod(sizes)
+    contiguous = Band(1, numel, _band_strides(sizes, 0, len(sizes)), "contiguous")
+    strides = _view_strides(group.inputs[operand.input_index].shape, operand.views)
+    dims = [d for d, size in enumerate(sizes) if size != 1 and strides[d] != 0]
+    if not dims:
+        return Band(1, 1, (0,) * len(sizes), "one value")
+    a, c = dims[0], dims[-1] + 1
+    if any(sizes[d] != 1 and strides[d] != expected
+           for d, expected in enumerate(_band_strides(sizes, a, c)) if a <= d < c):
+        return contiguous
+    inner, extent = math.prod(sizes[c:]), math.prod(sizes[a:c])
+    if extent == numel or not broadcast:
+        return contiguous
+    return Band(inner, extent, _band_strides(sizes, a, c), f"dims [{a}, {c}), broadcast over the others")
+
+
+def _band_strides(sizes: tuple[int, ...], a: int, c: int) -> tuple[int, ...]:
+    return tuple(math.prod(sizes[d + 1:c]) if a <= d < c else 0 for d in range(len(sizes)))
+
+
+def _view_strides(shape: tuple[int, ...], views: tuple[tuple, ...]) -> tuple[int, ...]:
+    """Strides of a contiguous tensor of `shape` after the binding's view calls (ATen's own rules, on
+    meta tensors: a reshape that cannot be a view copies, as it does in the binding)."""
+    t = torch.empty(shape, device="meta")
+    for op, *args in views:
+        t = getattr(torch.ops.aten, op)(t, *args)
+    return tuple(t.stride())
 
 
 def _binding(group: FusedGroup, name: str, operands: list[Operand], domain: tuple,
@@ -362,9 +448,12 @@ def _binding(group: FusedGroup, name: str, operands: list[Operand], domain: tupl
 
 
 def kernel_name(group: FusedGroup) -> str:
-    """A C identifier that says what the kernel computes and is unique per group content."""
+    """A C identifier that says what the kernel computes and is unique per group content (and config,
+    where it is not the default)."""
     ops = "_".join(dict.fromkeys(n.op for n in group.nodes if n.op not in VIEW_OPS))[:48]
-    digest = hashlib.sha1(describe_group(group).encode()).hexdigest()[:8]
+    config = PointwiseConfig.from_tuple(group.config)
+    text = describe_group(group) + ("" if config == PointwiseConfig() else f"\n{config.as_tuple()}")
+    digest = hashlib.sha1(text.encode()).hexdigest()[:8]
     return f"pw_{ops}_{digest}"
 
 

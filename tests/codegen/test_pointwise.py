@@ -4,6 +4,8 @@ in test_pointwise_gpu.py."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -12,7 +14,14 @@ import torch
 
 from kernelwright.codegen.binding import assemble
 from kernelwright.codegen.build import nvcc_check
-from kernelwright.codegen.pointwise import EXPRESSIONS, c_literal, emit_statements, op_expression, render
+from kernelwright.codegen.pointwise import (
+    EXPRESSIONS,
+    PointwiseConfig,
+    c_literal,
+    emit_statements,
+    op_expression,
+    render,
+)
 from kernelwright.environment import nvcc_path
 from kernelwright.fuse import pointwise
 from kernelwright.fuse.plan import FusionPlan, plan_fusion
@@ -133,6 +142,49 @@ def special_values() -> Case:
                                          device=d).reshape(4, 8)], {}))
 
 
+def band_case(name: str, x_shape, b_shape, dtype=torch.float32) -> Case:
+    """x + b with b broadcast into x's shape: the flat kernel reads b as a band (kw::Band) when the config
+    has `broadcast`."""
+    x, b = _x(x_shape, dtype=dtype), _x(b_shape, "b", 1, dtype)
+
+    def make(device):
+        if dtype.is_floating_point:
+            return [torch.randn(*x_shape, dtype=dtype, device=device),
+                    torch.randn(*b_shape, dtype=dtype, device=device)], {}
+        return [torch.randint(-50, 50, x_shape, dtype=dtype, device=device),
+                torch.randint(-50, 50, b_shape, dtype=dtype, device=device)], {}
+    return Case(f"band_{name}", Graph((x, b), (), (make_node("add", [x, b]),)), make)
+
+
+def masked_bias() -> Case:
+    """where(mask, x, b): a bool operand (vectors of 1-byte elements) beside float ones, b a row bias."""
+    m, x, b = _x((6, 12), "m", 0, torch.bool), _x((6, 12), "x", 1), _x((12,), "b", 2)
+    return Case("band_masked_bias", Graph((m, x, b), (), (make_node("where", [m, x, b]),)),
+                lambda d: ([torch.rand(6, 12, device=d) > 0.5, torch.randn(6, 12, device=d),
+                            torch.randn(12, device=d)], {}))
+
+
+# (name, x shape, b shape, dtype): every kw::Band load form (vector, one value per vector, element by element)
+BAND_SHAPES = [
+    ("rows", (37, 24), (24,), torch.float32),               # Band<1, 24>: vectors
+    ("rows_odd", (9, 13), (13,), torch.float32),            # Band<1, 13>: element by element
+    ("column", (12, 8), (12, 1), torch.float32),            # Band<8, 12>: one value per vector
+    ("column_odd", (5, 7), (5, 1), torch.float32),          # Band<7, 5>
+    ("channel", (3, 4, 5, 6), (4, 1, 1), torch.float32),    # Band<30, 4>
+    ("channel_even", (2, 3, 8, 8), (3, 1, 1), torch.float32),
+    ("middle", (4, 6, 5), (6, 1), torch.float32),
+    ("int8_rows", (7, 48), (48,), torch.int8),              # 16 elements per vector
+    ("int8_rows_odd", (7, 20), (20,), torch.int8),
+    ("double_rows", (6, 10), (10,), torch.float64),
+    # large enough for whole tiles of every knob setting (up to 512 threads x 4 vectors)
+    ("rows_big", (301, 96), (96,), torch.float32),
+    ("column_big", (1000, 13), (1000, 1), torch.float32),
+    ("channel_big", (5, 7, 33, 35), (7, 1, 1), torch.float32),
+    ("int8_rows_big", (513, 80), (80,), torch.int8),
+]
+BAND_CASES = [band_case(*args) for args in BAND_SHAPES] + [masked_bias()]
+
+
 def pointwise_ops() -> list[str]:
     return sorted(name for name, op in OPS.items() if op.category == "pointwise")
 
@@ -220,9 +272,9 @@ def test_huge_domains_use_64_bit_flat_indexing():
     x = _x((2**31 + 13,), dtype=torch.int8)
     group = plan_of(Case("huge", Graph((x,), (), (make_node("add", [x, const_node(1)]),)), None)).groups[0]
     cuda = render(group).cuda
-    assert "using IndexT = long long;" in cuda and "kInt32Domain = false" in cuda
+    assert "using FlatIndex = long long;" in cuda and "kInt32Domain = false" in cuda
     small = plan_of(CASES[0]).groups[0]
-    assert "using IndexT = int;" in render(small).cuda
+    assert "using FlatIndex = int;" in render(small).cuda
 
 
 def every_op_in_one_kernel() -> Case:
@@ -252,6 +304,61 @@ def all_case_sources():
 def test_all_pointwise_variants_compile_with_nvcc():
     # Many kernels in one unit; ptxas -O0 because only front-end errors matter here.
     check = nvcc_check(all_case_sources().cuda_text, ptxas_level=0)
+    assert check.ok, check.log
+
+
+def test_bands_follow_the_views_of_a_contiguous_input():
+    def bands(case, broadcast=True):
+        (group,) = plan_of(case).groups
+        cuda = render(dataclasses.replace(group, config=PointwiseConfig(broadcast=broadcast).as_tuple())).cuda
+        return re.findall(r"kw::Band<(\d+)LL, (\d+)LL, kNumel>", cuda)
+
+    by_name = {c.name: c for c in BAND_CASES}
+    assert bands(by_name["band_rows"]) == [("1", "888"), ("1", "24")]
+    assert bands(by_name["band_column"]) == [("1", "96"), ("8", "12")]
+    assert bands(by_name["band_channel"]) == [("1", "360"), ("30", "4")]
+    assert bands(by_name["band_middle"]) == [("1", "120"), ("5", "6")]
+    # without `broadcast` a bias operand gets the contiguous band (the strided kernel runs); one value stays
+    assert bands(by_name["band_rows"], broadcast=False) == [("1", "888"), ("1", "888")]
+    assert bands(rank_zero()) == [("1", "1"), ("1", "1")]
+    # a permute or a strided slice makes no band: the contiguous one is expected, so the flat kernel runs
+    # only if the operand is contiguous at run time (a transposed input, transposed back)
+    for view in (make_node("permute", [_x((4, 6))], dims=(1, 0)),
+                 make_node("slice", [_x((12, 4))], dim=0, start=0, end=12, step=2)):
+        y = _x(view.shape, "y", 1)
+        case = Case("view", Graph((view.inputs[0], y), (), (make_node("mul", [view, y]),)), None)
+        assert bands(case) == [("1", "24"), ("1", "24")]
+        assert "kFlatStrides[kOperands][kRank] = {{4, 1}, {4, 1}};" in render(plan_of(case).groups[0]).cuda
+
+
+def test_default_config_keeps_kernel_names_and_others_change_them():
+    (group,) = plan_of(BAND_CASES[0]).groups
+    default = render(group).name
+    assert render(dataclasses.replace(group, config=PointwiseConfig().as_tuple())).name == default
+    assert render(dataclasses.replace(group, config=PointwiseConfig(unroll=2).as_tuple())).name != default
+    with pytest.raises(ValueError):
+        PointwiseConfig(grid="sometimes")
+
+
+# Non-default knobs: odd unroll and block, both grids, every cache policy, broadcast operands flat.
+KNOB_CONFIGS = [PointwiseConfig(block=128, unroll=3, grid="one_pass", cache="streaming", broadcast=True),
+                PointwiseConfig(block=512, unroll=2, grid="persistent", cache="no_allocate", broadcast=True),
+                PointwiseConfig(block=256, unroll=4, grid="one_pass", cache="read_only", broadcast=True)]
+
+
+def knob_case_sources():
+    structural = [c for c in CASES if not c.name.startswith(("unary_", "binary_"))]
+    kernels = []
+    for config in KNOB_CONFIGS:
+        for case in [every_op_in_one_kernel(), *structural, *BAND_CASES]:
+            kernels += [render(dataclasses.replace(g, config=config.as_tuple()))
+                        for g in plan_of(case).groups]
+    return assemble(kernels)
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not installed")
+def test_every_knob_setting_compiles_with_nvcc():
+    check = nvcc_check(knob_case_sources().cuda_text, ptxas_level=0)
     assert check.ok, check.log
 
 

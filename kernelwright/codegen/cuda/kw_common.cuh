@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <atomic>
+#include <type_traits>
 
 namespace kw {
 
@@ -23,24 +24,67 @@ template <> struct RawWord<16> { using type = uint4; };
 template <> struct RawWord<8> { using type = uint2; };
 template <> struct RawWord<4> { using type = unsigned int; };
 template <> struct RawWord<2> { using type = unsigned short; };
+template <> struct RawWord<1> { using type = unsigned char; };
 
-// Read-only load of a Vec through the non-coherent path; `p` must be aligned to sizeof(Vec).
-template <typename T, int N>
+// Cache policy of an access (the pointwise family's `cache` knob; the other families use the default).
+//   ReadOnly:   loads through the non-coherent path (ld.global.nc), plain write-back stores.
+//   Streaming:  ld.global.cs / st.global.cs, evict-first: every line is touched once.
+//   NoAllocate: ld.global.nc.L1::no_allocate.L2::256B (no L1 line, 256-byte L2 fetches) / st.global.cs.
+enum class Cache { ReadOnly, Streaming, NoAllocate };
+
+__device__ __forceinline__ uint4 load_no_allocate(const uint4* p) {
+  uint4 w;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w) : "l"(p));
+  return w;
+}
+__device__ __forceinline__ uint2 load_no_allocate(const uint2* p) {
+  uint2 w;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(w.x), "=r"(w.y) : "l"(p));
+  return w;
+}
+__device__ __forceinline__ unsigned int load_no_allocate(const unsigned int* p) {
+  unsigned int w;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(w) : "l"(p));
+  return w;
+}
+// Sub-word loads (narrow scalar tails only) keep the read-only path.
+__device__ __forceinline__ unsigned short load_no_allocate(const unsigned short* p) { return __ldg(p); }
+__device__ __forceinline__ unsigned char load_no_allocate(const unsigned char* p) { return __ldg(p); }
+
+template <Cache C, typename Word>
+__device__ __forceinline__ Word load_word(const Word* p) {
+  if constexpr (C == Cache::Streaming) return __ldcs(p);
+  else if constexpr (C == Cache::NoAllocate) return load_no_allocate(p);
+  else return __ldg(p);
+}
+
+template <Cache C, typename Word>
+__device__ __forceinline__ void store_word(Word* p, Word w) {
+  if constexpr (C == Cache::ReadOnly) *p = w;
+  else __stcs(p, w);
+}
+
+// N elements as one access; `p` must be aligned to sizeof(Vec). Loads take the read-only path by default.
+template <typename T, int N, Cache C = Cache::ReadOnly>
 __device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
+  using Word = typename RawWord<sizeof(T) * N>::type;
+  const Word raw = load_word<C>(reinterpret_cast<const Word*>(p));
   Vec<T, N> out;
-  if constexpr (sizeof(T) * N == 1) {
-    out = *reinterpret_cast<const Vec<T, N>*>(p);
-  } else {
-    using Word = typename RawWord<sizeof(T) * N>::type;
-    const Word raw = __ldg(reinterpret_cast<const Word*>(p));
-    memcpy(&out, &raw, sizeof(out));
-  }
+  memcpy(&out, &raw, sizeof(out));
   return out;
 }
 
-template <typename T, int N>
+template <typename T, int N, Cache C = Cache::ReadOnly>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
-  *reinterpret_cast<Vec<T, N>*>(p) = v;
+  if constexpr (C == Cache::ReadOnly) {
+    *reinterpret_cast<Vec<T, N>*>(p) = v;
+  } else {
+    using Word = typename RawWord<sizeof(T) * N>::type;
+    Word raw;
+    memcpy(&raw, &v, sizeof(raw));
+    store_word<C>(reinterpret_cast<Word*>(p), raw);
+  }
 }
 
 template <typename T, int N>
@@ -51,10 +95,68 @@ __device__ __forceinline__ Vec<T, N> splat(T x) {
   return out;
 }
 
-template <typename T>
-__device__ __forceinline__ T load(const T* p) { return __ldg(p); }
-template <>
-__device__ __forceinline__ bool load<bool>(const bool* p) { return *p; }
+// One element (bool through its byte: __ldg has no bool overload).
+template <typename T, Cache C = Cache::ReadOnly>
+__device__ __forceinline__ T load(const T* p) {
+  if constexpr (C == Cache::ReadOnly && !std::is_same<T, bool>::value) {
+    return __ldg(p);
+  } else {
+    using Word = typename RawWord<sizeof(T)>::type;
+    const Word raw = load_word<C>(reinterpret_cast<const Word*>(p));
+    T out;
+    memcpy(&out, &raw, sizeof(out));
+    return out;
+  }
+}
+
+template <typename T, Cache C = Cache::ReadOnly>
+__device__ __forceinline__ void store(T* p, T value) {
+  using Word = typename RawWord<sizeof(T)>::type;
+  Word raw;
+  memcpy(&raw, &value, sizeof(raw));
+  store_word<C>(reinterpret_cast<Word*>(p), raw);
+}
+
+// An operand of a flat pointwise kernel, read at offset (i / Inner) % Extent for element i of the domain:
+// contiguous over a band of the domain's dims (Extent elements), broadcast over the dims before the band
+// and over the Inner elements after it. Contiguous: Band<1, Numel>; one value: Band<1, 1>; a bias [C] over
+// [N, C]: Band<1, C>; per channel, [C, 1, 1] over [N, C, H, W]: Band<H * W, C>. The constants are known
+// at build time, so the division and the modulus are multiplies and shifts, once per vector.
+template <long long Inner, long long Extent, long long Numel>
+struct Band {
+  // V consecutive elements from a multiple of V are one aligned vector of the operand.
+  static constexpr bool vector_loads(int V) {
+    return Inner == 1 && Extent != 1 && (Extent == Numel || Extent % V == 0);
+  }
+
+  // Bytes the operand's pointer must be aligned to.
+  template <typename T, int V>
+  static constexpr int alignment() { return vector_loads(V) ? static_cast<int>(sizeof(T)) * V : 1; }
+
+  template <typename I>
+  static __device__ __forceinline__ I offset(I i) {
+    if constexpr (Extent == 1) return 0;
+    else if constexpr (Inner == 1 && Extent == Numel) return i;
+    else if constexpr (Inner * Extent == Numel) return i / static_cast<I>(Inner);
+    else if constexpr (Inner == 1) return i % static_cast<I>(Extent);
+    else return (i / static_cast<I>(Inner)) % static_cast<I>(Extent);
+  }
+
+  // Elements i .. i + V - 1 (i a multiple of V): one vector, one value repeated, or V single loads.
+  template <typename T, int V, Cache C, typename I>
+  static __device__ __forceinline__ Vec<T, V> load_vec(const T* p, I i) {
+    if constexpr (Extent == 1 || Inner % V == 0) {
+      return splat<T, V>(load<T, C>(p + offset(i)));
+    } else if constexpr (vector_loads(V)) {
+      return kw::load_vec<T, V, C>(p + offset(i));
+    } else {
+      Vec<T, V> out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) out.v[j] = load<T, C>(p + offset(i + j));
+      return out;
+    }
+  }
+};
 
 template <typename T>
 __host__ __device__ __forceinline__ bool is_aligned(const void* p) {
