@@ -26,6 +26,8 @@ def register(subparsers) -> None:
                         help="skip the x1000 / all-negative / tiny / non-contiguous trials")
     parser.add_argument("--no-timing", action="store_true", help="check correctness only")
     parser.add_argument("--no-compile-baseline", action="store_true", help="do not time torch.compile")
+    parser.add_argument("--reduce-overhead", action="store_true",
+                        help='also time torch.compile(Model, mode="reduce-overhead") (CUDA graphs)')
     parser.add_argument("--no-busy-share", action="store_true",
                         help="do not profile the GPU busy share of eager and the candidate after timing")
     parser.add_argument("--compile-only", action="store_true",
@@ -49,6 +51,7 @@ def options_from_args(args) -> JudgeOptions:
         device=args.device, trials=args.trials, seed=args.seed, tolerance=args.tolerance,
         extra_distributions=not args.no_extra_distributions, timing=not args.no_timing,
         compile_baseline=not args.no_compile_baseline, busy_share=not args.no_busy_share,
+        reduce_overhead=args.reduce_overhead,
         compile_only=args.compile_only,
         build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout, min_runs=args.min_runs,
         min_time_s=args.min_time, shrink=args.shrink,

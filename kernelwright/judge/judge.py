@@ -171,6 +171,12 @@ class Judge:
                     timings["compile"] = self._time_reference("compile")
                 except ProblemLoadError as exc:
                     timings["compile_error"] = str(exc)
+        if self.options.reduce_overhead and "compile_reduce_overhead" not in timings:
+            timings["compile_reduce_overhead"] = None
+            try:
+                timings["compile_reduce_overhead"] = self._time_reference("compile_reduce_overhead")
+            except ProblemLoadError as exc:
+                timings["compile_reduce_overhead_error"] = str(exc)
         return timings
 
     def measures_busy(self) -> bool:

@@ -15,6 +15,7 @@ class JudgeOptions:
     perturb_params: bool = True          # one more trial with perturbed parameters/buffers (judge/perturb.py)
     timing: bool = True                  # time candidate, eager and (unless disabled) torch.compile
     compile_baseline: bool = True        # also time torch.compile(Model) (default mode)
+    reduce_overhead: bool = False        # also time torch.compile(Model, mode="reduce-overhead")
     busy_share: bool = True              # after timing, profile a few forwards (judge/busy.py)
     compile_only: bool = False           # only build the candidate's CUDA sources: "builds" or build_error
     build_timeout_s: float = 600.0       # wall clock for importing/building the candidate

@@ -135,8 +135,8 @@ class ReferenceWorker:
             self.timing_inputs = self.trial_inputs(self.plan[0])
         inputs, model = self.timing_inputs, self.model
         with torch.no_grad():
-            if command["which"] == "compile":
-                model = torch.compile(model)
+            if command["which"] in COMPILE_MODES:
+                model = torch.compile(model, mode=COMPILE_MODES[command["which"]])
                 with cpu_work():  # compiling: no timing anywhere on this machine meanwhile
                     model(*inputs)
             stats = measure(lambda: model(*inputs), self.device, command["min_runs"], command["min_time_s"],
@@ -156,6 +156,10 @@ class ReferenceWorker:
                 model(*inputs)
 
         return {"ok": True, "busy": busy_share_or_reason(forward, self.device)}
+
+
+# The torch.compile baselines a judge may time, by timing name.
+COMPILE_MODES = {"compile": "default", "compile_reduce_overhead": "reduce-overhead"}
 
 
 def peak_memory(device: str) -> int | None:

@@ -23,12 +23,13 @@ def print_verdict(verdict: dict, console: Console | None = None) -> None:
     trials = verdict.get("trials") or []
     if trials:
         table.add_row("trials", escape(_trials_line(trials)))
-    for name in ("candidate", "eager", "compile"):
+    for name in ("candidate", "eager", "compile", "compile_reduce_overhead"):
         stats = (verdict.get("timings") or {}).get(name)
         if stats:
             text = f"{stats['median_ms']:.4f} ms median, IQR {stats['iqr_ms']:.4f} ms, n={stats['n']}"
             table.add_row(f"time {name}", text)
-    for key, label in (("speedup_vs_eager", "vs eager"), ("speedup_vs_compile", "vs torch.compile")):
+    for key, label in (("speedup_vs_eager", "vs eager"), ("speedup_vs_compile", "vs torch.compile"),
+                       ("speedup_vs_compile_reduce_overhead", "vs torch.compile reduce-overhead")):
         if verdict.get(key) is not None:
             table.add_row(label, f"{verdict[key]:.3f}x")
     if verdict.get("launch_bound"):

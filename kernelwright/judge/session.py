@@ -224,12 +224,15 @@ class CandidateSession:
         )
         reference = self.judge.reference_timings(eager=False)
         timings["compile"] = reference["compile"]
+        if "compile_reduce_overhead" in reference:
+            timings["compile_reduce_overhead"] = reference["compile_reduce_overhead"]
         if "compile_error" in reference:
             self.verdict["warnings"].append(
                 {"check": "compile", "line": None, "message": reference["compile_error"]}
             )
-        for key, name in (("speedup_vs_eager", "eager"), ("speedup_vs_compile", "compile")):
-            if timings[name] and candidate_ms > 0:
+        for key, name in (("speedup_vs_eager", "eager"), ("speedup_vs_compile", "compile"),
+                          ("speedup_vs_compile_reduce_overhead", "compile_reduce_overhead")):
+            if timings.get(name) and candidate_ms > 0:
                 self.verdict[key] = round(timings[name]["median_ms"] / candidate_ms, 4)
         if busy is not None:
             self.verdict["launch_bound"] = launch_bound_section(self.judge.reference_busy(), busy)

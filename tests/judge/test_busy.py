@@ -103,3 +103,20 @@ def test_a_cpu_verdict_has_no_share(cpu_judges):
     verdict = cpu_judges("gelu").evaluate(CANDIDATES / "correct_gelu.py")
     assert verdict["status"] == "correct" and verdict["timings"]["candidate"]
     assert "launch_bound" not in verdict
+
+
+def test_eval_prints_the_reduce_overhead_baseline_where_timed():
+    """`eval --reduce-overhead`: torch.compile's CUDA-graph mode timed beside the default one."""
+    from kernelwright.cli import build_parser
+    from kernelwright.commands.eval import options_from_args
+
+    args = build_parser().parse_args(["eval", "level1/01_ReLU", "x.py", "--reduce-overhead"])
+    assert options_from_args(args).reduce_overhead
+    stats = {"median_ms": 0.5, "iqr_ms": 0.01, "n": 100}
+    verdict = {"status": "correct", "problem_id": "level3/17_DeepMLPBatch1", "device": "cuda",
+               "timings": {"candidate": stats}, "flags": {}, "env": {}}
+    assert "reduce-overhead" not in _printed(verdict)
+    verdict["timings"]["compile_reduce_overhead"] = stats
+    verdict["speedup_vs_compile_reduce_overhead"] = 1.0
+    printed = _printed(verdict)
+    assert "time compile_reduce_overhead" in printed and "vs torch.compile reduce-overhead" in printed
