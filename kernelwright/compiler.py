@@ -608,7 +608,9 @@ def _replay_unsafe(graph: Graph) -> str | None:
 
 def _time_replay(source: str, problem: Problem, runs: int = 10) -> tuple[float, float, str | None]:
     """(ms step by step, ms replayed, why replay cannot be used or None) of the emitted file `source`, run in
-    this process on the problem's inputs; the two must agree (the judge checks the kept file in full)."""
+    this process on the problem's inputs; the two must agree by the tolerance table (the judge checks the
+    kept file in full)."""
+    from kernelwright.judge.compare import compare_outputs
     from kernelwright.verify import time_ms
 
     namespace: dict = {"__name__": "kernelwright_replay_probe"}
@@ -632,17 +634,11 @@ def _time_replay(source: str, problem: Problem, runs: int = 10) -> tuple[float, 
     failure = namespace["_kw_replay_failure"](model)
     if failure:
         return step_ms, replay_ms, f"capture failed: {failure}"
-    if not _same_outputs(stepped, replayed[1]):
-        return step_ms, replay_ms, "the replayed output differed from the step-by-step one"
+    agreement = compare_outputs(stepped, replayed[1], "default")
+    if agreement["status"] != "correct":
+        why = f"the replayed output differed from the step-by-step one: {agreement['detail']}"
+        return step_ms, replay_ms, why
     return step_ms, replay_ms, None
-
-
-def _same_outputs(a: object, b: object) -> bool:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.shape == b.shape and torch.allclose(a, b, rtol=1e-3, atol=1e-4, equal_nan=True)
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
-        return all(_same_outputs(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
 
 
 def _judge_options(options: OptimizeOptions):
