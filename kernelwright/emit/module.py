@@ -201,7 +201,7 @@ def _model_new(graph: Graph, plan: FusionPlan, kernels: dict[int, KernelSource],
     elif graph.output_kind == "list":
         body.append(f"return [{', '.join(outputs)}]")
     else:
-        body.append(f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})")
+        body.append(f"return {_tuple_source(outputs)}")
     signature = ", ".join(["self", *args])
     lines = []
     if _mode_dependent(graph):
@@ -218,10 +218,8 @@ def _model_new(graph: Graph, plan: FusionPlan, kernels: dict[int, KernelSource],
     if not replay:
         return (f"class ModelNew(Model):\n{doc}"
                 f"    def forward({signature}):\n{_indented(lines + body)}\n")
-    tuple_args = f"({', '.join(args)}{',' if len(args) == 1 else ''})"
-    lines.append(f"return _kw_replay(self, ModelNew._kw_forward, ModelNew._kw_state, {tuple_args})")
-    held = [_self_path(n.name) for n in graph.params]
-    state = f"({', '.join(held)}{',' if len(held) == 1 else ''})"
+    lines.append(f"return _kw_replay(self, ModelNew._kw_forward, ModelNew._kw_state, {_tuple_source(args)})")
+    state = _tuple_source([_self_path(n.name) for n in graph.params])
     return (f"class ModelNew(Model):\n{doc}"
             f"    def forward({signature}):\n{_indented(lines)}\n\n"
             f"    def _kw_forward({signature}):\n"
@@ -229,6 +227,11 @@ def _model_new(graph: Graph, plan: FusionPlan, kernels: dict[int, KernelSource],
             f"    def _kw_state(self):\n"
             f'        """The parameters and buffers the forward reads or writes (in each graph key)."""\n'
             f"        return {state}\n")
+
+
+def _tuple_source(items: list[str]) -> str:
+    """A tuple display of `items` (`(a,)` for one)."""
+    return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
 
 
 def _indented(lines: list[str]) -> str:

@@ -43,13 +43,13 @@ def _kw_replay(model, forward, state, args):
         return forward(model, *args)
     held = state(model)
     identity = tuple((id(t), t.data_ptr(), t.shape) for t in held)
+    pointers = tuple(a.data_ptr() for a in args if isinstance(a, torch.Tensor))
     entry = runner.entries.get(key)
     if entry is None or entry.identity != identity:
         with torch.no_grad():
             result = forward(model, *args)
-        runner.start(key, identity, held, forward, model, args)
+        runner.start(key, identity, held, pointers, forward, model, args)
         return result
-    pointers = tuple(a.data_ptr() for a in args if isinstance(a, torch.Tensor))
     with torch.no_grad():
         if pointers == entry.pointers:          # the arguments live where the graph reads: no copy
             entry.direct.replay()
@@ -142,12 +142,12 @@ class _KwRunner:
     def __init__(self):
         self.entries, self.failure = {}, None
 
-    def start(self, key, identity, held, forward, model, args):
-        """Record forward(model, *args) as the key's direct graph (after an eager run of the same call)."""
+    def start(self, key, identity, held, pointers, forward, model, args):
+        """Record forward(model, *args), whose tensors are at `pointers`, as the key's direct graph (after an
+        eager run of the same call)."""
         graph, outputs = self.record(forward, model, args, None)
         if graph is None:
             return
-        pointers = tuple(a.data_ptr() for a in args if isinstance(a, torch.Tensor))
         self.entries[key] = _KwEntry(identity, held, pointers, graph, outputs)
         while len(self.entries) > _KW_GRAPHS_PER_MODEL:
             self.entries.pop(next(iter(self.entries)), None)

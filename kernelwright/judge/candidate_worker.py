@@ -264,7 +264,6 @@ class CandidateWorker:
                             command["min_time_s"], locked=command.get("locked", False))
         return {"ok": True, "timing": stats, "peak_memory_bytes": self._peak_memory(), **self._state()}
 
-
     def op_busy(self, command: dict) -> dict:
         """The GPU busy share of ModelNew on the timing inputs (judge/busy.py), after its last timing round:
         the profiler never runs before a timed series of this process. Under the judge's timing lock."""

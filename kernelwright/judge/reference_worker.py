@@ -131,9 +131,7 @@ class ReferenceWorker:
     def op_time(self, command: dict) -> dict:
         """Time eager Model (or torch.compile(Model)) on the first trial's inputs. With `locked`, the judge
         holds the timing lock around a series of these (candidate and eager in turn)."""
-        if self.timing_inputs is None:
-            self.timing_inputs = self.trial_inputs(self.plan[0])
-        inputs, model = self.timing_inputs, self.model
+        inputs, model = self._timing_inputs(), self.model
         with torch.no_grad():
             if command["which"] in COMPILE_MODES:
                 model = torch.compile(model, mode=COMPILE_MODES[command["which"]])
@@ -143,19 +141,22 @@ class ReferenceWorker:
                             locked=command.get("locked", False))
         return {"ok": True, "timing": stats, "peak_memory_bytes": peak_memory(self.device)}
 
-
     def op_busy(self, command: dict) -> dict:
         """The GPU busy share of eager Model on the timing inputs (judge/busy.py), after its timing. The judge
         holds the timing lock around it."""
-        if self.timing_inputs is None:
-            self.timing_inputs = self.trial_inputs(self.plan[0])
-        inputs, model = self.timing_inputs, self.model
+        inputs, model = self._timing_inputs(), self.model
 
         def forward():
             with torch.no_grad():
                 model(*inputs)
 
         return {"ok": True, "busy": busy_share_or_reason(forward, self.device)}
+
+    def _timing_inputs(self) -> list:
+        """The first trial's inputs, made once: every timing and the busy share run on them."""
+        if self.timing_inputs is None:
+            self.timing_inputs = self.trial_inputs(self.plan[0])
+        return self.timing_inputs
 
 
 # The torch.compile baselines a judge may time, by timing name.
