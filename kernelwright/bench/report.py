@@ -58,10 +58,6 @@ def render_markdown(report: dict, plots: list[str] = PLOT_FILES) -> str:
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
     lines += ["## Per problem", ""]
-    if any(row.get("gpu_busy_share") is not None for row in rows):
-        lines += ["GPU busy: the share of a forward's wall time in which the GPU ran the system's work "
-                  "(profiled over a few forwards after timing); a low share means launch-bound: the time "
-                  "goes to Python and kernel launches.", ""]
     lines += _problem_table(rows)
     return "\n".join(lines) + "\n"
 
@@ -198,7 +194,10 @@ def _problem_table(rows: list[dict]) -> list[str]:
     busy = any(row.get("gpu_busy_share") is not None for row in rows)
     head = ["problem", "category", "system", "verdict", "time ms", "eager ms", "compile ms", "×eager",
             "×compile", *(["GPU busy"] if busy else []), "device", "note"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = ["GPU busy: the share of a forward's wall time in which the GPU ran the system's work "
+             "(profiled over a few forwards after timing); a low share means launch-bound: the time "
+             "goes to Python and kernel launches.", ""] if busy else []
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     order = {s: i for i, s in enumerate(ordered_systems(rows))}
     for row in sorted(rows, key=lambda r: (r["problem"], order[r["system"]])):
         note = "" if row["status"] == "correct" else _cell(row.get("detail") or "")[:NOTE_CHARS]
