@@ -11,8 +11,10 @@ runs from before the first call to after a synchronize following the last, on th
 still costs the host a little per launch, so a launch-bound share reads slightly low.
 
 Kineto leaves CUPTI attached after a profiling session unless `TEARDOWN_CUPTI=1` when it stops, and an
-attached CUPTI slows every later launch; the reference process times eager again for the next candidate, so
-the profiler runs with teardown on. A failure here costs only the share (`busy_share_or_reason`).
+attached CUPTI slows every later launch, so the profiler runs with teardown on. Even so, launches stayed
+~11% slower in the profiled process (H100), so no timing follows a profiled pass in one process: the
+candidate's is its last act, and the judge closes the reference process after eager's. A failure here
+costs only the share (`busy_share_or_reason`).
 """
 
 from __future__ import annotations
@@ -104,6 +106,16 @@ def busy_share_or_reason(fn: Callable[[], object], device: str) -> dict:
     except Exception as exc:  # torch.profiler / Kineto / CUPTI may fail in many ways; the verdict must not
         text = str(exc).strip().splitlines()
         return {"error": f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__}
+
+
+def model_busy_share(model: torch.nn.Module, inputs: list, device: str) -> dict:
+    """`busy_share_or_reason` of `model(*inputs)` without autograd (what both judge workers profile)."""
+
+    def forward():
+        with torch.no_grad():
+            model(*inputs)
+
+    return busy_share_or_reason(forward, device)
 
 
 @contextmanager

@@ -15,7 +15,7 @@ import torch
 
 from kernelwright.judge import tensorfile
 from kernelwright.judge.build import exclusive_build_dir, install_compile_only_hooks
-from kernelwright.judge.busy import busy_share_or_reason
+from kernelwright.judge.busy import model_busy_share
 from kernelwright.judge.failures import classify_failure
 from kernelwright.judge.guard import (
     ExtensionRecorder,
@@ -267,15 +267,9 @@ class CandidateWorker:
     def op_busy(self, command: dict) -> dict:
         """The GPU busy share of ModelNew on the timing inputs (judge/busy.py), after its last timing round:
         the profiler never runs before a timed series of this process. Under the judge's timing lock."""
-        inputs, model = self.timing_inputs, self.model
-        if inputs is None:
+        if self.timing_inputs is None:
             return {"ok": True, "busy": {"error": "the candidate was not timed"}}
-
-        def forward():
-            with torch.no_grad():
-                model(*inputs)
-
-        return {"ok": True, "busy": busy_share_or_reason(forward, self.device)}
+        return {"ok": True, "busy": model_busy_share(self.model, self.timing_inputs, self.device)}
 
 
 def _import_candidate(path: str) -> types.ModuleType:

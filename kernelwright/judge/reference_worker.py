@@ -12,7 +12,7 @@ import torch
 from kernelwright.environment import collect_environment
 from kernelwright.gpulock import cpu_work
 from kernelwright.judge import tensorfile
-from kernelwright.judge.busy import busy_share_or_reason
+from kernelwright.judge.busy import model_busy_share
 from kernelwright.judge.compare import compare_buffers, compare_outputs, oracle_check
 from kernelwright.judge.inputs import PERTURBED_PARAMS, Trial, apply_distribution, plan_trials
 from kernelwright.judge.outputs import aliases, flatten
@@ -144,13 +144,7 @@ class ReferenceWorker:
     def op_busy(self, command: dict) -> dict:
         """The GPU busy share of eager Model on the timing inputs (judge/busy.py), after its timing. The judge
         holds the timing lock around it."""
-        inputs, model = self._timing_inputs(), self.model
-
-        def forward():
-            with torch.no_grad():
-                model(*inputs)
-
-        return {"ok": True, "busy": busy_share_or_reason(forward, self.device)}
+        return {"ok": True, "busy": model_busy_share(self.model, self._timing_inputs(), self.device)}
 
     def _timing_inputs(self) -> list:
         """The first trial's inputs, made once: every timing and the busy share run on them."""
