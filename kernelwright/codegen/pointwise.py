@@ -59,7 +59,7 @@ EXPRESSIONS = {
     "leaky_relu": "kw::leaky_relu({0}, {negative_slope})",
     "clamp": "kw::clamp({0}, {min}, {max})", "clamp_min": "kw::clamp_min({0}, {min})",
     "clamp_max": "kw::clamp_max({0}, {max})",
-    "cast": "{0}",
+    "cast": "{0}", "copy": "{0}",
     "add": "({0} + {1})", "add_alpha": "({0} + {alpha} * {1})", "sub": "({0} - {1})",
     "sub_alpha": "({0} - {alpha} * {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
     "div_trunc": "trunc({0} / {1})", "div_floor": "kw::div_floor({0}, {1})", "pow": "pow({0}, {1})",
@@ -385,9 +385,43 @@ def render(group: FusedGroup) -> KernelSource:
         "STRIDED_CALL": ", ".join([f"kw::load(p.in{k} + off[{k}])" for k in range(len(inputs))]
                                   + [f"p.out{k}[i]" for k in range(len(outputs))]),
     }
+    holes.update(_tiled_holes(group, operands, kernel_shape, inputs, len(outputs)))
     cuda = TEMPLATE.substitute(holes)
     cpp = _binding(group, name, operands, domain, kernel_shape)
     return KernelSource(name=name, cuda=cuda, cpp=cpp, ir_comment=describe_group(group))
+
+
+def _tiled_holes(group: FusedGroup, operands: list[Operand], sizes: tuple[int, ...], inputs: list[str],
+                 n_outputs: int) -> dict[str, object]:
+    """The tiled (transposing) kernel's holes. It exists when some operand is unit-stride along a domain
+    dim T other than the innermost live dim L and strided along L (a permuted input): those operands go
+    through a shared-memory tile read along T; the other operands (coalesced where unit-stride or broadcast
+    along L) and the outputs are read and written along L. Strides are those of contiguous inputs through the
+    views; the launcher takes this kernel only when the operands have them at run time."""
+    rank = len(sizes)
+    strides = [_view_strides(group.inputs[o.input_index].shape, o.views) for o in operands]
+    live = [d for d in range(rank) if sizes[d] != 1]
+    out_strides = _band_strides(sizes, 0, rank)
+    dim_t, dim_l, tile = 0, (live or [0])[-1], set()
+    if len(live) >= 2:
+        transposing = [k for k, st in enumerate(strides) if st[dim_l] not in (0, 1)]
+        unit = [[d for d in live if d != dim_l and st[d] == 1] for st in strides]
+        if transposing and unit[transposing[0]] and all(unit[transposing[0]][0] in unit[k] for k in transposing):
+            dim_t, tile = unit[transposing[0]][0], set(transposing)
+
+    def load(k: int) -> str:
+        return (f"kw::load<{inputs[k]}, kCache>(p.in{k} + base[{k}] + t * kTiledStrides[{k}][kDimT] + "
+                f"l * kTiledStrides[{k}][kDimL])")
+
+    return {
+        "TILED": "true" if tile else "false", "DIM_T": dim_t, "DIM_L": dim_l,
+        "TILED_STRIDES": ", ".join("{" + ", ".join(map(str, st)) + "}" for st in strides),
+        "OUT_STRIDES": ", ".join(map(str, out_strides)),
+        "TILE_DECLS": "\n".join(f"  __shared__ {inputs[k]} tile{k}[32][33];" for k in sorted(tile)),
+        "TILE_LOADS": "\n".join(f"      tile{k}[r][lane] = {load(k)};" for k in sorted(tile)),
+        "TILED_CALL": ", ".join([f"tile{k}[lane][r]" if k in tile else load(k) for k in range(len(inputs))]
+                                + [f"p.out{k}[o]" for k in range(n_outputs)]),
+    }
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from kernelwright.ir.graph import Graph, Node
 UNARY_OPS = frozenset("""
     neg abs exp exp2 log log2 log1p expm1 sqrt rsqrt reciprocal sin cos tan tanh sigmoid erf relu floor ceil
     round trunc sign logical_not isnan isinf silu mish hardswish hardsigmoid gelu softplus elu leaky_relu
-    clamp cast
+    clamp cast copy
 """.split())
 BINARY_OPS = frozenset("""
     add sub mul div pow maximum minimum fmod remainder atan2 eq ne lt le gt ge logical_and logical_or

@@ -197,24 +197,25 @@ def _linear(a: Sequence[str], k: Mapping[str, Any]) -> str:
 def _conv(a: Sequence[str], k: Mapping[str, Any]) -> str:
     n = len(k["stride"])
     bias = a[2] if len(a) > 2 else "None"
-    if k["transposed"]:
-        return (
-            f"torch.nn.functional.conv_transpose{n}d({a[0]}, {a[1]}, {bias}, stride={literal(k['stride'])}, "
-            f"padding={literal(k['padding'])}, output_padding={literal(k['output_padding'])}, "
-            f"groups={k['groups']}, dilation={literal(k['dilation'])})"
-        )
     x, w = a[0], a[1]
     if k.get("channels_last"):
-        # Input [N, *spatial, C] and weight [O, *kernel, C/groups], both contiguous: their NC* views are
-        # channels_last, which selects cuDNN's NHWC kernels (the faster ones on Hopper); the result is
-        # viewed back as [N, *spatial, O], contiguous (`rewrite/layout.py`).
+        # Input [N, *spatial, C] and weight [O, *kernel, C/groups] ([C, *kernel, O/groups] transposed), both
+        # contiguous: their NC* views are channels_last, which selects cuDNN's NHWC kernels (the faster
+        # ones on Hopper); the result is viewed back as [N, *spatial, O], contiguous (`rewrite/layout.py`).
         to_nc, fmt = channels_first_dims(n + 2), _CHANNELS_LAST_FORMAT[n]
         x = f"{x}.permute({literal(to_nc)}).contiguous(memory_format={fmt})"
         w = f"{w}.permute({literal(to_nc)})"
-    call = (
-        f"torch.nn.functional.conv{n}d({x}, {w}, {bias}, stride={literal(k['stride'])}, "
-        f"padding={literal(k['padding'])}, dilation={literal(k['dilation'])}, groups={k['groups']})"
-    )
+    if k["transposed"]:
+        call = (
+            f"torch.nn.functional.conv_transpose{n}d({x}, {w}, {bias}, stride={literal(k['stride'])}, "
+            f"padding={literal(k['padding'])}, output_padding={literal(k['output_padding'])}, "
+            f"groups={k['groups']}, dilation={literal(k['dilation'])})"
+        )
+    else:
+        call = (
+            f"torch.nn.functional.conv{n}d({x}, {w}, {bias}, stride={literal(k['stride'])}, "
+            f"padding={literal(k['padding'])}, dilation={literal(k['dilation'])}, groups={k['groups']})"
+        )
     if k.get("channels_last"):
         call += f".permute({literal(channels_last_dims(n + 2))})"
     return call

@@ -5,6 +5,7 @@ from __future__ import annotations
 from kernelwright.ir.graph import Graph, Node
 from kernelwright.ir.ops import make_node
 from kernelwright.rewrite import (
+    rules_conv,
     rules_linear,
     rules_norm,
     rules_reduce,
@@ -26,6 +27,9 @@ RULES: tuple[Rule, ...] = (
     *rules_linear.RULES,
     *rules_norm.RULES,
 )
+# Lowering rules, run once the algebraic ones reach their fixpoint (they undo forms those rules match),
+# together with the algebraic ones again for what they leave.
+LOWERING: tuple[Rule, ...] = (*rules_conv.RULES, *RULES)
 
 
 def rewrite_graph(graph: Graph, *, assume_finite: bool = False,
@@ -35,6 +39,8 @@ def rewrite_graph(graph: Graph, *, assume_finite: bool = False,
     the FP32 tolerance on inputs with heavy cancellation) run only when asked for."""
     log = RewriteLog(nodes_before=_compute_nodes(graph))
     result, log = graph_rewrite(graph, RULES, assume_finite=assume_finite,
+                                allow_reassociation=allow_reassociation, log=log)
+    result, log = graph_rewrite(result, LOWERING, assume_finite=assume_finite,
                                 allow_reassociation=allow_reassociation, log=log)
     result = _fresh_outputs(graph, result, log)
     log.notes.extend(fusion_notes(result))

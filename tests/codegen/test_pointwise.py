@@ -185,6 +185,31 @@ BAND_SHAPES = [
 BAND_CASES = [band_case(*args) for args in BAND_SHAPES] + [masked_bias()]
 
 
+def transposing_case(name: str, shape, dims, extra=None) -> Case:
+    """copy(permute(x)) (a layout change, e.g. NCHW -> NHWC), optionally + `extra` (a contiguous operand
+    of the output's shape) and a ReLU: the tiled kernel's shared-memory transpose, edges included."""
+    x = _x(shape)
+    out = make_node("copy", [make_node("permute", [x], dims=dims)])
+    inputs, makers = [x], [_randn(*shape)]
+    if extra is not None:
+        y = _x(extra, "y", 1)
+        out = make_node("relu", [make_node("add", [out, y])])
+        inputs.append(y)
+        makers.append(_randn(*extra))
+    return Case(f"transpose_{name}", Graph(tuple(inputs), (), (out,)),
+                lambda d: ([m(d) for m in makers], {}))
+
+
+TRANSPOSE_CASES = [
+    transposing_case("nchw_nhwc_odd", (3, 5, 7, 9), (0, 2, 3, 1)),
+    transposing_case("nchw_nhwc_big", (2, 37, 33, 65), (0, 2, 3, 1), extra=(33, 65, 37)),
+    transposing_case("ncdhw_ndhwc", (2, 3, 4, 5, 33), (0, 2, 3, 4, 1)),
+    transposing_case("nhwc_nchw", (2, 9, 11, 70), (0, 3, 1, 2), extra=(2, 70, 9, 11)),
+    transposing_case("one_channel", (4, 1, 8, 8), (0, 2, 3, 1)),
+    transposing_case("matrix", (100, 65), (1, 0)),
+]
+
+
 def pointwise_ops() -> list[str]:
     return sorted(name for name, op in OPS.items() if op.category == "pointwise")
 
@@ -193,7 +218,7 @@ UNARY = sorted(pointwise.UNARY_OPS - {"logical_not", "isnan", "isinf"})
 BINARY = sorted(pointwise.BINARY_OPS - {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"})
 CASES = ([unary_case(op) for op in UNARY] + [binary_case(op) for op in BINARY]
          + [chain_with_views(), select_expand_reshape(), integer_and_bool(), double_and_casts(), rank_zero(),
-            special_values()])
+            special_values()] + TRANSPOSE_CASES)
 
 
 def plan_of(case: Case) -> FusionPlan:
@@ -204,7 +229,9 @@ def plan_of(case: Case) -> FusionPlan:
 
 
 def test_every_pointwise_ir_op_has_a_cuda_expression():
-    assert set(pointwise_ops()) == pointwise.POINTWISE_OPS
+    # copy is a view-category op in the IR (rules must not move permutes through it: it is the layout
+    # change), but the pointwise family computes it, as the identity over its domain
+    assert set(pointwise_ops()) | {"copy"} == pointwise.POINTWISE_OPS
     for op in pointwise.POINTWISE_OPS - {"gelu"}:
         assert op in EXPRESSIONS
 
@@ -366,3 +393,16 @@ def test_views_become_operand_strides_in_the_binding():
     cpp = render(plan_of(chain_with_views()).groups[0]).cpp
     assert ".permute(at::IntArrayRef{1, 0}).slice(0, 1, 9, 2)" in cpp
     assert ".expand(at::IntArrayRef{6, 10})" in cpp
+
+
+@pytest.mark.parametrize("case", TRANSPOSE_CASES, ids=lambda c: c.name)
+def test_tiled_kernel_only_for_transposing_operands(case: Case):
+    """The tiled kernel is generated exactly where an operand is unit-stride along a dim other than the
+    innermost live one (a one-channel layout change is no transpose)."""
+    cuda = render(plan_of(case).groups[0]).cuda
+    assert ("constexpr bool kTiled = true;" in cuda) == (case.name != "transpose_one_channel")
+
+
+def test_no_tiled_kernel_for_bands():
+    for case in BAND_CASES[:4]:
+        assert "constexpr bool kTiled = false;" in render(plan_of(case).groups[0]).cuda

@@ -86,14 +86,40 @@ def test_conv3d_and_what_is_left_alone():
     after, _ = channels_last(before)
     assert the_conv(after).attr("channels_last") and the_conv(after).shape == (1, 4, 5, 3, 6)
     assert_honest(before, after, kinds=KINDS)
-    # 1-D and transposed convolutions keep their layout
-    conv1d = graph_of([conv(x_in((2, 3, 9)))])
-    transposed = graph_of([make_node("conv", [x_in((1, 6, 4, 4)), p("w", (6, 3, 3, 3))], stride=(1, 1),
-                                     padding=(1, 1), dilation=(1, 1), transposed=True,
-                                     output_padding=(0, 0), groups=1, has_bias=False)])
-    for graph in (conv1d, transposed):
-        assert not has_layout_choice(graph)
-        assert ops_of(channels_last(graph)[0]) == ops_of(graph)
+    # 1-D convolutions keep their layout
+    conv1d = graph_of([conv(x_in((2, 3, 9)), bias=False)])
+    assert not has_layout_choice(conv1d)
+    assert ops_of(channels_last(conv1d)[0]) == ops_of(conv1d)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_transposed_convolutions_run_channels_last(bias):
+    """cuDNN runs transposed convs on NHWC kernels in either layout; in NCHW it converts the output back."""
+    weight = p("w", (6, 3, 3, 3))
+    extra = [p("b", (3,))] if bias else []
+    t = make_node("conv", [x_in((2, 6, 5, 4)), weight, *extra], stride=(2, 2), padding=(1, 1),
+                  dilation=(1, 1), transposed=True, output_padding=(1, 0), groups=1, has_bias=bias)
+    before = graph_of([make_node("sigmoid", [t])])
+    assert has_layout_choice(before)
+    after, _ = channels_last(before)
+    c = the_conv(after)
+    assert c.attr("channels_last") and c.attr("transposed") and c.shape == (2, 10, 7, 3)
+    assert_honest(before, after, kinds=KINDS)
+
+
+def test_the_input_is_laid_out_by_a_copy_node_and_chained_convs_copy_nothing():
+    """The NCHW -> NHWC change of the model's input is a copy node (a pointwise kernel's work); a conv
+    reading another channels-last conv's output through pointwise ops reads it as it is."""
+    y = make_node("relu", [conv(x_in((2, 4, 6, 6)), out_channels=4)])
+    weight2 = p("conv2.weight", (5, 4, 3, 3))
+    z = make_node("conv", [y, weight2], stride=(1, 1), padding=(1, 1), dilation=(1, 1), transposed=False,
+                  output_padding=(0, 0), groups=1, has_bias=False)
+    before = graph_of([z])
+    after, _ = channels_last(before)
+    first, second = [n for n in after.nodes() if n.op == "conv"]
+    assert first.inputs[0].op == "copy" and first.inputs[0].inputs[0].op == "permute"
+    assert second.inputs[0].op == "relu"
+    assert_honest(before, after, kinds=KINDS)
 
 
 def test_the_channels_last_conv_source_selects_the_nhwc_memory_format():

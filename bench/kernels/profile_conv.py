@@ -1,0 +1,115 @@
+"""Where the time of a conv chain goes: eager, torch.compile and (optionally) an emitted ModelNew file,
+each timed (CUDA events, cold L2) and profiled (the CUDA kernels of one call, their time and the share of
+the call), plus every convolution of the model timed alone in NCHW and in channels-last layout.
+
+    python bench/kernels/profile_conv.py OUT.json PROBLEM [PROBLEM ...] [--emitted DIR]
+
+`--emitted DIR`: DIR/<problem id with / as __>.py files (from `kernelwright optimize`) are profiled too.
+Prints a table per problem; the JSON holds the same numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _timing import time_ms  # noqa: E402
+
+from kernelwright.problem import load_problem  # noqa: E402
+
+
+def kernels_of(fn, top: int = 8) -> list[dict]:
+    """The CUDA kernels of one call of `fn` (after warm-up), by total device time."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    rows = {}
+    for event in prof.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        row = rows.setdefault(event.name, {"kernel": event.name[:110], "calls": 0, "ms": 0.0})
+        row["calls"] += 1
+        row["ms"] += event.device_time_total / 1000 if hasattr(event, "device_time_total") else 0.0
+    ranked = sorted(rows.values(), key=lambda r: -r["ms"])
+    return ranked[:top]
+
+
+def conv_layouts(model: torch.nn.Module, inputs: list, flush: torch.Tensor) -> list[dict]:
+    """Each conv module timed alone on its real input: NCHW, channels-last (input already converted), and
+    the input conversion alone."""
+    seen: list[tuple[torch.nn.Module, torch.Tensor]] = []
+    hooks = [m.register_forward_hook(lambda m, a, o: seen.append((m, a[0])))
+             for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)]
+    with torch.no_grad():
+        model(*inputs)
+    for h in hooks:
+        h.remove()
+    out = []
+    for module, x in seen[:4]:
+        fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
+        if x.dim() not in (4, 5):
+            fmt = None
+        row = {"conv": repr(module)[:100], "input": list(x.shape)}
+        with torch.no_grad():
+            row["nchw_ms"] = time_ms(lambda: module(x), flush)
+            if fmt is not None:
+                xc = x.contiguous(memory_format=fmt)
+                mc = copy.deepcopy(module).to(memory_format=fmt)
+                row["cl_ms"] = time_ms(lambda: mc(xc), flush)
+                bias, mc.bias = mc.bias, None
+                row["cl_nobias_ms"] = time_ms(lambda: mc(xc), flush)
+                mc.bias = bias
+                row["to_cl_ms"] = time_ms(lambda: x.contiguous(memory_format=fmt), flush)
+                row["copy_ms"] = time_ms(lambda: x.clone(), flush)
+        out.append(row)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("problems", nargs="+")
+    parser.add_argument("--emitted", default=None)
+    args = parser.parse_args()
+    flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device="cuda")
+    results = []
+    for spec in args.problems:
+        problem = load_problem(spec)
+        model = problem.build_model(device="cuda")
+        inputs = problem.inputs(device="cuda")
+        entry = {"problem": problem.id, "systems": {}}
+        systems = {"eager": model, "compile": torch.compile(model)}
+        emitted = Path(args.emitted or "/nonexistent") / (problem.id.replace("/", "__") + ".py")
+        if emitted.is_file():
+            ns: dict = {}
+            exec(compile(emitted.read_text(), str(emitted), "exec"), ns)
+            systems["kernelwright"] = problem.build_model(device="cuda", model_class=ns["ModelNew"])
+        for name, m in systems.items():
+            def call(m=m):
+                with torch.no_grad():
+                    return m(*inputs)
+            ms = time_ms(call, flush)
+            entry["systems"][name] = {"ms": ms, "kernels": kernels_of(call)}
+        entry["convs"] = conv_layouts(model, inputs, flush)
+        results.append(entry)
+        print(f"\n== {problem.id}")
+        for name, s in entry["systems"].items():
+            print(f"  {name}: {s['ms']:.3f} ms")
+            for k in s["kernels"]:
+                print(f"      {k['ms']:8.3f} ms x{k['calls']:<3} {k['kernel']}")
+        for c in entry["convs"]:
+            print("  conv", json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in c.items()}))
+        Path(args.out).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
