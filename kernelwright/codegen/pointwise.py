@@ -402,6 +402,7 @@ def _tiled_holes(group: FusedGroup, operands: list[Operand], sizes: tuple[int, .
     strides = [_view_strides(group.inputs[o.input_index].shape, o.views) for o in operands]
     live = [d for d in range(rank) if sizes[d] != 1]
     out_strides = _band_strides(sizes, 0, rank)
+    numels = [math.prod(sizes)] + [group.inputs[o.input_index].numel for o in operands]
     dim_t, dim_l, tile = 0, (live or [0])[-1], set()
     if len(live) >= 2:
         transposing = [k for k, st in enumerate(strides) if st[dim_l] not in (0, 1)]
@@ -417,9 +418,13 @@ def _tiled_holes(group: FusedGroup, operands: list[Operand], sizes: tuple[int, .
         "TILED": "true" if tile else "false", "DIM_T": dim_t, "DIM_L": dim_l,
         "TILED_STRIDES": ", ".join("{" + ", ".join(map(str, st)) + "}" for st in strides),
         "OUT_STRIDES": ", ".join(map(str, out_strides)),
-        "TILE_DECLS": "\n".join(f"  __shared__ {inputs[k]} tile{k}[32][33];" for k in sorted(tile)),
+        "TILED_INDEX": "int" if max(numels, default=0) < INT32_LIMIT else "long long",
+        "TILE_DECLS": "\n".join(f"  __shared__ {inputs[k]} tile{k}[kTileSize][kTileSize + 1];"
+                                for k in sorted(tile)),
         "TILE_LOADS": "\n".join(f"      tile{k}[r][lane] = {load(k)};" for k in sorted(tile)),
-        "TILED_CALL": ", ".join([f"tile{k}[lane][r]" if k in tile else load(k) for k in range(len(inputs))]
+        "TILED_REG_DECLS": "\n".join(f"  {inputs[k]} x{k}[kPer];" for k in range(len(inputs)) if k not in tile),
+        "TILED_REG_LOADS": "\n".join(f"      x{k}[i] = {load(k)};" for k in range(len(inputs)) if k not in tile),
+        "TILED_CALL": ", ".join([f"tile{k}[lane][r]" if k in tile else f"x{k}[i]" for k in range(len(inputs))]
                                 + [f"p.out{k}[o]" for k in range(n_outputs)]),
     }
 
