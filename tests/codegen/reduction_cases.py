@@ -183,6 +183,7 @@ CASES: dict[str, Callable[[], Graph]] = {
     "group_norm_big": lambda: group_norm((2, 64, 56, 56), 8),
     "batch_norm_train": lambda: batch_norm_train((8, 6, 13, 11)),
     # the norms on channels-last data (the layout pass's `channel_dim`): channels innermost
+    "batch_norm_train_1d": lambda: batch_norm_train((37, 24)),      # BatchNorm1d after a Linear
     "batch_norm_train_nhwc": lambda: batch_norm_train((4, 6, 5, 24), channel_dim=3, epilogue="relu"),
     "batch_norm_train_nhwc_odd": lambda: batch_norm_train((2, 3, 3, 130), channel_dim=3),
     "group_norm_nhwc": lambda: group_norm((2, 7, 9, 32), 4, channel_dim=3, epilogue="relu"),

@@ -44,7 +44,7 @@ def test_batch_norm_training_fuses_output_and_running_stat_updates():
 def test_channels_last_batch_norm_fuses_like_the_channels_first_one():
     """On [N, H, W, C] data (channel_dim 3) the channels are the kept, innermost dim: lanes own channels
     (the column layout), and the running-stat blends, [C] vectors that are both keepdim rows and squeezed
-    ones, still join as row values."""
+    ones, still join as row values (as on [N, C], where they used to stay two pointwise kernels)."""
     graph = batch_norm_train((4, 6, 5, 24), channel_dim=3, epilogue="relu")
     (group,) = groups_of(graph, "reduction")
     ops = [n.op for n in group.nodes]
@@ -52,6 +52,9 @@ def test_channels_last_batch_norm_fuses_like_the_channels_first_one():
     assert len(group.outputs) == 3 and len(plan_fusion(graph).groups) == 1
     spec = group.config[0]
     assert spec.space.reduce == (0, 1, 2) and spec.space.rows == 24 and spec.layout == "column"
+    # the same on [N, C] (BatchNorm1d after a Linear)
+    (group,) = groups_of(CASES["batch_norm_train_1d"](), "reduction")
+    assert [n.op for n in group.nodes].count("add") == 2 and len(group.outputs) == 3
 
 
 def test_channels_last_group_norm_splits_the_last_dim_into_groups():
