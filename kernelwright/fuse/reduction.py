@@ -123,11 +123,15 @@ def space_of(node: Node) -> Space | None:
     elif node.op == "layer_norm":
         dims = tuple(range(rank - node.attr("normalized_ndim"), rank))
     elif node.op == "batch_norm" and node.attr("training") and rank >= 2:
-        dims = (0, *range(2, rank))
+        channel = node.attr("channel_dim", 1)
+        dims = tuple(d for d in range(rank) if d != channel)
     elif node.op == "group_norm" and rank >= 2:
-        groups = node.attr("groups")
-        domain = (shape[0], groups, shape[1] // groups, *shape[2:])
-        return Space(shape, (1, 2) + (1,) * (rank - 2), domain, tuple(range(2, rank + 1)))
+        # the channel dim c splits into (groups, channels per group): domain dims c and c + 1; a row is
+        # one (sample, group), so every domain dim but 0 and the group is reduced
+        c, groups = node.attr("channel_dim", 1), node.attr("groups")
+        domain = (*shape[:c], groups, shape[c] // groups, *shape[c + 1:])
+        split = (1,) * c + (2,) + (1,) * (rank - 1 - c)
+        return Space(shape, split, domain, tuple(d for d in range(1, rank + 1) if d != c))
     else:
         return None
     return Space(shape, ones, shape, tuple(sorted(dims)))
@@ -200,7 +204,7 @@ class _Growth:
         if all(self.level[id(u)] == "elem" or _reads_elementwise(u) for u in readers):
             return "elem" if _broadcasts_to(node.shape, self.space.shape) else None
         forms = {self.level[id(u)] for u in readers}
-        if len(forms) == 1 and self._row_form(node.shape) == next(iter(forms)) != "elem":
+        if len(forms) == 1 and next(iter(forms)) in self._row_forms(node.shape):
             return next(iter(forms))
         return None
 
@@ -222,9 +226,9 @@ class _Growth:
         if any(self._is_arg(i) for i, _ in inside):
             return None     # int64 indices stay outputs
         if all(lv != "elem" for _, lv in inside):
-            form = self._row_form(node.shape)
-            if form is not None and all(lv == form or _is_scalar_like(i) for i, lv in inside):
-                return form
+            for form in self._row_forms(node.shape):
+                if all(lv == form or _is_scalar_like(i) for i, lv in inside):
+                    return form
         if node.shape == self.space.shape and all(lv != "rowsq" or _is_scalar_like(i) for i, lv in inside):
             return "elem"
         return None
@@ -241,19 +245,22 @@ class _Growth:
     def _is_arg(self, node: Node) -> bool:
         return node.op in ARG_OPS and id(node) in self.level
 
-    def _row_form(self, shape: tuple[int, ...]) -> str | None:
-        """'row' when `shape` is a keepdim row shape of the space, 'rowsq' when a squeezed one."""
+    def _row_forms(self, shape: tuple[int, ...]) -> tuple[str, ...]:
+        """The row forms `shape` is, in order of preference: 'row' when it is a keepdim row shape of the
+        space, 'rowsq' when a squeezed one. It may be both: [C] over [N, H, W, C] reduced to C rows (a
+        channels-last BatchNorm's statistics) addresses the rows alike either way."""
         space = self.space
         if space.split != (1,) * len(space.shape):
-            return None     # group_norm's rows are not an IR shape
+            return ()     # group_norm's rows are not an IR shape
         full = space.shape
+        forms = []
         if len(shape) <= len(full) and _broadcasts_to(shape, full) and all(
                 shape[d - len(full) + len(shape)] == 1 for d in space.reduce if d >= len(full) - len(shape)):
-            return "row"
+            forms.append("row")
         kept = tuple(s for d, s in enumerate(full) if d not in space.reduce)
         if _broadcasts_to(shape, kept):
-            return "rowsq"
-        return None
+            forms.append("rowsq")
+        return tuple(forms)
 
 
 def level_of_anchor(node: Node) -> str:
@@ -264,10 +271,11 @@ def level_of_anchor(node: Node) -> str:
 
 def operand_shape(node: Node, k: int) -> tuple[int, ...]:
     """The shape input k of a member broadcasts as: BatchNorm's and GroupNorm's per-channel vectors
-    index dim 1, so they broadcast as [C, 1, ..., 1]; every other operand broadcasts as it is."""
+    index the channel dim (`channel_dim`, 1 unless the layout pass moved the norm), so they broadcast as
+    [C, 1, ..., 1] with one 1 per dim after it; every other operand broadcasts as it is."""
     shape = node.inputs[k].shape
     if k > 0 and node.op in ("batch_norm", "group_norm"):
-        return shape + (1,) * (len(node.inputs[0].shape) - 2)
+        return shape + (1,) * (len(node.inputs[0].shape) - 1 - node.attr("channel_dim", 1))
     return shape
 
 

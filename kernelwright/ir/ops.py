@@ -134,6 +134,23 @@ def _norm_softmax(inputs: Sequence[Node], attrs: dict[str, Any]) -> dict[str, An
     return _norm_dim(inputs, attrs)
 
 
+def _norm_channel_dim(inputs: Sequence[Node], attrs: dict[str, Any]) -> dict[str, Any]:
+    """`channel_dim` non-negative, and dropped when it is 1 (PyTorch's channel dim): a norm the layout pass
+    never moved keeps exactly the attributes it always had, so its graph and cache keys are unchanged."""
+    if "channel_dim" in attrs:
+        dim = _wrap(attrs.pop("channel_dim"), _rank(inputs[0]))
+        if dim != 1:
+            attrs["channel_dim"] = dim
+    return attrs
+
+
+def _norm_group_norm(inputs: Sequence[Node], attrs: dict[str, Any]) -> dict[str, Any]:
+    attrs = _norm_channel_dim(inputs, attrs)
+    if attrs.get("channel_dim") == 0:
+        raise ValueError("group_norm normalizes each sample: its channel_dim cannot be the batch dim 0")
+    return attrs
+
+
 # ------------------------------------------------------------------------------------------------ sources
 
 
@@ -188,6 +205,21 @@ def _batch_norm(a: Sequence[str], k: Mapping[str, Any]) -> str:
         f"torch.nn.functional.batch_norm({a[0]}, {rm}, {rv}, {w}, {b}, training={k['training']}, "
         f"momentum={literal(k['momentum'])}, eps={literal(k['eps'])})"
     )
+
+
+def _at_channel_dim(source: Source) -> Source:
+    """A norm whose channels are dim `channel_dim` (absent: 1): the PyTorch op on the view with that dim
+    moved to position 1 (the other dims keep their order), its result moved back. The layout pass sets it
+    on norms it runs on channels-last data (`rewrite/layout.py`); as ATen source, these two views make the
+    interpreter, shape inference and an ATen fallback exact for it."""
+
+    def moved(a: Sequence[str], k: Mapping[str, Any]) -> str:
+        dim = k.get("channel_dim", 1)
+        if dim == 1:
+            return source(a, k)
+        return f"{source([f'{a[0]}.movedim({dim}, 1)', *a[1:]], k)}.movedim(1, {dim})"
+
+    return moved
 
 
 def _linear(a: Sequence[str], k: Mapping[str, Any]) -> str:
@@ -385,8 +417,8 @@ def _build_table() -> dict[str, OpDef]:
     add("log_softmax", "softmax", _fn("torch.log_softmax({0}, dim={dim})"), _norm_softmax)
 
     add("layer_norm", "norm", _layer_norm)
-    add("group_norm", "norm", _group_norm)
-    add("batch_norm", "norm", _batch_norm)
+    add("group_norm", "norm", _at_channel_dim(_group_norm), _norm_group_norm)
+    add("batch_norm", "norm", _at_channel_dim(_batch_norm), _norm_channel_dim)
 
     add("cumsum", "scan", _fn("torch.cumsum({0}, dim={dim})"), _norm_dim)
     add("cumprod", "scan", _fn("torch.cumprod({0}, dim={dim})"), _norm_dim)

@@ -13,9 +13,12 @@ output on an H100) that channels-last skips.
 
 Then, bottom-up, each op reading `permute(a, p)` of a computed `a` runs on `a` instead, with the permute
 moved to its output: pointwise ops (their other operands permuted the inverse way, which folds into
-broadcasting), reductions over any dims (the dims mapped through p), softmax/log_softmax (the dim mapped).
-Ops the permute cannot pass (norm ops, pooling, reshapes, GEMMs) read the permuted view; the kernel or
-ATen call there pays for the strided access.
+broadcasting), reductions over any dims (the dims mapped through p), softmax/log_softmax (the dim mapped),
+BatchNorm and GroupNorm (their `channel_dim` attribute mapped: on NHWC data the channels are the last dim,
+so conv + norm + epilogue stay one reduction kernel over contiguous data, the running-stat mean and var
+of a training BatchNorm moving with it as ordinary reductions). Ops the permute cannot pass (LayerNorm
+over dims the permute reorders, pooling, reshapes, GEMMs) read the permuted view; the kernel or ATen call
+there pays for the strided access.
 
 Whether this wins depends on the graph (the input copy against the conv's gain; where permutes stop), so
 the compiler builds both layouts and keeps the faster verified one (`compiler.py`). Every rule is exact:
@@ -128,6 +131,20 @@ def softmax_through_permute(n: Node, ctx: RewriteContext) -> Node | None:
     return make_node("permute", [inner], dims=p)
 
 
+@rule("batch_norm", "group_norm",
+      summary="norm(permute(a)) -> permute(norm(a, channel_dim = the permuted channel dim))")
+def norm_through_permute(n: Node, ctx: RewriteContext) -> Node | None:
+    """The norm runs on `a` with its channels where they lie in `a` (the `channel_dim` attribute); the
+    weight, bias and running stats are per-channel vectors and stay as they are. BatchNorm's statistics
+    span every dim but the channels, so any permutation passes; GroupNorm's are per sample, so only one
+    that keeps the batch dim first."""
+    p = _moved_permute(n.inputs[0])
+    if p is None or (n.op == "group_norm" and p[0] != 0):
+        return None
+    attrs = {**n.attr_dict, "channel_dim": p[n.attr("channel_dim", 1)]}
+    return make_node("permute", [make_node(n.op, [n.inputs[0].inputs[0], *n.inputs[1:]], **attrs)], dims=p)
+
+
 @rule("copy", summary="copy(a) -> a for a computed, non-view a (already its own contiguous memory)")
 def redundant_copy(n: Node, ctx: RewriteContext) -> Node | None:
     a = n.inputs[0]
@@ -135,7 +152,7 @@ def redundant_copy(n: Node, ctx: RewriteContext) -> Node | None:
 
 
 RULES: tuple[Rule, ...] = (conv_channels_last, pointwise_through_permute, reduction_through_permute,
-                           softmax_through_permute, merge_permutes, redundant_copy)
+                           softmax_through_permute, norm_through_permute, merge_permutes, redundant_copy)
 
 
 def has_layout_choice(graph: Graph) -> bool:

@@ -65,25 +65,37 @@ def layer_norm(shape: tuple[int, ...], ndim: int, affine: bool) -> Graph:
     return Graph((x,), params, (y,))
 
 
-def group_norm(shape: tuple[int, ...], groups: int) -> Graph:
+def group_norm(shape: tuple[int, ...], groups: int, channel_dim: int = 1,
+               epilogue: str | None = None) -> Graph:
+    """GroupNorm with weight and bias; `channel_dim` 3 on [N, H, W, C] is the form the layout pass gives
+    a GroupNorm after a channels-last conv; `epilogue` a unary pointwise op applied to its output."""
     x = x_in(*shape)
-    params = (param_node("gn.weight", (shape[1],)), param_node("gn.bias", (shape[1],)))
-    y = make_node("group_norm", [x, *params], groups=groups, eps=1e-5, has_weight=True, has_bias=True)
+    c = shape[channel_dim]
+    params = (param_node("gn.weight", (c,)), param_node("gn.bias", (c,)))
+    y = make_node("group_norm", [x, *params], groups=groups, eps=1e-5, has_weight=True, has_bias=True,
+                  channel_dim=channel_dim)
+    if epilogue is not None:
+        y = make_node(epilogue, [y])
     return Graph((x,), params, (y,))
 
 
-def batch_norm_train(shape: tuple[int, ...], momentum: float = 0.1) -> Graph:
+def batch_norm_train(shape: tuple[int, ...], momentum: float = 0.1, channel_dim: int = 1,
+                     epilogue: str | None = None) -> Graph:
     """BatchNorm in training mode as capture writes it: the normalization node, and the running-stat
     updates as ordinary IR (mean, unbiased var) in `mutations`. The node itself takes no running stats
     (capture/aten.py): given them, its ATen source (F.batch_norm, training=True) would update them in
-    place, and the blend below would read the already-updated buffers."""
+    place, and the blend below would read the already-updated buffers. `channel_dim` 3 on [N, H, W, C]
+    is the form the layout pass gives it after a channels-last conv; `epilogue` a unary pointwise op
+    applied to its output."""
     x = x_in(*shape)
-    c = shape[1]
+    c = shape[channel_dim]
     w, b = param_node("bn.weight", (c,)), param_node("bn.bias", (c,))
     rm, rv = buffer_node("bn.running_mean", (c,)), buffer_node("bn.running_var", (c,))
     y = make_node("batch_norm", [x, w, b], training=True, momentum=momentum, eps=1e-5,
-                  has_weight=True, has_bias=True, has_running=False)
-    dims = (0, *range(2, len(shape)))
+                  has_weight=True, has_bias=True, has_running=False, channel_dim=channel_dim)
+    if epilogue is not None:
+        y = make_node(epilogue, [y])
+    dims = tuple(d for d in range(len(shape)) if d != channel_dim)
     mean = make_node("mean", [x], dims=dims)
     var = make_node("var", [x], dims=dims, correction=1)
 
@@ -170,6 +182,13 @@ CASES: dict[str, Callable[[], Graph]] = {
     "group_norm": lambda: group_norm((4, 12, 9, 11), 3),
     "group_norm_big": lambda: group_norm((2, 64, 56, 56), 8),
     "batch_norm_train": lambda: batch_norm_train((8, 6, 13, 11)),
+    # the norms on channels-last data (the layout pass's `channel_dim`): channels innermost
+    "batch_norm_train_1d": lambda: batch_norm_train((37, 24)),      # BatchNorm1d after a Linear
+    "batch_norm_train_nhwc": lambda: batch_norm_train((4, 6, 5, 24), channel_dim=3, epilogue="relu"),
+    "batch_norm_train_nhwc_odd": lambda: batch_norm_train((2, 3, 3, 130), channel_dim=3),
+    "group_norm_nhwc": lambda: group_norm((2, 7, 9, 32), 4, channel_dim=3, epilogue="relu"),
+    "group_norm_nhwc_instance": lambda: group_norm((3, 5, 7, 40), 40, channel_dim=3),
+    "group_norm_ndhwc": lambda: group_norm((2, 3, 4, 5, 16), 4, channel_dim=4),
     "sum_squares_epilogue": lambda: sum_of_squares_then_scale((17, 3000)),
     "cumsum_rows": lambda: one("cumsum", (7, 1000), dim=1),
     "cumsum_vec": lambda: one("cumsum", (5, 12288), dim=1),

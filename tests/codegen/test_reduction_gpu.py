@@ -95,7 +95,8 @@ def test_case_matches_pytorch(built, case):
 
 @pytest.mark.parametrize("case", ["softmax_odd", "layer_norm_affine", "sum_dim0", "argmax_middle",
                                   "cumsum_rows", "reverse_cumsum", "batch_norm_train",
-                                  "softmax_cluster2_odd", "layer_norm_cluster8", "group_norm_1_4mb_rows"])
+                                  "batch_norm_train_nhwc", "group_norm_nhwc", "softmax_cluster2_odd",
+                                  "layer_norm_cluster8", "group_norm_1_4mb_rows"])
 def test_non_contiguous_inputs(built, case):
     module, cases = built
     graph, group, kernel_name = cases[case]

@@ -41,6 +41,36 @@ def test_batch_norm_training_fuses_output_and_running_stat_updates():
     assert not [s for s in plan_fusion(graph).steps if isinstance(s, AtenStep)]
 
 
+def test_channels_last_batch_norm_fuses_like_the_channels_first_one():
+    """On [N, H, W, C] data (channel_dim 3) the channels are the kept, innermost dim: lanes own channels
+    (the column layout), and the running-stat blends, [C] vectors that are both keepdim rows and squeezed
+    ones, still join as row values (as on [N, C], where they used to stay two pointwise kernels)."""
+    graph = batch_norm_train((4, 6, 5, 24), channel_dim=3, epilogue="relu")
+    (group,) = groups_of(graph, "reduction")
+    ops = [n.op for n in group.nodes]
+    assert {"batch_norm", "relu", "mean", "var"} <= set(ops) and ops.count("add") == 2
+    assert len(group.outputs) == 3 and len(plan_fusion(graph).groups) == 1
+    spec = group.config[0]
+    assert spec.space.reduce == (0, 1, 2) and spec.space.rows == 24 and spec.layout == "column"
+    # the same on [N, C] (BatchNorm1d after a Linear)
+    (group,) = groups_of(CASES["batch_norm_train_1d"](), "reduction")
+    assert [n.op for n in group.nodes].count("add") == 2 and len(group.outputs) == 3
+
+
+def test_channels_last_group_norm_splits_the_last_dim_into_groups():
+    (group,) = groups_of(CASES["group_norm_nhwc"](), "reduction")
+    assert [n.op for n in group.nodes] == ["group_norm", "relu"]
+    spec = group.config[0]
+    assert spec.space.split == (1, 1, 1, 2) and spec.space.domain == (2, 7, 9, 4, 8)
+    assert spec.space.reduce == (1, 2, 4) and spec.space.rows == 8 and spec.space.row_length == 7 * 9 * 8
+    assert spec.layout == "row" and spec.vec == 4       # a group's 8 channels are contiguous
+    (group,) = groups_of(CASES["group_norm_ndhwc"](), "reduction")
+    assert group.config[0].space.domain == (2, 3, 4, 5, 4, 4) and group.config[0].space.reduce == (1, 2, 3, 5)
+    # one channel per group (instance norm): the kept (sample, channel) pairs are innermost
+    (group,) = groups_of(CASES["group_norm_nhwc_instance"](), "reduction")
+    assert group.config[0].space.rows == 3 * 40 and group.config[0].layout == "column"
+
+
 def test_layer_norm_by_hand_takes_three_passes():
     (group,) = groups_of(CASES["layer_norm_by_hand"](), "reduction")
     assert group.config[0].passes == 3     # mean, then mean of squared deviations, then the output

@@ -84,6 +84,39 @@ def test_softmax_scan_and_norm_dims_are_normalized():
     assert norm.shape == (2, 3, 4)
 
 
+def test_norm_channel_dim_is_the_pytorch_norm_with_that_dim_as_dim_1():
+    """`channel_dim` (set by the layout pass) means the op on the view with that dim moved to position 1;
+    1 is PyTorch's own meaning and is not stored, so unmoved norms keep their attributes."""
+    from kernelwright.ir.interpret import run_node
+
+    x = torch.randn(2, 5, 3, 8, dtype=torch.float64)
+    weight, bias = torch.randn(8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)
+    nchw = x.permute(0, 3, 1, 2)
+    leaves = [x_of(2, 5, 3, 8), param_node("w", (8,)), param_node("b", (8,))]
+    group = make_node("group_norm", leaves, groups=4, eps=1e-5, has_weight=True, has_bias=True,
+                      channel_dim=-1)
+    batch = make_node("batch_norm", leaves, training=True, momentum=0.1, eps=1e-5, has_weight=True,
+                      has_bias=True, has_running=False, channel_dim=3)
+    assert group.attr("channel_dim") == 3 and group.shape == batch.shape == (2, 5, 3, 8)
+    want = torch.nn.functional.group_norm(nchw, 4, weight, bias, 1e-5).permute(0, 2, 3, 1)
+    torch.testing.assert_close(run_node(group, [x, weight, bias]), want)
+    want = torch.nn.functional.batch_norm(nchw, None, None, weight, bias, training=True).permute(0, 2, 3, 1)
+    torch.testing.assert_close(run_node(batch, [x, weight, bias]), want)
+    # the batch dim may be BatchNorm's channels ([C, N] data); never GroupNorm's
+    first = make_node("batch_norm", [x_of(8, 5)], training=True, momentum=0.1, eps=1e-5, has_weight=False,
+                      has_bias=False, has_running=False, channel_dim=0)
+    values = torch.randn(8, 5, dtype=torch.float64)
+    torch.testing.assert_close(run_node(first, [values]),
+                               torch.nn.functional.batch_norm(values.t(), None, None, training=True).t())
+    with pytest.raises(ValueError, match="channel_dim"):
+        make_node("group_norm", [x_of(8, 5)], groups=1, eps=1e-5, has_weight=False, has_bias=False,
+                  channel_dim=0)
+    unmoved = make_node("group_norm", [x_of(2, 8, 3)], groups=4, eps=1e-5, has_weight=False, has_bias=False,
+                        channel_dim=1)
+    assert "channel_dim" not in unmoved.attr_dict
+    assert "movedim" not in aten_source("group_norm", ["x"], unmoved.attrs)
+
+
 def test_views_permutes_and_expand():
     x = x_of(2, 3, 4)
     reshaped = make_node("reshape", [x], shape=(-1, 4))

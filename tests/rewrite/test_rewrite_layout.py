@@ -1,12 +1,13 @@
 """The channels-last layout pass (rewrite/layout.py): convolutions on NHWC data, permutes pushed down through
-pointwise ops, reductions and softmax; every result checked by the interpreter against the original."""
+pointwise ops, reductions, softmax and BatchNorm/GroupNorm; every result checked by the interpreter against
+the original."""
 
 from __future__ import annotations
 
 import pytest
 from rewrite_checks import KINDS, assert_honest, graph_of, p, x_in
 
-from kernelwright.ir.ops import aten_source, make_node
+from kernelwright.ir.ops import aten_source, buffer_node, const_node, make_node
 from kernelwright.rewrite.layout import channels_last, has_layout_choice
 
 
@@ -72,12 +73,95 @@ def test_broadcast_operands_and_other_inputs_follow_the_layout():
     assert_honest(before, after, kinds=KINDS)
 
 
-def test_ops_the_permute_cannot_pass_read_the_permuted_view():
-    y = conv(x_in((2, 4, 5, 5)), out_channels=8)
-    before = graph_of([make_node("group_norm", [y], groups=2, eps=1e-5, has_weight=False, has_bias=False)])
+def batch_norm_train(y, *, affine: bool = True, momentum: float = 0.1):
+    """Training-mode BatchNorm as capture writes it: the normalizing node (batch statistics, no running
+    stats) and the running-stat updates as mean/var reductions blended into the buffers (mutations)."""
+    c = y.shape[1]
+    params = [p("bn.weight", (c,)), p("bn.bias", (c,))] if affine else []
+    out = make_node("batch_norm", [y, *params], training=True, momentum=momentum, eps=1e-5,
+                    has_weight=affine, has_bias=affine, has_running=False)
+    dims = (0, *range(2, len(y.shape)))
+    updates = []
+    for stat, batch in (("mean", make_node("mean", [y], dims=dims)),
+                        ("var", make_node("var", [y], dims=dims, correction=1))):
+        old = buffer_node(f"bn.running_{stat}", (c,))
+        blend = make_node("add", [make_node("mul", [old, const_node(1 - momentum)]),
+                                  make_node("mul", [batch, const_node(momentum)])])
+        updates.append((f"bn.running_{stat}", blend))
+    probe = graph_of([out], training=True)
+    buffers = tuple(update.inputs[0].inputs[0] for _, update in updates)
+    return probe.with_(params=probe.params + buffers, mutations=tuple(updates))
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_training_batch_norm_after_a_conv_normalizes_the_channels_last_data(affine):
+    y = conv(x_in((3, 4, 7, 5)), out_channels=6)
+    before = batch_norm_train(make_node("relu", [y]), affine=affine)
     after, _ = channels_last(before)
+    norm = next(n for n in after.nodes() if n.op == "batch_norm")
+    assert norm.attr("channel_dim") == 3 and norm.inputs[0].op == "relu"
+    assert norm.inputs[0].inputs[0].op == "add" and the_conv(after).attr("channels_last")
+    # the running statistics reduce the same NHWC data over its non-channel dims
+    stats = [n for n in after.nodes() if n.op in ("mean", "var")]
+    assert [n.attr("dims") for n in stats] == [(0, 1, 2)] * 2
+    assert all(n.inputs[0] is norm.inputs[0] for n in stats)
+    assert after.outputs[0].op == "permute" and after.outputs[0].inputs[0] is norm
+    assert_honest(before, after, kinds=KINDS)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 6])
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm_after_a_conv_normalizes_the_channels_last_data(groups, affine):
+    y = conv(x_in((2, 3, 7, 5)), out_channels=6)
+    params = [p("gn.weight", (6,)), p("gn.bias", (6,))] if affine else []
+    norm = make_node("group_norm", [y, *params], groups=groups, eps=1e-5, has_weight=affine, has_bias=affine)
+    before = graph_of([make_node("sigmoid", [norm])])
+    after, _ = channels_last(before)
+    moved = next(n for n in after.nodes() if n.op == "group_norm")
+    assert moved.attr("channel_dim") == 3 and moved.inputs[0].op == "add"
+    assert moved.inputs[1:] == tuple(params)
+    out = after.outputs[0]
+    assert out.op == "permute" and out.inputs[0].op == "sigmoid" and out.inputs[0].inputs[0] is moved
+    assert_honest(before, after, kinds=KINDS)
+
+
+def test_group_norm_after_a_conv3d_has_its_channels_in_dim_4():
+    y = conv(x_in((2, 3, 3, 5, 4)), out_channels=4)
+    before = graph_of([make_node("group_norm", [y, p("gn.weight", (4,)), p("gn.bias", (4,))], groups=2,
+                                 eps=1e-5, has_weight=True, has_bias=True)])
+    after, _ = channels_last(before)
+    assert next(n for n in after.nodes() if n.op == "group_norm").attr("channel_dim") == 4
+    assert_honest(before, after, kinds=KINDS)
+
+
+def test_norms_pass_a_permute_that_moves_the_batch_dim_only_when_batch_statistics_allow():
+    """BatchNorm reduces every dim but its channels, so any permutation passes (here the channels land in
+    dim 0 of the data); GroupNorm normalizes each sample, so a permute moving the batch dim stays."""
+    y = make_node("permute", [conv(x_in((2, 4, 5, 3)), out_channels=5)], dims=(1, 0, 2, 3))
+    channels_first = batch_norm_train(y)
+    after, _ = channels_last(channels_first)
+    assert next(n for n in after.nodes() if n.op == "batch_norm").attr("channel_dim") == 0
+    assert_honest(channels_first, after, kinds=KINDS)
+    grouped = graph_of([make_node("group_norm", [y], groups=2, eps=1e-5, has_weight=False, has_bias=False)])
+    after, _ = channels_last(grouped)
     norm = after.outputs[0]
-    assert norm.op == "group_norm" and norm.inputs[0].op == "permute"
+    assert norm.op == "group_norm" and norm.inputs[0].op == "permute" and "channel_dim" not in norm.attr_dict
+    assert_honest(grouped, after, kinds=KINDS)
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "max_pool"])
+def test_ops_the_permute_cannot_pass_read_the_permuted_view(op):
+    y = conv(x_in((2, 4, 5, 5)), out_channels=8)
+    if op == "layer_norm":     # over the spatial dims, which NHWC data does not hold innermost
+        out = make_node("layer_norm", [y], normalized_ndim=2, normalized_shape=(5, 5), eps=1e-5,
+                        has_weight=False, has_bias=False)
+    else:
+        out = make_node("max_pool", [y], kernel=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1),
+                        ceil_mode=False)
+    before = graph_of([out])
+    after, _ = channels_last(before)
+    stopped = after.outputs[0]
+    assert stopped.op == op and stopped.inputs[0].op == "permute"
     assert_honest(before, after, kinds=KINDS)
 
 
