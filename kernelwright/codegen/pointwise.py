@@ -407,8 +407,11 @@ def _tiled_holes(group: FusedGroup, operands: list[Operand], sizes: tuple[int, .
     if len(live) >= 2:
         transposing = [k for k, st in enumerate(strides) if st[dim_l] not in (0, 1)]
         unit = [[d for d in live if d != dim_l and st[d] == 1] for st in strides]
-        if transposing and unit[transposing[0]] and all(unit[transposing[0]][0] in unit[k] for k in transposing):
-            dim_t, tile = unit[transposing[0]][0], set(transposing)
+        first = unit[transposing[0]] if transposing else []
+        if first and all(first[0] in unit[k] for k in transposing):
+            dim_t, tile = first[0], set(transposing)
+
+    untiled = [k for k in range(len(inputs)) if k not in tile]
 
     def load(k: int) -> str:
         return (f"kw::load<{inputs[k]}, kCache>(p.in{k} + base[{k}] + t * kTiledStrides[{k}][kDimT] + "
@@ -422,8 +425,8 @@ def _tiled_holes(group: FusedGroup, operands: list[Operand], sizes: tuple[int, .
         "TILE_DECLS": "\n".join(f"  __shared__ {inputs[k]} tile{k}[kTileSize][kTileSize + 1];"
                                 for k in sorted(tile)),
         "TILE_LOADS": "\n".join(f"      tile{k}[r][lane] = {load(k)};" for k in sorted(tile)),
-        "TILED_REG_DECLS": "\n".join(f"  {inputs[k]} x{k}[kPer];" for k in range(len(inputs)) if k not in tile),
-        "TILED_REG_LOADS": "\n".join(f"      x{k}[i] = {load(k)};" for k in range(len(inputs)) if k not in tile),
+        "TILED_REG_DECLS": "\n".join(f"  {inputs[k]} x{k}[kPer];" for k in untiled),
+        "TILED_REG_LOADS": "\n".join(f"      x{k}[i] = {load(k)};" for k in untiled),
         "TILED_CALL": ", ".join([f"tile{k}[lane][r]" if k in tile else f"x{k}[i]" for k in range(len(inputs))]
                                 + [f"p.out{k}[o]" for k in range(n_outputs)]),
     }
