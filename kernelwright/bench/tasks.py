@@ -48,11 +48,16 @@ def run_task(task: BenchTask, options: JudgeOptions, judge_factory: JudgeFactory
     rows: list[dict] = []
 
     def add(row: dict, started: float) -> None:
-        row["seconds"] = round(time.monotonic() - started, 2)
+        row["seconds"] = round(time.monotonic() - started + (row.get("optimize_seconds") or 0), 2)
         rows.append(row)
         if emit:
             emit(row)
 
+    # `kernelwright optimize` runs before the judge starts its reference worker, whose model, inputs and
+    # cached allocator blocks would otherwise hold GPU memory the compiler needs (a 4.5 GiB problem's
+    # optimize ran out of memory beside its own bench's reference, alone on the GPU).
+    optimized = {run.system: _optimize_run(task, run, options.build_timeout_s)
+                 for run in task.runs if run.kind == "kernelwright"}
     started = time.monotonic()
     try:
         judge = judge_factory(task.problem_path, options)
@@ -69,30 +74,36 @@ def run_task(task: BenchTask, options: JudgeOptions, judge_factory: JudgeFactory
                     reference = reference or judge.reference_report()
                     row = reference_row(task, run, reference)
                 else:
-                    row = _judge_candidate(judge, task, run, options.build_timeout_s)
+                    row = _judge_candidate(judge, task, run, optimized.get(run.system))
             except KernelwrightError as exc:  # the reference Model failed (out of memory: `oom`)
                 row = reference_failure_row(task, run, str(exc))
             add(row, started)
     return rows
 
 
-def _judge_candidate(judge, task: BenchTask, run: SystemRun, optimize_timeout_s: float) -> dict:
-    optimize_seconds = profile = None
-    if run.kind == "kernelwright":
-        started = time.monotonic()
-        error, status, profile = optimize(task.problem_path, Path(run.candidate), optimize_timeout_s)
-        optimize_seconds = round(time.monotonic() - started, 2)
-        if error:
-            row = failure_row(task, run, status, error)
-            row.update(optimize_seconds=optimize_seconds, optimize_profile=profile)
-            return row
+def _optimize_run(task: BenchTask, run: SystemRun, timeout_s: float) -> dict:
+    """`kernelwright optimize` for a kernelwright run: its failure row (None when it wrote the candidate),
+    wall time and profile."""
+    started = time.monotonic()
+    error, status, profile = optimize(task.problem_path, Path(run.candidate), timeout_s)
+    seconds = round(time.monotonic() - started, 2)
+    failure = failure_row(task, run, status, error) if error else None
+    return {"failure": failure, "optimize_seconds": seconds, "optimize_profile": profile}
+
+
+def _judge_candidate(judge, task: BenchTask, run: SystemRun, optimized: dict | None) -> dict:
+    extra = {"optimize_seconds": None, "optimize_profile": None}
+    if optimized is not None:
+        extra = {k: optimized[k] for k in extra}
+        if optimized["failure"] is not None:
+            return {**optimized["failure"], **extra}
     if run.kind == "copy":
         Path(run.candidate).parent.mkdir(parents=True, exist_ok=True)
         Path(run.candidate).write_text(copy_candidate(Path(task.problem_path).read_text()))
     if run.candidate is None:
         return missing_row(task, run)
     row = candidate_row(task, run, judge.evaluate(run.candidate))
-    row.update(optimize_seconds=optimize_seconds, optimize_profile=profile)
+    row.update(extra)
     return row
 
 
@@ -122,12 +133,19 @@ def optimize(problem_path: str, output: Path, timeout_s: float) -> tuple[str | N
     profile = json.loads(profile_path.read_text()) if profile_path.is_file() else None
     profile_path.unlink(missing_ok=True)
     if process.returncode != 0 or not output.is_file():
-        error = f"`kernelwright optimize` exited with {process.returncode}: {trim(log.strip()[-2000:])}"
+        error = f"`kernelwright optimize` exited with {process.returncode}: {what_optimize_said(log)}"
         if process.returncode == ENVIRONMENT_EXIT:
             status = "oom" if "out of" in log and "memory" in log else "bench_error"
             return f"environment failure, not a verdict: {error}", status, profile
         return error, "optimize_error", profile
     return None, "", profile
+
+
+def what_optimize_said(log: str) -> str:
+    """The error `kernelwright optimize` printed (after its last "error:", rewrapped; its start holds an
+    OOM's cause, "Tried to allocate ..."), else the end of its log."""
+    at = log.rfind("error:")
+    return trim(" ".join(log[at + len("error:"):].split()) if at >= 0 else log.strip()[-2000:])
 
 
 def main(argv: list[str] | None = None) -> int:

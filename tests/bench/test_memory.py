@@ -311,3 +311,40 @@ def test_a_task_killed_by_the_host_oom_killer_runs_again_alone_on_the_host():
     run_pool(tasks, workers, execute, lambda task, rows: finished.extend(rows))
     assert len(attempts) == 2 and attempts[1] == 1
     assert {r["problem"]: r["status"] for r in finished}["level1/2_X"] == "correct"
+
+
+def test_optimize_runs_before_the_reference_worker_holds_gpu_memory(tiny_suite, tmp_path, monkeypatch):
+    """The judge's reference worker keeps the model, inputs and allocator blocks between candidates;
+    `kernelwright optimize` runs before it starts, so the compiler has that memory (a 4.5 GiB problem's
+    optimize ran out of memory beside its own bench's reference)."""
+    events = []
+
+    def optimize(problem_path, output, timeout_s):
+        events.append("optimize")
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text("class ModelNew: pass\n")
+        return None, "", {"stages": []}
+
+    class OrderJudge(FakeJudge):
+        def __init__(self, *args):
+            events.append("judge")
+            super().__init__(*args)
+
+    monkeypatch.setattr("kernelwright.bench.tasks.optimize", optimize)
+    candidate = str(tmp_path / "kw" / "01_ReLU.py")
+    task = BenchTask("level1/01_ReLU", str(tiny_suite / "level1" / "01_ReLU.py"), "1", "c",
+                     (SystemRun("eager", "reference"), SystemRun("kernelwright", "kernelwright", candidate)))
+    rows = run_task(task, JudgeOptions(device="cpu"), judge_factory=OrderJudge)
+    assert events == ["optimize", "judge"]
+    assert [row["status"] for row in rows] == ["correct", "correct"]
+    assert rows[1]["optimize_seconds"] is not None and rows[1]["optimize_profile"] == {"stages": []}
+
+
+def test_an_optimize_failure_keeps_the_start_of_its_error():
+    from kernelwright.bench.tasks import what_optimize_said
+
+    log = ("stage table\n" * 300 + "error: out of GPU memory while measuring the kernels: Tried to "
+           "allocate\n  48.00 GiB. GPU 0 has a total capacity of 79.19 GiB" + " x" * 1000)
+    said = what_optimize_said(log)
+    assert said.startswith("out of GPU memory while measuring the kernels: Tried to allocate 48.00 GiB.")
+    assert what_optimize_said("Traceback ...\nBoom") == "Traceback ...\nBoom"
