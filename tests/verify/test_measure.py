@@ -48,3 +48,19 @@ def test_within_the_table_needs_no_oracle():
     (aten,) = run_group_with_aten(group, [a, b], CPU)
     verdict = group_verdict(group, [a, b], [aten], [aten.clone()], "default", CPU)
     assert verdict["status"] == "correct" and verdict["detail"] == ""
+
+
+def test_group_outputs_are_measured_in_the_layout_kernels_write():
+    """A strided ATen value of a group output (CUDA group_norm's NCHW result behind an NHWC view) is
+    handed to the kernels that read it dense, as the emitted forward will; graph inputs stay as given."""
+    from kernelwright.verify.measure import _as_kernels_write
+
+    x = input_node("x", 0, (2, 3, 4, 5))
+    y = make_node("relu", [x])
+    group = FusedGroup(family="pointwise", nodes=(y,), inputs=(x,), outputs=(y,))
+    strided = torch.randn(2, 5, 3, 4).movedim(1, 3)
+    values = {id(x): strided, id(y): strided.clone(memory_format=torch.preserve_format).movedim(0, 0)}
+    assert not values[id(y)].is_contiguous()
+    _as_kernels_write([group], values)
+    assert values[id(y)].is_contiguous() and torch.equal(values[id(y)], strided)
+    assert values[id(x)] is strided
