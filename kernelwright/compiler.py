@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from kernelwright import result_cache
+from kernelwright import gpumem, result_cache
 from kernelwright.codegen.binding import assemble
 from kernelwright.codegen.build import (
     BuildError,
@@ -445,6 +445,7 @@ class _Pipeline:
         with self.stages_of(variant).run("replay") as note:
             source = self.emit(on, "being timed").source
             step_ms, replay_ms, failure = _time_replay(source, self.problem)
+            gpumem.release()  # the probe's ModelNew and graph pools live in a reference cycle
             note.append(failure or f"step by step {step_ms:.3f} ms, replayed {replay_ms:.3f} ms")
         if failure:
             self.result.notes.append(f"CUDA graph replay: off ({failure})")
@@ -460,11 +461,12 @@ class _Pipeline:
         """The judge's verdict on the emitted file of `variant`; an environment failure raised (or, where
         allowed, the unverified file emitted and None returned)."""
         source = self.emit(variant, "being judged").source
+        gpumem.release()  # what measuring and timing left cached here belongs to the judge's workers now
         with self.stages.run("judge") as note:
             verdict = _judge(self.judge_session, source)
             note.append(_verdict_line(verdict))
         self.result.verdict = verdict
-        others = _others_gib() if verdict["status"] in ("oom", "timeout") else 0.0
+        others = gpumem.others_bytes() / 2**30 if verdict["status"] in ("oom", "timeout") else 0.0
         if others * 2**30 > SHARED_GPU_BYTES:
             cause = (f"the judge's run ended in {verdict['status']} while other processes held "
                      f"{others:.1f} GiB of GPU memory")
@@ -660,13 +662,6 @@ def _judge(judge, source: str) -> dict:
         return judge.evaluate(handle.name)
     finally:
         Path(handle.name).unlink(missing_ok=True)
-
-
-def _others_gib() -> float:
-    """GiB of this GPU's memory held by other processes (ours subtracted; about 0.5 GiB of it is our own
-    CUDA context)."""
-    free, total = torch.cuda.mem_get_info()
-    return (total - free - torch.cuda.memory_reserved()) / 2**30
 
 
 def _first_line(exc: BaseException) -> str:
