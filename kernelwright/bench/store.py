@@ -18,8 +18,10 @@ from pathlib import Path
 from kernelwright.errors import UsageError
 
 RESULTS_FILE = "results.jsonl"
-# The environment's failures, not the systems': --resume runs them again.
+# The environment's failures, not the systems': --resume runs them again (as it does a row whose detail
+# says so: `kernelwright optimize` exiting for the machine's sake, tasks.py).
 REDONE_STATUSES = ("bench_error", "host_oom")
+ENVIRONMENT_DETAIL = "environment failure, not a verdict"
 RUN_FILE = "run.json"
 DEFAULT_ROOT = Path("bench") / "results"
 
@@ -68,7 +70,7 @@ class ResultsStore:
 
     def done_keys(self) -> set[tuple[str, str]]:
         """(problem, system) keys that --resume skips: every row except the environment's failures."""
-        return {(r["problem"], r["system"]) for r in self.latest_rows() if r["status"] not in REDONE_STATUSES}
+        return {(r["problem"], r["system"]) for r in self.latest_rows() if not _redone(r)}
 
     def append(self, rows: list[dict]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -119,3 +121,6 @@ def require_results(directory: str | Path) -> ResultsStore:
         raise UsageError(f"{directory}: no {RESULTS_FILE} here (a folder written by `kernelwright bench`)")
     return store
 
+
+def _redone(row: dict) -> bool:
+    return row["status"] in REDONE_STATUSES or str(row.get("detail") or "").startswith(ENVIRONMENT_DETAIL)

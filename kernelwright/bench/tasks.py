@@ -29,6 +29,7 @@ from kernelwright.bench.rows import (
     reference_row,
     trim,
 )
+from kernelwright.bench.store import ENVIRONMENT_DETAIL
 from kernelwright.bench.systems import copy_candidate
 from kernelwright.errors import KernelwrightError
 from kernelwright.judge.options import JudgeOptions
@@ -136,7 +137,7 @@ def optimize(problem_path: str, output: Path, timeout_s: float) -> tuple[str | N
         error = f"`kernelwright optimize` exited with {process.returncode}: {what_optimize_said(log)}"
         if process.returncode == ENVIRONMENT_EXIT:
             status = "oom" if "out of" in log and "memory" in log else "bench_error"
-            return f"environment failure, not a verdict: {error}", status, profile
+            return f"{ENVIRONMENT_DETAIL}: {error}", status, profile
         return error, "optimize_error", profile
     return None, "", profile
 

@@ -68,6 +68,9 @@ def test_resume_redoes_the_environments_failures_only(tmp_path):
     store = ResultsStore(tmp_path)
     store.append([{"problem": "p", "system": system, "status": status} for system, status in
                   [("a", "bench_error"), ("b", "host_oom"), ("c", "oom"), ("d", "problem_error")]])
+    # `kernelwright optimize` that exited for the machine's sake (its row status oom, its detail saying so)
+    store.append([{"problem": "p", "system": "e", "status": "oom",
+                   "detail": "environment failure, not a verdict: `kernelwright optimize` exited with 4"}])
     assert store.done_keys() == {("p", "c"), ("p", "d")}
 
 
