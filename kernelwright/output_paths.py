@@ -41,7 +41,23 @@ def check_output_dir(path: str | Path, flag: str = "--output-dir") -> Path:
         existing = existing.parent
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {path}: cannot create or write into it ({existing} is not writable)")
+    if existing != path:
+        # a writable-looking ancestor is not proof (root "may write" /proc, and cannot mkdir in it): make the
+        # folders and take them away again, so that a usage error later leaves nothing behind
+        make_output_dir(path, flag)
+        made = path
+        while made != existing:
+            made.rmdir()
+            made = made.parent
     return path
+
+
+def make_output_dir(path: Path, flag: str = "--output-dir") -> None:
+    """Create a folder checked by `check_output_dir` (a writable ancestor is not always enough: /proc)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot create it ({exc.strerror or exc})") from exc
 
 
 def write_output_file(path: Path, text: str, force: bool) -> None:

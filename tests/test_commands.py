@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kernelwright.problem_files import bundled_problem_ids, resolve_problem_path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -179,3 +181,17 @@ def test_capture_json_into_a_closed_pipe_exits_quietly():
     result = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=300)
     assert result.stdout.splitlines() == ["status=141"]
     assert result.stderr == ""
+
+
+def test_output_dir_check_leaves_nothing_behind(tmp_path):
+    """check_output_dir proves a missing folder can be made by making it, then takes it away again (a later
+    usage error must not leave empty folders); one that cannot be made is a usage error."""
+    from kernelwright.errors import UsageError
+    from kernelwright.output_paths import check_output_dir
+
+    target = tmp_path / "a" / "b" / "c"
+    assert check_output_dir(target) == target and not (tmp_path / "a").exists()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(UsageError):
+        check_output_dir(blocker / "sub")

@@ -154,3 +154,6 @@ def test_output_paths_are_checked_before_any_work(tmp_path):
     assert (tmp_path / "out" / "branchy_new.py").is_file()
     result = optimize_cli("--output-dir", str(keep))
     assert result.returncode == 2 and "not a directory" in result.stderr
+    # a folder that cannot be made although its parent looks writable (root may write /proc, not mkdir in it)
+    result = optimize_cli("--output-dir", "/proc/kernelwright_out")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -6,6 +6,7 @@ shows what the candidate's process is doing (which extension, which compiler).""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from kernelwright.errors import UsageError
 from kernelwright.judge.options import JudgeOptions
@@ -72,6 +73,7 @@ def run(args) -> int:
     if args.tolerance not in preset_names():
         choices = " or ".join(preset_names())
         raise UsageError(f"--tolerance {args.tolerance}: no such preset; choose {choices}")
+    _check_candidate_path(args.candidate)
     with Console(stderr=True).status("judging") as status, \
             watch_steps(lambda step: status.update(f"judging: {escape(step)}")):
         verdict = evaluate(args.problem, args.candidate, options_from_args(args))
@@ -81,6 +83,16 @@ def run(args) -> int:
         print_verdict(verdict)
     passing = "builds" if args.compile_only else "correct"
     return 0 if verdict["status"] == passing else 1
+
+
+def _check_candidate_path(candidate: str) -> None:
+    """A candidate path that names nothing readable is the user's mistake (exit 2), not a verdict; a file
+    that is there but unreadable as code is judged (rejected) like any bad answer."""
+    path = Path(candidate)
+    if not path.exists():
+        raise UsageError(f"{candidate}: no such candidate file")
+    if path.is_dir():
+        raise UsageError(f"{candidate}: is a directory, not a candidate file")
 
 
 def _static(args) -> int:

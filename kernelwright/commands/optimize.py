@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernelwright.errors import UsageError
-from kernelwright.output_paths import add_force_flag, check_output_dir, check_output_file, write_output_file
+from kernelwright.output_paths import (
+    add_force_flag,
+    check_output_dir,
+    check_output_file,
+    make_output_dir,
+    write_output_file,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -137,7 +143,7 @@ def _output_path(args, problem_path: Path) -> Path:
         raise UsageError("give -o FILE or --output-dir DIR, not both")
     if args.output_dir:
         flag, output = "--output-dir", check_output_dir(args.output_dir) / default_name
-        output.parent.mkdir(parents=True, exist_ok=True)
+        make_output_dir(output.parent)
     else:
         flag, output = "-o", Path(args.output or default_name)
     if output.resolve() == problem_path.resolve():

@@ -41,6 +41,14 @@ def test_device_cuda_without_gpu_is_a_usage_error(capsys):
     assert code == 2 and "--device cpu" in capsys.readouterr().err
 
 
+def test_a_candidate_path_naming_nothing_is_a_usage_error(tmp_path, capsys):
+    """A missing file or a folder is the user's typo (exit 2, one line), not a 'rejected' verdict."""
+    for candidate, why in ((tmp_path / "nosuch.py", "no such candidate file"), (tmp_path, "is a directory")):
+        code = main(["eval", str(PROBLEMS / "gelu.py"), str(candidate), "--device", "cpu"])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and why in err and len(err.splitlines()) == 1
+
+
 def test_unknown_tolerance_is_a_usage_error(capsys):
     assert main(["eval", "p.py", "c.py", "--tolerance", "loose"]) == 2
     assert "--tolerance loose: no such preset; choose default or kernelbench" in capsys.readouterr().err
