@@ -195,3 +195,19 @@ def test_output_dir_check_leaves_nothing_behind(tmp_path):
     blocker.write_text("x")
     with pytest.raises(UsageError):
         check_output_dir(blocker / "sub")
+
+
+def test_capture_of_a_forward_that_fails_on_its_inputs_is_one_line(tmp_path):
+    """An op that fails on the fake tensors (a shape error in forward): torch logs the op's traceback at
+    ERROR; the user sees only the one-line error."""
+    problem = tmp_path / "shape_bug.py"
+    problem.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                       "    def __init__(self):\n        super().__init__()\n"
+                       "        self.fc = nn.Linear(8, 8)\n\n"
+                       "    def forward(self, x):\n        return self.fc(x)\n\n\n"
+                       "def get_inputs():\n    return [torch.randn(4, 9)]\n\n\n"
+                       "def get_init_inputs():\n    return []\n")
+    result = kernelwright("capture", str(problem))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "must have same reduction dim" in result.stderr

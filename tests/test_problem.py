@@ -113,3 +113,17 @@ def test_bundled_estimates_are_current():
     """`kernelwright problems` reads sizes from problems/estimates.json (no torch); after changing a problem,
     `python -m kernelwright.problem_estimates` rewrites it."""
     assert bundled_estimates() == bundled_estimates_now()
+
+
+@pytest.mark.parametrize("filename", sorted(MALFORMED))
+def test_optimize_of_a_malformed_problem_is_one_line_and_writes_nothing(filename, tmp_path, capsys):
+    """A problem that does not load, build or make its inputs is the user's to fix: exit 2, a one-line
+    error, no ModelNew file (not a whole-model fallback that hides it)."""
+    from kernelwright.cli import main
+
+    output = tmp_path / "new.py"
+    code = main(["optimize", str(CORPUS / filename), "--no-verify", "-o", str(output), "--fresh"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and not output.exists()
+    last = err.splitlines()[-1]  # after the progress header, if it got that far
+    assert last.startswith("error:") and MALFORMED[filename] in last and "Traceback" not in err

@@ -19,7 +19,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from kernelwright.capture.aten import IGNORED_OPS, LOWERINGS
-from kernelwright.errors import CaptureError, KernelwrightError, ProblemInputsError
+from kernelwright.errors import CaptureError, KernelwrightError, ProblemInputsError, ProblemLoadError
 from kernelwright.problem import DEFAULT_SEED, Problem
 
 # Composite ops the IR keeps whole (docs/ir.md) although torch's default table would decompose them:
@@ -83,22 +83,25 @@ def export_problem(
 
 @contextlib.contextmanager
 def _quiet_torch() -> Iterator[None]:
-    """Silence what torch.export writes itself: pytree deprecation notices, symbolic-shape warnings, and the
-    partial graph it prints to stderr on failure. Failures still surface, as one CaptureError message."""
+    """Silence what torch.export writes itself: pytree deprecation notices, symbolic-shape warnings, the
+    partial graph it prints to stderr on failure and fake-tensor tracebacks. Failures still surface, as one
+    CaptureError message."""
     loggers = [logging.getLogger(name) for name in _NOISY_LOGGERS]
     levels = [logger.level for logger in loggers]
     try:
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore", FutureWarning)
             for logger in loggers:
-                logger.setLevel(logging.ERROR)
+                logger.setLevel(logging.CRITICAL)
             yield
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
 
 
-_NOISY_LOGGERS = ("torch.fx.experimental.symbolic_shapes", "torch.export", "torch._export.non_strict_utils")
+# fake_tensor logs the traceback of an op that fails on fake tensors (a shape error in forward) at ERROR
+_NOISY_LOGGERS = ("torch.fx.experimental.symbolic_shapes", "torch.export", "torch._export.non_strict_utils",
+                  "torch._subclasses.fake_tensor")
 
 
 def needs_decomposition(program: torch.export.ExportedProgram) -> bool:
@@ -124,6 +127,8 @@ def _build_fake(problem: Problem, seed: int) -> tuple[torch.nn.Module, list]:
     except KernelwrightError:
         try:
             model = problem.build_model(seed)
+        except ProblemLoadError:
+            raise  # the constructor fails on real tensors too: the problem's error, not capture's
         except KernelwrightError as exc:
             raise CaptureError(f"{problem.id}: cannot build the model: {exc}") from exc
     try:
@@ -132,6 +137,7 @@ def _build_fake(problem: Problem, seed: int) -> tuple[torch.nn.Module, list]:
     except ProblemInputsError:
         raise  # wrong on any tensors, fake or not: the problem's error, not capture's
     except KernelwrightError as exc:
+        problem.inputs(seed)  # raises if get_inputs() fails on real tensors too: the problem's error
         raise CaptureError(f"{problem.id}: cannot build the inputs on fake tensors: {exc}") from exc
     return model, inputs
 
