@@ -4,18 +4,26 @@ than a fixed count (DESIGN.md §7; admission itself is in admission.py).
 A task's processes on its GPU at its busiest moment (R: the reference's peak, C: the candidate's):
 - the judge's reference process (the Model, a trial's inputs and outputs, the timing runs): R;
 - while a candidate is judged, its own process beside it: + C (measured when known, else R);
-- the kernelwright system first runs `kernelwright optimize`: its process measures the model's groups on
-  the real values (R) and its own judge starts another reference and candidate (R + C), while the
-  bench's reference process stays loaded: 3R + C in four processes.
+- the kernelwright system first runs `kernelwright optimize`, before the bench's reference process starts
+  (tasks.py): its process measures the model's groups on the real values (R) while its own judge's
+  reference loads (R), then gives its memory back and that judge runs the candidate beside its reference
+  (R + C): at most 2R + C in three processes.
 Each process also holds a CUDA context, cuBLAS/cuDNN workspaces and the judge's L2 flush buffer, which
 torch's allocator statistics do not count (PROCESS_BYTES), and the caching allocator reserves more than
 its peak allocation (ALLOCATOR_SLACK).
 
 R is the judge's measured peak (`verdict["memory"]`), cached per problem source, GPU model and torch
 version under `<cache>/memory/`; before any measurement, a static estimate that uses no GPU: the Model
-built and get_inputs() called under `torch.device("meta")` (shapes only, nothing allocated),
-(parameters + inputs + outputs) x STATIC_FACTOR. When even that fails (a problem that insists on a real
-device), the need is unknown and the task runs alone on its GPU.
+built and run under `torch.device("meta")` (shapes only, nothing allocated): parameters + inputs + the
+STATIC_LIVE largest results of its ops (the values a forward holds at once: a chain's input, conv output
+and norm output) + STATIC_FIXED_BYTES (workspaces, the judge's own buffers). Held against 38 problems'
+measured peaks (H100, bench/results/ of 2026-11-24..26) it is at most 26% under (ConvTranspose2d 0.63 vs
+0.85 GiB) and at most 0.14 GiB over (the fixed part, on batch-1 networks); ReLU 1.75
+vs 1.60, Conv2d+GroupNorm+min 1.48 vs 1.34, a 4.5 GiB ConvTranspose3d chain 18.25 vs 18.10. The former
+(parameters + inputs + outputs) x 2 was up to 5.7x under for conv chains and small CNNs (SmallCNN 0.12
+vs 0.69 GiB) and 1.9x over for elementwise ops. When the forward fails on meta tensors that formula
+stands; when even the model does not build there (a problem that insists on a real device), the need is
+unknown and the task runs alone on its GPU.
 
 `python -m kernelwright.bench.memory PROBLEM.py...` prints the static estimates as JSON: the bench runs it
 in a child process with no GPU visible, so a problem that allocates for real costs that process only.
@@ -39,9 +47,11 @@ GIB = 2**30
 # Per process on the GPU: a CUDA context (~500 MiB with lazy module loading), workspaces, the L2 flush buffer.
 PROCESS_BYTES = 640 * 2**20
 ALLOCATOR_SLACK = 1.25  # reserved over allocated: block rounding and fragmentation of the caching allocator
-# Intermediate activations, the trial's distribution copies (x1000, non-contiguous views) and the
+# Without a forward on meta tensors: intermediate activations, the trial's distribution copies and the
 # torch.compile baseline's buffers come on top of parameters, inputs and outputs: about as much again.
 STATIC_FACTOR = 2
+STATIC_LIVE = 3            # op results counted live at once (the largest)
+STATIC_FIXED_BYTES = 256 * 2**20
 STATIC_SECONDS_PER_PROBLEM = 20   # a problem whose meta construction hangs gets no estimate
 
 StaticEstimate = Callable[[list[str]], dict[str, int | None]]
@@ -54,7 +64,7 @@ def task_need(task: BenchTask, reference: int, candidates: dict[str, int]) -> in
     for run in task.runs:
         candidate = candidates.get(run.system, reference)
         if run.kind == "kernelwright":
-            phases.append((3 * reference + candidate, 4))
+            phases.append((2 * reference + candidate, 3))
         elif run.kind != "reference":
             phases.append((reference + candidate, 2))
     return max(int(ALLOCATOR_SLACK * peak) + processes * PROCESS_BYTES for peak, processes in phases)
@@ -134,8 +144,8 @@ def static_estimates(paths: list[str]) -> dict[str, int | None]:
 
 
 def static_reference_bytes(problem_path: str) -> int | None:
-    """(parameters + inputs + outputs) x STATIC_FACTOR, from shapes alone; None when the problem cannot
-    be built on the meta device."""
+    """The reference's peak from shapes alone (module docstring); None when the problem cannot be built on
+    the meta device."""
     import torch
 
     from kernelwright.problem import load_problem
@@ -147,12 +157,30 @@ def static_reference_bytes(problem_path: str) -> int | None:
             inputs = problem.inputs()
             held = _bytes(list(model.parameters()) + list(model.buffers())) + _bytes(inputs)
             try:
-                outputs = _bytes(model(*inputs))
+                sizes = _op_result_sizes(model, inputs)
             except Exception:  # an op without a meta kernel: count the outputs as large as the inputs
-                outputs = _bytes(inputs)
+                return STATIC_FACTOR * (held + _bytes(inputs))
     except Exception:
         return None
-    return STATIC_FACTOR * (held + outputs)
+    return held + sum(sorted(sizes, reverse=True)[:STATIC_LIVE]) + STATIC_FIXED_BYTES
+
+
+def _op_result_sizes(model, inputs: list) -> list[int]:
+    """The byte size of every op result of `model(*inputs)` that is not a view (a view holds no memory)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    sizes: list[int] = []
+
+    class OpResults(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not any(r.alias_info for r in func._schema.returns):
+                sizes.extend(_bytes(t) for t in (out if isinstance(out, (list, tuple)) else [out]))
+            return out
+
+    with OpResults():
+        model(*inputs)
+    return sizes
 
 
 def _bytes(value) -> int:

@@ -16,6 +16,7 @@ from kernelwright.bench.memory import (
     ALLOCATOR_SLACK,
     PROCESS_BYTES,
     STATIC_FACTOR,
+    STATIC_FIXED_BYTES,
     PeakCache,
     plan_needs,
     task_need,
@@ -138,8 +139,8 @@ def test_task_need_counts_every_process_of_the_task():
     folder = task(SystemRun("eager", "reference"), SystemRun("a", "candidates"))
     assert task_need(folder, 1000, {"a": 3000}) == int(ALLOCATOR_SLACK * 4000) + 2 * PROCESS_BYTES
     ours = task(SystemRun("kernelwright", "kernelwright"))
-    # optimize's process and its judge (reference + candidate) beside the bench's reference
-    assert task_need(ours, 1000, {}) == int(ALLOCATOR_SLACK * 4000) + 4 * PROCESS_BYTES
+    # optimize measuring (R) beside its judge's reference (R), then that judge's candidate: 2R + C
+    assert task_need(ours, 1000, {}) == int(ALLOCATOR_SLACK * 3000) + 3 * PROCESS_BYTES
 
 
 def test_static_estimates_need_no_gpu_and_measured_peaks_replace_them(tiny_suite, tmp_path):
@@ -157,7 +158,8 @@ def test_static_estimates_need_no_gpu_and_measured_peaks_replace_them(tiny_suite
     relu_bytes = 16384 * 12288 * 4  # input and output alike; no parameters
     assert sources == {"level1/01_ReLU": "static", "level1/23_Softmax": "static",
                        "level1/99_Broken": "unknown"}
-    assert needs["level1/01_ReLU"] == task_need(relu, STATIC_FACTOR * 2 * relu_bytes, {})
+    # the input held, the op's one result, the fixed part
+    assert needs["level1/01_ReLU"] == task_need(relu, 2 * relu_bytes + STATIC_FIXED_BYTES, {})
     assert needs["level1/23_Softmax"] > needs["level1/01_ReLU"] and needs["level1/99_Broken"] is None
 
     measured = {"reference_peak_bytes": 5 * 2**30, "candidate_peak_bytes": 2**30}
@@ -348,3 +350,27 @@ def test_an_optimize_failure_keeps_the_start_of_its_error():
     said = what_optimize_said(log)
     assert said.startswith("out of GPU memory while measuring the kernels: Tried to allocate 48.00 GiB.")
     assert what_optimize_said("Traceback ...\nBoom") == "Traceback ...\nBoom"
+
+
+def test_static_estimate_counts_the_largest_op_results_and_no_views(tmp_path):
+    """Parameters + inputs + the STATIC_LIVE largest non-view op results + the fixed part; a forward that
+    fails on meta tensors falls back to (parameters + inputs + outputs) x STATIC_FACTOR."""
+    from kernelwright.bench.memory import STATIC_LIVE, static_reference_bytes
+
+    mib = 2**20
+    chain = tmp_path / "chain.py"
+    chain.write_text(
+        "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        a = (x * 2).reshape(-1)\n"            # 4 MiB result, then a view
+        "        b = a[: a.numel() // 2] + 1\n"        # 2 MiB
+        "        c = torch.cat([a, a])\n"              # 8 MiB
+        "        return c.sum() + b.sum()\n\n\n"       # 4 bytes each
+        "def get_inputs():\n    return [torch.randn(1024, 1024)]\n\n\n"
+        "def get_init_inputs():\n    return []\n")
+    assert STATIC_LIVE == 3
+    assert static_reference_bytes(str(chain)) == 4 * mib + (8 + 4 + 2) * mib + STATIC_FIXED_BYTES
+    data_dependent = tmp_path / "item.py"
+    data_dependent.write_text(chain.read_text().replace("a = (x * 2).reshape(-1)",
+                                                        "a = (x * float(x.sum().item())).reshape(-1)"))
+    assert static_reference_bytes(str(data_dependent)) == STATIC_FACTOR * (4 * mib + 4 * mib)
