@@ -466,7 +466,9 @@ class _Pipeline:
             verdict = _judge(self.judge_session, source)
             note.append(_verdict_line(verdict))
         self.result.verdict = verdict
-        others = gpumem.others_bytes() / 2**30 if verdict["status"] in ("oom", "timeout") else 0.0
+        # the judge's reference worker outlives the verdict (its peak stays reserved)
+        reference = ((verdict.get("memory") or {}).get("reference_peak_bytes") or 0) + gpumem.CONTEXT_BYTES
+        others = gpumem.others_bytes(reference) / 2**30 if verdict["status"] in ("oom", "timeout") else 0.0
         if others * 2**30 > SHARED_GPU_BYTES:
             cause = (f"the judge's run ended in {verdict['status']} while other processes held "
                      f"{others:.1f} GiB of GPU memory")

@@ -27,10 +27,17 @@ def release() -> None:
         torch.cuda.empty_cache()
 
 
-def others_bytes() -> int:
-    """Bytes of the current GPU's memory held by processes outside this one's tree."""
+# A CUDA context and the libraries' workspaces of a process, beyond what its allocator reserves.
+CONTEXT_BYTES = 512 * 2**20
+
+
+def others_bytes(children_reserved: int = 0) -> int:
+    """Bytes of the current GPU's memory held by processes outside this one's tree. Where nvidia-smi cannot
+    tell our processes (another PID namespace), everything this process has not reserved, less what the
+    caller knows its child processes hold (`children_reserved`, e.g. the judge's reference worker's peak,
+    plus a context)."""
     free, total = torch.cuda.mem_get_info()
-    estimate = max(0, total - free - torch.cuda.memory_reserved())
+    estimate = max(0, total - free - torch.cuda.memory_reserved() - children_reserved)
     used = _process_use(_device_uuid())
     if not used or os.getpid() not in used:
         return estimate

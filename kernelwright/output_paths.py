@@ -9,6 +9,7 @@ command that owns its layout unless that command resumes it (`bench --resume`, `
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from kernelwright.errors import UsageError
@@ -42,13 +43,15 @@ def check_output_dir(path: str | Path, flag: str = "--output-dir") -> Path:
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise UsageError(f"{flag} {path}: cannot create or write into it ({existing} is not writable)")
     if existing != path:
-        # a writable-looking ancestor is not proof (root "may write" /proc, and cannot mkdir in it): make the
-        # folders and take them away again, so that a usage error later leaves nothing behind
-        make_output_dir(path, flag)
-        made = path
-        while made != existing:
-            made.rmdir()
-            made = made.parent
+        # a writable-looking ancestor is not proof (root "may write" /proc, and can create nothing there):
+        # a file made and removed at once proves it, without making folders that a concurrent run of the
+        # same command could be creating too
+        try:
+            handle, probe = tempfile.mkstemp(dir=existing, prefix=".kernelwright-probe-")
+        except OSError as exc:
+            raise UsageError(f"{flag} {path}: cannot create it ({exc.strerror or exc})") from exc
+        os.close(handle)
+        os.unlink(probe)
     return path
 
 

@@ -184,13 +184,14 @@ def test_capture_json_into_a_closed_pipe_exits_quietly():
 
 
 def test_output_dir_check_leaves_nothing_behind(tmp_path):
-    """check_output_dir proves a missing folder can be made by making it, then takes it away again (a later
-    usage error must not leave empty folders); one that cannot be made is a usage error."""
+    """check_output_dir proves a missing folder can be made without making it (a later usage error must not
+    leave empty folders, and a concurrent run making the same folder must not see it vanish); one that
+    cannot be made is a usage error."""
     from kernelwright.errors import UsageError
     from kernelwright.output_paths import check_output_dir
 
     target = tmp_path / "a" / "b" / "c"
-    assert check_output_dir(target) == target and not (tmp_path / "a").exists()
+    assert check_output_dir(target) == target and list(tmp_path.iterdir()) == []
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(UsageError):

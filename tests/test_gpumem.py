@@ -30,3 +30,18 @@ def test_others_leave_out_our_tree(tmp_path):
 
 def test_release_is_safe_without_cuda():
     gpumem.release()
+
+
+def test_the_fallback_estimate_leaves_out_what_our_children_hold(monkeypatch):
+    """Where nvidia-smi lists no pid of ours (host PIDs in a container): everything we have not reserved,
+    less the judge's reference worker the caller accounts for; with per-process use, only strangers."""
+    gib = 2**30
+    monkeypatch.setattr(gpumem.torch.cuda, "mem_get_info", lambda: (40 * gib, 80 * gib))
+    monkeypatch.setattr(gpumem.torch.cuda, "memory_reserved", lambda: 10 * gib)
+    monkeypatch.setattr(gpumem, "_device_uuid", lambda: UUID)
+    monkeypatch.setattr(gpumem, "_process_use", lambda uuid: {99999999: 30 * gib})
+    assert gpumem.others_bytes() == 30 * gib
+    assert gpumem.others_bytes(children_reserved=19 * gib) == 11 * gib
+    monkeypatch.setattr(gpumem, "_process_use", lambda uuid: {gpumem.os.getpid(): 10 * gib, 7: 3 * gib})
+    monkeypatch.setattr(gpumem, "descendants", lambda root: {root})
+    assert gpumem.others_bytes(children_reserved=19 * gib) == 3 * gib

@@ -391,6 +391,24 @@ def render(group: FusedGroup) -> KernelSource:
     return KernelSource(name=name, cuda=cuda, cpp=cpp, ir_comment=describe_group(group))
 
 
+# Static shared memory a block may declare (more needs a dynamic allocation and an opt-in attribute; ptxas
+# refuses it for sm_80). Each tiled operand takes TILE * (TILE + 1) elements.
+TILE_SMEM_LIMIT, TILE = 48 * 1024, 64  # TILE: kTileSize of kw_pointwise_kernel.cu.in
+C_SIZES = {name: dtype.itemsize for dtype, name in C_TYPES.items()}
+
+
+def _tiles_that_fit(transposing: list[int], inputs: list[str]) -> set[int]:
+    """The transposed operands that get a shared-memory tile, in order while the tiles fit the static
+    limit (three float tiles are 49,920 bytes); the others are read through their strides directly."""
+    tiled, used = set(), 0
+    for k in transposing:
+        size = TILE * (TILE + 1) * C_SIZES[inputs[k]]
+        if used + size <= TILE_SMEM_LIMIT:
+            tiled.add(k)
+            used += size
+    return tiled
+
+
 def _tiled_holes(group: FusedGroup, operands: list[Operand], sizes: tuple[int, ...], inputs: list[str],
                  n_outputs: int) -> dict[str, object]:
     """The tiled (transposing) kernel's holes. It exists when some operand is unit-stride along a domain
@@ -409,7 +427,7 @@ def _tiled_holes(group: FusedGroup, operands: list[Operand], sizes: tuple[int, .
         unit = [[d for d in live if d != dim_l and st[d] == 1] for st in strides]
         first = unit[transposing[0]] if transposing else []
         if first and all(first[0] in unit[k] for k in transposing):
-            dim_t, tile = first[0], set(transposing)
+            dim_t, tile = first[0], _tiles_that_fit(transposing, inputs)
 
     untiled = [k for k in range(len(inputs)) if k not in tile]
 

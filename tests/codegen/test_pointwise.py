@@ -200,7 +200,19 @@ def transposing_case(name: str, shape, dims, extra=None) -> Case:
                 lambda d: ([m(d) for m in makers], {}))
 
 
+def three_transposed() -> Case:
+    """copy(permute(x + y + z)), all NCHW: three transposed float operands, of which two get a shared-memory
+    tile (three would pass the 48 KB of static shared memory) and the third is read through its strides."""
+    shape = (2, 67, 5, 66)
+    xs = [_x(shape, name, k) for k, name in enumerate("xyz")]
+    total = make_node("add", [make_node("add", xs[:2]), xs[2]])
+    out = make_node("copy", [make_node("permute", [total], dims=(0, 2, 3, 1))])
+    return Case("transpose_three_operands", Graph(tuple(xs), (), (out,)),
+                lambda d: ([_randn(*shape)(d) for _ in xs], {}))
+
+
 TRANSPOSE_CASES = [
+    three_transposed(),
     transposing_case("nchw_nhwc_odd", (3, 5, 7, 9), (0, 2, 3, 1)),
     transposing_case("nchw_nhwc_big", (2, 37, 33, 65), (0, 2, 3, 1), extra=(33, 65, 37)),
     transposing_case("ncdhw_ndhwc", (2, 3, 4, 5, 33), (0, 2, 3, 4, 1)),
@@ -401,6 +413,13 @@ def test_tiled_kernel_only_for_transposing_operands(case: Case):
     innermost live one (a one-channel layout change is no transpose)."""
     cuda = render(plan_of(case).groups[0]).cuda
     assert ("constexpr bool kTiled = true;" in cuda) == (case.name != "transpose_one_channel")
+
+
+def test_tiles_stay_within_static_shared_memory():
+    """Two float tiles (33,280 bytes) of three transposed operands; the third is read through its strides."""
+    cuda = render(plan_of(three_transposed()).groups[0]).cuda
+    assert "constexpr bool kTiled = true;" in cuda
+    assert cuda.count("__shared__ float tile") == 2
 
 
 def test_no_tiled_kernel_for_bands():
