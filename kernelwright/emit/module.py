@@ -157,6 +157,21 @@ def _value(node: Node, names: dict[int, str]) -> str:
     return literal(node.attr("value")) if node.op == "const" else names[id(node)]
 
 
+def _own_outputs(graph: Graph, value) -> list[str]:
+    """Each output's source, cloned where it would otherwise share memory with an earlier output or be an
+    argument or parameter itself: CSE and copy elimination may merge `y, y.clone()` into one node, and
+    the caller is owed distinct tensors it may write to."""
+    seen: set[int] = set()
+    sources = []
+    for node in graph.outputs:
+        source = value(node)
+        if id(node) in seen or node.op in ("input", "param", "buffer"):
+            source = f"{source}.clone()"
+        seen.add(id(node))
+        sources.append(source)
+    return sources
+
+
 def _model_new(graph: Graph, plan: FusionPlan, kernels: dict[int, KernelSource], replay: bool = False) -> str:
     names: dict[int, str] = {}
     args = []
@@ -195,7 +210,7 @@ def _model_new(graph: Graph, plan: FusionPlan, kernels: dict[int, KernelSource],
     if graph.mutations:
         body.append("with torch.no_grad():")
         body += [f"    {_self_path(fqn)}.copy_({value(node)})" for fqn, node in graph.mutations]
-    outputs = [value(n) for n in graph.outputs]
+    outputs = _own_outputs(graph, value)
     if graph.output_kind == "tensor":
         body.append(f"return {outputs[0]}")
     elif graph.output_kind == "list":

@@ -231,3 +231,27 @@ def test_the_gpu_problem_covers_every_kind_of_state():
     assert families.count("gemm") == 3 and "pointwise" in families
     reductions = [g.config[0] for g in plan.groups if g.family == "reduction"]
     assert sorted(spec.split for spec in reductions) == [False, True]
+
+
+def test_outputs_are_distinct_tensors_that_alias_no_argument(tmp_path):
+    """CSE merges `relu(x) * 2` computed twice into one node, and a model may return its argument: each
+    output of the emitted forward is still its own tensor (the caller may write to it), with Model's
+    values."""
+    problem_file = tmp_path / "dup.py"
+    problem_file.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                            "    def forward(self, x):\n"
+                            "        return torch.relu(x) * 2, torch.relu(x) * 2, x\n\n\n"
+                            "def get_inputs():\n    return [torch.randn(3, 5)]\n\n\n"
+                            "def get_init_inputs():\n    return []\n")
+    problem, plan, kernels, source = emitted(problem_file, rewrite=True)
+    assert len({id(n) for n in plan.graph.outputs}) == 2      # the two products are one node
+    module = load_with_aten_kernels(source, plan, kernels, tmp_path)
+    model = problem.build_model(0)
+    new = module.ModelNew(*problem.init_inputs())
+    new.load_state_dict(model.state_dict())
+    x = problem.inputs(0)[0]
+    outputs = new(x)
+    for got, want in zip(outputs, model(x), strict=True):
+        torch.testing.assert_close(got, want)
+    pointers = [t.data_ptr() for t in outputs] + [x.data_ptr()]
+    assert len(set(pointers)) == len(pointers)
