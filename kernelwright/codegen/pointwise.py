@@ -393,7 +393,7 @@ def render(group: FusedGroup) -> KernelSource:
 
 # Static shared memory a block may declare (more needs a dynamic allocation and an opt-in attribute; ptxas
 # refuses it for sm_80). Each tiled operand takes TILE * (TILE + 1) elements.
-TILE_SMEM_LIMIT, TILE = 48 * 1024, 64  # TILE: kTileSize of kw_pointwise_kernel.cu.in
+TILE_SMEM_LIMIT, TILE = 48 * 1024, 64  # TILE: the tiled kernel's kTileSize
 C_SIZES = {name: dtype.itemsize for dtype, name in C_TYPES.items()}
 
 
@@ -436,7 +436,7 @@ def _tiled_holes(group: FusedGroup, operands: list[Operand], sizes: tuple[int, .
                 f"l * kTiledStrides[{k}][kDimL])")
 
     return {
-        "TILED": "true" if tile else "false", "DIM_T": dim_t, "DIM_L": dim_l,
+        "TILED": "true" if tile else "false", "DIM_T": dim_t, "DIM_L": dim_l, "TILE_SIZE": TILE,
         "TILED_STRIDES": ", ".join("{" + ", ".join(map(str, st)) + "}" for st in strides),
         "OUT_STRIDES": ", ".join(map(str, out_strides)),
         "TILED_INDEX": "int" if max(numels, default=0) < INT32_LIMIT else "long long",
