@@ -70,6 +70,18 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
                                     lambda x, p: torch.nn.functional.group_norm(x, 8, p["gn.weight"],
                                                                                 p["gn.bias"])),
     "batchnorm_train_32x96x256x256": (lambda: batch_norm_train((32, 96, 256, 256)), None),
+    # norms on conv-chain outputs: channels-last BatchNorm (4 column tiles: split statistics), NCHW
+    # BatchNorm and channels-last GroupNorm over rows a cluster of 8 caches at one block per SM, each also
+    # forced to split statistics ("+split": two reads of the row instead of one, every SM busy)
+    "batchnorm_train_nhwc_32x128x128x128": (
+        lambda: batch_norm_train((32, 128, 128, 128), channel_dim=3, epilogue="relu"), None),
+    "batchnorm_train_32x128x112x112": (lambda: batch_norm_train((32, 128, 112, 112), epilogue="relu"), None),
+    "batchnorm_train_32x128x112x112+split": (
+        lambda: batch_norm_train((32, 128, 112, 112), epilogue="relu"), None),
+    "groupnorm_nhwc_64x126x126x128_g8": (lambda: group_norm((64, 126, 126, 128), 8, channel_dim=3), None),
+    "groupnorm_nhwc_64x126x126x128_g8+split": (
+        lambda: group_norm((64, 126, 126, 128), 8, channel_dim=3), None),
+    "softmax_4096x393216+split": (lambda: one("softmax", (4096, 393216), dim=1), None),
     "sum_dim0_20480x16384": (lambda: one("sum", (20480, 16384), dims=(0,)), lambda x, p: x.sum(0)),
     "sum_last_20480x16384": (lambda: one("sum", (20480, 16384), dims=(1,)), lambda x, p: x.sum(1)),
     "sum_last_8x16777216": (lambda: one("sum", (8, 16777216), dims=(1,)), lambda x, p: x.sum(1)),
@@ -80,6 +92,26 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
                                           lambda x, p: torch.nn.functional.gelu(x) * p["w"] + p["b"]),
     "pointwise_sigmoid_mul_8192x16384": (lambda: _sigmoid_mul((8192, 16384)), None),
 }
+
+
+def forced_split(group):
+    """The group with its launch changed to split statistics (row layout: 512 threads, independent blocks
+    for about four per SM, no row cache), whatever the planner chose: the comparison the "+split"
+    workloads make."""
+    import dataclasses
+    import math
+
+    from kernelwright.fuse.plan import FusedGroup
+
+    spec = group.config[0]
+    split = 1
+    while spec.space.rows * split * 2 <= 4 * torch.cuda.get_device_properties(0).multi_processor_count:
+        split *= 2
+    split = max(split, 2)
+    forced = dataclasses.replace(spec, layout="row", threads=512, warps_per_row=16, cluster=split,
+                                 cache=False, split=True)
+    assert spec.layout == "row" and math.prod(spec.space.domain) > 0
+    return FusedGroup(group.family, group.nodes, group.inputs, group.outputs, (forced,))
 
 
 def copy_bandwidth(flush: torch.Tensor) -> float:
@@ -98,6 +130,8 @@ def build(graphs: dict[str, Graph]):
     for name, graph in graphs.items():
         plan = plan_fusion(graph)
         (group,) = [g for g in plan.groups if g.family in ("reduction", "scan", "pointwise")]
+        if name.endswith("+split"):
+            group = forced_split(group)
         kernel = render_group(group)
         groups[name] = (kernel.name, group)
         if all(k.name != kernel.name for k in kernels):

@@ -82,6 +82,7 @@ class _RowKernel:
         # one cache slot per input: an input addressed two ways (two views) is not cached
         self.cached = [k for k in cached_inputs(group, space) if len(self.readers[k]) > 1
                        and sum(key[0] == k for key in self.access_keys) == 1] if spec.cache else []
+        self.shares = self._shared_accumulators()
         extents = [space.rows * space.row_length] + [i.numel for i in group.inputs]
         self.idx_t = index_type(*extents)
 
@@ -110,6 +111,29 @@ class _RowKernel:
                 found.add(p)
         return found
 
+    def _shared_accumulators(self) -> dict[int, tuple[int, str | None]]:
+        """Members whose accumulator another member of the same pass already keeps: node id -> (that
+        member's index, the result read from it, or None for the member's own). The same accumulator over
+        the same values (a training BatchNorm and the unbiased variance of its running-stat update), or a
+        mean over values a Welford accumulator reads (its running mean): one update per element, not three."""
+        shares: dict[int, tuple[int, str | None]] = {}
+        length = self.spec.space.row_length
+        for p in range(self.reduction_passes):
+            env = _PassEnv(self, p)
+            members = [n for n in self.group.nodes if self.pass_of.get(id(n)) == p]
+            # Welford accumulators first, so that a mean finds one whichever comes first in the group
+            members.sort(key=lambda n: accumulation(n, length).acc != "kw::WelfordAcc")
+            owners: dict[tuple[str, str], int] = {}
+            for node in members:
+                acc, values = accumulation(node, length).acc, env.elem(node.inputs[0])
+                if (acc, values) in owners:
+                    shares[id(node)] = (owners[acc, values], None)
+                elif node.op == "mean" and ("kw::WelfordAcc", values) in owners:
+                    shares[id(node)] = (owners["kw::WelfordAcc", values], "{a}.mean")
+                else:
+                    owners[acc, values] = self.index[id(node)]
+        return shares
+
     def _pass_roots(self, p: int) -> list[Node]:
         if p < self.reduction_passes:
             return [n.inputs[0] for n in self.group.nodes if self.pass_of.get(id(n)) == p]
@@ -122,16 +146,8 @@ class _RowKernel:
         column = spec.layout == "column"
         rows_per_block = 32 if column else spec.threads // 32 // spec.warps_per_row
         params = self._params()
-        body, structs, row_lines = [], [], _RowScalars(self)
-        for p in range(self.reduction_passes):
-            structs.append(self._struct(p))
-            body += self._reduction_pass(p, column)
-            body += row_lines.after_pass(p)
-        if self.elem_outputs:
-            body += self._output_pass()
-        if self.row_outputs:
-            writes = [f"    out{self._out_pos(o)}[row] = {row_lines.value(o)};" for o in self.row_outputs]
-            body += ["  if (live && leader) {", *writes, "  }"]
+        structs = [self._struct(p) for p in range(self.reduction_passes)]
+        body = self._split_body(column) if spec.split else self._body(column)
         cuda = TEMPLATE.substitute(
             name=self.name,
             summary=", ".join(n.op for n in self.group.nodes),
@@ -139,20 +155,55 @@ class _RowKernel:
             else f"{spec.warps_per_row} warp(s)",
             idx_t=self.idx_t, rows=space.rows, length=space.row_length, threads=spec.threads,
             warps=spec.warps_per_row, rows_per_block=rows_per_block, cached=max(1, len(self.cached)),
-            structs="\n\n".join(structs), params=", ".join(params),
+            structs="\n\n".join(structs), params=", ".join(params), block_order=_block_order(spec.split),
             mapping=self._mapping(column), row_offsets="\n".join(self._row_offsets()),
             body="\n".join(body), vec=self.vec, **self._launcher(params, rows_per_block),
         )
         cpp = binding_source(self.name, self.group.inputs, self.group.outputs, workspace=self.spec.split)
         return KernelSource(self.name, cuda, cpp, _ir_comment(self.group))
 
+    def _body(self, column: bool) -> list[str]:
+        body, row_lines = [], _RowScalars(self)
+        for p in range(self.reduction_passes):
+            body += self._reduction_pass(p, column)
+            body += row_lines.after_pass(p)
+        if self.elem_outputs:
+            body += self._output_pass()
+        return body + self._row_writes(row_lines)
+
+    def _row_writes(self, row_lines: _RowScalars) -> list[str]:
+        if not self.row_outputs:
+            return []
+        writes = [f"    out{self._out_pos(o)}[row] = {row_lines.value(o)};" for o in self.row_outputs]
+        return ["  if (live && leader) {", *writes, "  }"]
+
+    def _split_body(self, column: bool) -> list[str]:
+        """Split rows (one reduction pass): phase 0 accumulates each block's share of the row, and the
+        last block of the row to arrive combines the partials, writes the row outputs and keeps the
+        combined accumulator; with elementwise outputs, phase 1 (the next launch) reads it back in every
+        block and writes that block's share of the outputs."""
+        assert self.reduction_passes == 1, "split rows have one reduction pass"
+        stats = _RowScalars(self)
+        phase0 = (self._reduction_pass(0, column) + [_maybe_unused(line) for line in stats.after_pass(0)]
+                  + self._row_writes(stats))
+        if not self.elem_outputs:
+            return phase0
+        apply = _RowScalars(self)
+        return (["  if (phase == 0) {"] + phase0
+                + ["    if (live && leader) combined[row] = acc0;", "    return;", "  }",
+                   "  // ---- phase 1: every block reads the row's combined statistics, then its share",
+                   "  const Pass0 acc0 = live ? kw::load_cg(&combined[row]) : Pass0::init();"]
+                + [_maybe_unused(line) for line in apply.after_pass(0)] + self._output_pass())
+
     def _params(self) -> list[str]:
         ins = [f"const float* __restrict__ in{k}" for k in range(len(self.group.inputs))]
         outs = [f"{'long long' if o.dtype == torch.int64 else 'float'}* __restrict__ out{k}"
                 for k, o in enumerate(self.group.outputs)]
-        # split rows: each block's partial, and per row how many blocks have stored theirs (this launch's
-        # workspace; written and read by different blocks, so not __restrict__)
-        split = ["Pass0* partials", "unsigned* arrivals"] if self.spec.split else []
+        # split rows: each block's partial, each row's combined accumulator, per row (column tile) how many
+        # blocks have stored theirs (this launch's workspace; written and read by different blocks, so not
+        # __restrict__), and the phase (0: statistics, 1: elementwise outputs)
+        split = ["Pass0* partials", "Pass0* combined", "unsigned* arrivals", "int phase"] \
+            if self.spec.split else []
         return ins + outs + split
 
     def _out_pos(self, node: Node) -> int:
@@ -162,12 +213,12 @@ class _RowKernel:
         if column:
             lines = ["  const int slot = threadIdx.x & 31;            // the kept position this lane owns",
                      "  const int t = threadIdx.x >> 5;",
-                     "  const idx_t row = static_cast<idx_t>(blockIdx.x / CL) * 32 + slot;",
+                     "  const idx_t row = block_row * 32 + slot;",
                      "  constexpr int STEP = WARPS;"]
         else:
             lines = ["  const int slot = threadIdx.x / (32 * WARPS);    // the row within the block",
                      "  const int t = threadIdx.x % (32 * WARPS);",
-                     "  const idx_t row = static_cast<idx_t>(blockIdx.x / CL) * ROWS_PER_BLOCK + slot;",
+                     "  const idx_t row = block_row * ROWS_PER_BLOCK + slot;",
                      "  constexpr int STEP = 32 * WARPS;"]
         # split rows: only the block that combines the partials gets past the reduction
         leader = "t == 0" if self.spec.split else "t == 0 && rank == 0"
@@ -183,7 +234,7 @@ class _RowKernel:
         return lines
 
     def _struct(self, p: int) -> str:
-        members = [n for n in self.group.nodes if self.pass_of.get(id(n)) == p]
+        members = [n for n in self.group.nodes if self.pass_of.get(id(n)) == p and id(n) not in self.shares]
         name = f"Pass{p}"
         fields = [(f"a{self.index[id(n)]}", accumulation(n, self.spec.space.row_length).acc) for n in members]
         decl = "\n".join(f"  {acc} {f};" for f, acc in fields)
@@ -268,7 +319,7 @@ class _RowKernel:
         env = _PassEnv(self, p)
         inner, after, decls = [], [], []
         for node in self.group.nodes:
-            if self.pass_of.get(id(node)) != p:
+            if self.pass_of.get(id(node)) != p or id(node) in self.shares:
                 continue
             x = env.elem(node.inputs[0])
             i = self.index[id(node)]
@@ -293,7 +344,7 @@ class _RowKernel:
                   f"    acc{p} = kw::{reduce}<WARPS>(acc{p}, scratch);",
                   "  }"]
         if self.spec.split:
-            return lines + self._split_combine(p)
+            return lines + self._split_combine(p, column)
         return lines + ["  if constexpr (CL > 1) {",
                         "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900",
                         f"    __shared__ Pass{p} slots[{slots}];",
@@ -305,25 +356,26 @@ class _RowKernel:
                         "#endif",
                         "  }"]
 
-    def _split_combine(self, p: int) -> list[str]:
-        """Split rows: each block stores its partial, and the last of the row's blocks to arrive (a
-        counter per row, zeroed by the launcher) combines all of them in rank order (the result does not
-        depend on which block is last); the others are done."""
+    def _split_combine(self, p: int, column: bool) -> list[str]:
+        """Split rows: each block stores its partial (one per row, or per lane of a column tile), and the
+        last of the row's blocks to arrive (a counter per row or tile, zeroed by the launcher) combines
+        all of them in rank order (the result does not depend on which block is last); the others are
+        done."""
+        reduce, scratch = ("column_reduce", "THREADS") if column else ("group_reduce", "THREADS / 32")
         return ["  {",
                 "    __shared__ bool last;",
-                "    if (t == 0) {",
-                f"      partials[row * CL + rank] = acc{p};",
-                "      __threadfence();",
-                "      last = atomicAdd(&arrivals[row], 1u) == CL - 1;",
-                "    }",
+                f"    if (t == 0 && live) partials[row * CL + rank] = acc{p};",
+                "    __threadfence();",
+                "    __syncthreads();",
+                "    if (threadIdx.x == 0) last = atomicAdd(&arrivals[block_row], 1u) == CL - 1;",
                 "    __syncthreads();",
                 "    if (!last) return;",
                 "    __threadfence();",
                 f"    Pass{p} mine = Pass{p}::init();",
-                "    for (int i = t; i < CL; i += STEP)",
+                "    for (int i = t; live && i < CL; i += STEP)",
                 "      mine.combine(kw::load_cg(&partials[row * CL + i]));",
-                f"    __shared__ Pass{p} combine_scratch[THREADS / 32];",
-                f"    acc{p} = kw::group_reduce<WARPS>(mine, combine_scratch);",
+                f"    __shared__ Pass{p} combine_scratch[{scratch}];",
+                f"    acc{p} = kw::{reduce}<WARPS>(mine, combine_scratch);",
                 "  }"]
 
     def _output_pass(self) -> list[str]:
@@ -347,13 +399,13 @@ class _RowKernel:
             [f"out{k}" for k in range(len(self.group.outputs))]
         aligned = " && ".join(f"kw::is_aligned<float4>({p})" for p in pointers) or "true"
         full_row = rows_per_block * max(1, len(self.cached)) * spec.space.row_length * 4
-        entry_params = params[:-2] if spec.split else params      # the split's two come from the workspace
+        entry_params = params[:-4] if spec.split else params      # the split's four are the launcher's
         fields = dict(name=self.name, params=", ".join(params), entry_params=", ".join(entry_params),
                       args=args, cluster=spec.cluster,
                       cache="true" if self.cached else "false",
                       split="true" if spec.split else "false",
                       fallback_cache="true" if self.cached and full_row <= SINGLE_BLOCK_SMEM else "false",
-                      portable=min(spec.cluster, 8),
+                      portable=min(spec.cluster, 8), phases=2 if self.elem_outputs else 1,
                       retry="true" if spec.cluster > 8 or self.cached else "false",
                       vec_pick=f"({aligned})" if self.vec == 4 else "false")
         entry = _SPLIT_ENTRY if spec.split else _ENTRY
@@ -431,7 +483,9 @@ class _RowScalars:
                 continue
             i = self.k.index[id(node)]
             entry = accumulation(node, length)
-            values = render_scalars(entry, f"acc{p}.a{i}", length)
+            owner, result = self.k.shares.get(id(node), (i, None))
+            values = render_scalars(entry, f"acc{p}.a{owner}", length) if result is None \
+                else [result.format(a=f"acc{p}.a{owner}")]
             ctype = "long long" if node.dtype == torch.int64 else "float"
             if entry.elem is None:
                 lines.append(f"  const {ctype} r{i} = {values[0]};")
@@ -472,6 +526,26 @@ _ENTRY = source_template("kw_row_entry.cu.in", fragment=True)
 # counters are this launch's, in the workspace the binding allocates on the current stream, so launches on
 # two streams never share them (device globals did: concurrent launches mixed their counts).
 _SPLIT_ENTRY = source_template("kw_row_split_entry.cu.in", fragment=True)
+
+
+def _block_order(split: bool) -> str:
+    """Which share (`rank`) of which rows (`block_row`) a block takes. A cluster's blocks must be
+    consecutive; split rows run the same share of every row side by side instead, so that blocks working
+    at the same time touch neighbouring memory (the groups of a channels-last GroupNorm interleave within
+    each pixel: written a group at a time, each 512-byte pixel row was written in 64-byte pieces far apart
+    in time)."""
+    if split:
+        return ("  constexpr idx_t ROW_BLOCKS = (ROWS + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;\n"
+                "  const int rank = static_cast<int>(blockIdx.x / ROW_BLOCKS);\n"
+                "  const idx_t block_row = blockIdx.x % ROW_BLOCKS;")
+    return ("  const int rank = static_cast<int>(blockIdx.x % CL);\n"
+            "  const idx_t block_row = blockIdx.x / CL;")
+
+
+def _maybe_unused(line: str) -> str:
+    """A row scalar declaration one phase of a split kernel may not read (the statistics phase computes
+    the norm's scale, the output phase the running-stat blends)."""
+    return line.replace("  const ", "  [[maybe_unused]] const ", 1)
 
 
 def _digest(group: FusedGroup) -> str:

@@ -161,6 +161,13 @@ CASES: dict[str, Callable[[], Graph]] = {
     "var_split": lambda: one("var", (3, 1_500_001), dims=(1,), correction=1),
     "argmax_split": lambda: one("argmax", (2, 1_000_001), dim=1),
     "sum_squares_split": lambda: sum_of_squares_then_scale((2, 2_000_004)),
+    # split with elementwise outputs (a second launch applies the combined statistics) and split column
+    # tiles: a channels-last BatchNorm over 100 channels (a partial tile of 4 lanes) with its running
+    # stats and an epilogue, a softmax over dim 0, a sum of a tall matrix's columns
+    "batch_norm_train_nhwc_split": lambda: batch_norm_train((16, 64, 65, 100), channel_dim=3,
+                                                            epilogue="relu"),
+    "softmax_dim0_split": lambda: one("softmax", (50001, 45), dim=0),
+    "sum_columns_split": lambda: one("sum", (100003, 70), dims=(0,)),
     "mean_1_keepdim": lambda: one("mean", (6, 35, 17), dims=(1,), keepdim=True),
     "mean_spatial": lambda: one("mean", (4, 6, 28, 28), dims=(2, 3), keepdim=True),
     "amax_last": lambda: one("amax", (129, 257), dims=(1,)),

@@ -96,7 +96,8 @@ def test_case_matches_pytorch(built, case):
 @pytest.mark.parametrize("case", ["softmax_odd", "layer_norm_affine", "sum_dim0", "argmax_middle",
                                   "cumsum_rows", "reverse_cumsum", "batch_norm_train",
                                   "batch_norm_train_nhwc", "group_norm_nhwc", "softmax_cluster2_odd",
-                                  "layer_norm_cluster8", "group_norm_1_4mb_rows"])
+                                  "layer_norm_cluster8", "group_norm_1_4mb_rows",
+                                  "batch_norm_train_nhwc_split"])
 def test_non_contiguous_inputs(built, case):
     module, cases = built
     graph, group, kernel_name = cases[case]
@@ -119,7 +120,8 @@ def test_misaligned_input_takes_the_scalar_path(built):
 
 @pytest.mark.parametrize("case", ["softmax_small", "softmax_long_cluster", "log_softmax", "logsumexp",
                                   "softmax_dim0", "amax_last", "argmin_last", "softmax_cluster2_odd",
-                                  "softmax_few_rows", "log_softmax_cluster4", "softmax_huge_prime"])
+                                  "softmax_few_rows", "log_softmax_cluster4", "softmax_huge_prime",
+                                  "softmax_dim0_split"])
 def test_adversarial_values(built, case):
     module, cases = built
     graph, group, kernel_name = cases[case]
@@ -133,7 +135,8 @@ def test_adversarial_values(built, case):
 
 
 def _row_cluster(group) -> bool:
-    return group.family == "reduction" and group.config[0].cluster > 1 and group.config[0].layout == "row"
+    spec = group.config[0] if group.family == "reduction" else None
+    return spec is not None and spec.cluster > 1 and spec.layout == "row" and not spec.split
 
 
 CLUSTER_CASES = sorted(name for name, make in CASES.items()
@@ -161,6 +164,30 @@ def test_long_rows_take_the_planned_cluster_kernel(built, case):
     (variant,) = variants
     assert (variant.vec, variant.cluster, variant.cache) == (vec, int(cluster), cache == "true"), \
         f"{case}: ran {variant}, planned vec{vec} cluster{cluster} cache={cache}"
+
+
+def _split(group) -> bool:
+    return group.family == "reduction" and group.config[0].split
+
+
+SPLIT_CASES = sorted(name for name, make in CASES.items() if any(map(_split, plan_fusion(make()).groups)))
+
+
+@pytest.mark.parametrize("case", SPLIT_CASES)
+def test_split_rows_launch_the_planned_blocks_once_per_phase(built, case):
+    """Split rows: the statistics launch, then (with elementwise outputs) the launch that applies them,
+    both with the planned number of independent blocks per row or column tile."""
+    module, cases = built
+    graph, group, kernel_name = cases[case]
+    spec = group.config[0]
+    inputs, params = random_inputs(graph, "cuda", seed=5)
+    leaves = {id(n): v for n, v in zip(graph.inputs, inputs, strict=True)}
+    leaves.update({id(p): params[p.name] for p in graph.params})
+    args = [leaves[id(n)] for n in group.inputs]
+    variants = launched_variants(lambda: getattr(module, kernel_name)(args))
+    phases = 2 if spec.passes > 1 else 1
+    assert len(variants) == phases and all(v.cluster == spec.cluster and not v.cache for v in variants), \
+        f"{case}: launched {variants}"
 
 
 def test_softmax_keeps_nan_and_all_minus_inf_rows(built):

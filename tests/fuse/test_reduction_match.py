@@ -93,9 +93,9 @@ def test_large_rows_are_cached_across_a_cluster_sized_to_shared_memory():
     ln = groups_of(CASES["layer_norm_cluster8"](), "reduction")[0].config[0]
     assert ln.cluster == 8 and ln.cache and ln.threads == 512
     # a group of 224 x 224 x 4 bytes x 16 channels (3.2 MB) would take 16 blocks of one per SM: read twice
-    # by uncached blocks instead (measured faster), a cluster only for parallelism (256 rows)
+    # by uncached blocks instead (measured faster): split statistics, two blocks per row (256 rows)
     gn = groups_of(group_norm((32, 128, 224, 224), 8), "reduction")[0].config[0]
-    assert not gn.cache and gn.cluster == 2 and gn.threads == 512
+    assert not gn.cache and gn.split and gn.cluster == 2 and gn.threads == 512
     # rows whose cache leaves room for 3 blocks per SM: 8 warps each (the registers admit 3)
     ln = groups_of(layer_norm((4096, 65536), 1, True), "reduction")[0].config[0]
     assert ln.cluster == 4 and ln.cache and ln.threads == 256
@@ -113,8 +113,11 @@ def test_few_very_long_one_pass_rows_split_over_independent_blocks():
     # a row epilogue is fine (it runs once, in the combining block); Welford and index accumulators too
     for case in ("sum_squares_split", "var_split", "argmax_split", "mean_all_split"):
         assert groups_of(CASES[case](), "reduction")[0].config[0].split, case
-    # an elementwise output needs the whole row's result in every block: a cluster, never split
-    assert not groups_of(one("softmax", (3, 1000003), dim=1), "reduction")[0].config[0].split
+    # an elementwise output over rows too long to cache: split too (a second launch writes it)
+    softmax = groups_of(one("softmax", (3, 1000003), dim=1), "reduction")[0].config[0]
+    assert softmax.split and softmax.passes == 2 and not softmax.cache
+    # rows a cluster caches keep the cluster (one read of the row instead of two)
+    assert not groups_of(CASES["softmax_long_cluster"](), "reduction")[0].config[0].split
     # enough rows to fill the GPU already: one block (or a cluster) per row
     assert not groups_of(one("sum", (4096, 65536), dims=(1,)), "reduction")[0].config[0].split
 
@@ -190,3 +193,34 @@ def test_flip_on_another_dim_is_not_a_reverse_scan():
     y = make_node("flip", [make_node("cumsum", [make_node("flip", [x], dims=(0,))], dim=1)], dims=(0,))
     (group,) = groups_of(Graph((x,), (), (y,)), "scan")
     assert [n.op for n in group.nodes] == ["cumsum"] and not group.config[0].reverse
+
+
+def test_few_column_tiles_split_their_statistics_over_independent_blocks():
+    # channels-last training BatchNorm over 128 channels: 4 column tiles, which clusters of 8 leave at 32
+    # blocks; split, two to four 512-thread blocks per SM, each at least 32 positions per warp
+    spec = groups_of(batch_norm_train((32, 128, 128, 128), channel_dim=3), "reduction")[0].config[0]
+    assert spec.layout == "column" and spec.split and spec.threads == 512 and not spec.cache
+    assert 2 * 132 < 4 * spec.cluster <= 4 * 132
+    assert spec.space.row_length // spec.cluster >= 16 * 32
+    # enough tiles for the clusters to fill the GPU: no split
+    wide = groups_of(batch_norm_train((4, 16, 16, 2048), channel_dim=3), "reduction")[0].config[0]
+    assert wide.layout == "column" and not wide.split
+    # a short column (a sum over 2048 rows of 333): too little per block to split
+    assert not groups_of(one("sum", (2048, 333), dims=(0,)), "reduction")[0].config[0].split
+    # two reduction passes (x - mean, then its variance) cannot split: one launch, cluster-combined
+    assert not groups_of(CASES["instance_norm"](), "reduction")[0].config[0].split
+
+
+def test_rows_in_pieces_split_their_statistics_rather_than_cache_at_one_block_per_sm():
+    # NCHW training BatchNorm: a channel is 32 pieces of 112 x 112; its 1.6 MB row would be cached by 8
+    # blocks of one per SM: split statistics instead (two reads, every SM busy)
+    bn = groups_of(batch_norm_train((32, 128, 112, 112)), "reduction")[0].config[0]
+    assert bn.split and not bn.cache and bn.layout == "row"
+    # channels-last GroupNorm: a group is 16 channels of every pixel
+    gn = groups_of(group_norm((64, 126, 126, 128), 8, channel_dim=3), "reduction")[0].config[0]
+    assert gn.split and not gn.cache and gn.cluster >= 2
+    # a contiguous row of the same size keeps its cached cluster (one read instead of two)
+    softmax = groups_of(one("softmax", (4096, 393216), dim=1), "reduction")[0].config[0]
+    assert softmax.cache and not softmax.split and softmax.cluster == 8
+    # a row that two blocks per SM can cache stays cached
+    assert groups_of(CASES["group_norm_1_4mb_rows"](), "reduction")[0].config[0].cache
