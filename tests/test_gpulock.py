@@ -124,3 +124,28 @@ def test_nesting(monkeypatch, tmp_path: Path):
     with gpulock.gpu_work(), pytest.raises(RuntimeError, match="own shared lock"):
         with gpulock.gpu_timing():
             pass
+
+
+def test_a_holder_waits_for_its_queued_gpu_work_before_releasing(monkeypatch, tmp_path: Path):
+    """CUDA calls return before their kernels run: a holder that released at once would leave its work
+    running under the next holder's timed series. Releasing drains the process's GPU work first (when it
+    has initialized CUDA at all)."""
+    import torch
+
+    monkeypatch.setenv("KERNELWRIGHT_GPU_LOCK", str(tmp_path / "gpu.lock"))
+    monkeypatch.setenv("KERNELWRIGHT_MACHINE_LOCK", "off")
+    events = []
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize",
+                        lambda *a, **k: events.append(("sync", list(gpulock._held))))
+    with gpulock.gpu_work():
+        events.append(("work", list(gpulock._held)))
+    with gpulock.gpu_timing():
+        pass
+    # drained while the lock was still held, once per outermost holder
+    assert events == [("work", ["shared"]), ("sync", ["shared"]), ("sync", ["exclusive"])]
+    events.clear()
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    with gpulock.gpu_work():
+        pass
+    assert events == []      # a process that never touched CUDA does not start it to synchronize
