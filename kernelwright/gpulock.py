@@ -134,6 +134,7 @@ def _machine_lock(kind: str) -> Iterator[None]:
         try:
             yield
         finally:
+            _drain_gpu()   # a build's or a load's queued GPU work (inputs, a compiler's autotuning) too
             _machine.pop()
     finally:
         for fd in (mine, theirs, turnstile):

@@ -144,6 +144,12 @@ def test_a_holder_waits_for_its_queued_gpu_work_before_releasing(monkeypatch, tm
         pass
     # drained while the lock was still held, once per outermost holder
     assert events == [("work", ["shared"]), ("sync", ["shared"]), ("sync", ["exclusive"])]
+    # the machine lock's work class too: a worker's `load` copies inputs to the GPU under it
+    events.clear()
+    monkeypatch.setenv("KERNELWRIGHT_MACHINE_LOCK", str(tmp_path / "machine.lock"))
+    with gpulock.cpu_work():
+        pass
+    assert events == [("sync", [])]
     events.clear()
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     with gpulock.gpu_work():
