@@ -85,14 +85,30 @@ def _lock(exclusive: bool) -> Iterator[None]:
             fcntl.flock(main, fcntl.LOCK_SH)
             fcntl.flock(turnstile, fcntl.LOCK_UN)
         _held.append("exclusive" if exclusive else "shared")
-        try:
+        with _draining(_held):
             yield
-        finally:
-            _drain_gpu()
-            _held.pop()
     finally:
         os.close(main)  # closing the descriptors releases their locks
         os.close(turnstile)
+
+
+@contextlib.contextmanager
+def _draining(nesting: list[str]) -> Iterator[None]:
+    """The body, then `_drain_gpu()`, then this level of `nesting` is left. The level is left even when the
+    drain fails (a sticky CUDA error surfaces at the synchronize), or later locks would be skipped as
+    nested; and a failing body's own exception is the one that propagates, not the drain's."""
+    failed = True
+    try:
+        yield
+        failed = False
+    finally:
+        try:
+            _drain_gpu()
+        except Exception:
+            if not failed:
+                raise
+        finally:
+            nesting.pop()
 
 
 def _drain_gpu() -> None:
@@ -131,11 +147,8 @@ def _machine_lock(kind: str) -> Iterator[None]:
         fcntl.flock(theirs, fcntl.LOCK_UN)
         fcntl.flock(turnstile, fcntl.LOCK_UN)
         _machine.append(kind)
-        try:
+        with _draining(_machine):   # a build's or a load's queued GPU work (inputs, autotuning) too
             yield
-        finally:
-            _drain_gpu()   # a build's or a load's queued GPU work (inputs, a compiler's autotuning) too
-            _machine.pop()
     finally:
         for fd in (mine, theirs, turnstile):
             os.close(fd)

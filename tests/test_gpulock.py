@@ -155,3 +155,22 @@ def test_a_holder_waits_for_its_queued_gpu_work_before_releasing(monkeypatch, tm
     with gpulock.gpu_work():
         pass
     assert events == []      # a process that never touched CUDA does not start it to synchronize
+
+
+def test_a_failing_drain_leaves_the_lock_and_the_body_s_error_wins(monkeypatch, tmp_path: Path):
+    import torch
+
+    monkeypatch.setenv("KERNELWRIGHT_GPU_LOCK", str(tmp_path / "gpu.lock"))
+    monkeypatch.setenv("KERNELWRIGHT_MACHINE_LOCK", str(tmp_path / "machine.lock"))
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+
+    def sticky_fault(*args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(torch.cuda, "synchronize", sticky_fault)
+    with pytest.raises(ValueError, match="the candidate's own error"), gpulock.gpu_timing():
+        raise ValueError("the candidate's own error")
+    assert gpulock._held == [] and gpulock._machine == []
+    with pytest.raises(RuntimeError, match="illegal memory access"), gpulock.gpu_work():
+        pass
+    assert gpulock._held == []

@@ -118,17 +118,21 @@ class _RowKernel:
         mean over values a Welford accumulator reads (its running mean): one update per element, not three."""
         shares: dict[int, tuple[int, str | None]] = {}
         length = self.spec.space.row_length
+        outputs = set(map(id, self.group.outputs))
         for p in range(self.reduction_passes):
             env = _PassEnv(self, p)
             members = [n for n in self.group.nodes if self.pass_of.get(id(n)) == p]
-            # Welford accumulators first, so that a mean finds one whichever comes first in the group
-            members.sort(key=lambda n: accumulation(n, length).acc != "kw::WelfordAcc")
+            # Welford accumulators first and means last, so that a mean finds a sum or a Welford whichever
+            # comes first in the group
+            members.sort(key=lambda n: (accumulation(n, length).acc != "kw::WelfordAcc", n.op == "mean"))
             owners: dict[tuple[str, str], int] = {}
             for node in members:
                 acc, values = accumulation(node, length).acc, env.elem(node.inputs[0])
                 if (acc, values) in owners:
                     shares[id(node)] = (owners[acc, values], None)
-                elif node.op == "mean" and ("kw::WelfordAcc", values) in owners:
+                elif node.op == "mean" and ("kw::WelfordAcc", values) in owners and id(node) not in outputs:
+                    # the Welford running mean (an inf in the row makes it NaN, as ATen's BatchNorm
+                    # statistics; torch.mean gives inf): only for a mean used inside the group
                     shares[id(node)] = (owners["kw::WelfordAcc", values], "{a}.mean")
                 else:
                     owners[acc, values] = self.index[id(node)]

@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
 import pytest
-from reduction_cases import CASES
+from reduction_cases import CASES, x_in
 
 from kernelwright.codegen.binding import assemble
 from kernelwright.codegen.registry import render_group
 from kernelwright.fuse import plan_fusion
+from kernelwright.ir.graph import Graph
+from kernelwright.ir.ops import make_node
 
 
 def rendered_kernels():
@@ -42,3 +45,25 @@ def test_all_variants_compile_with_nvcc(tmp_path):
         ["nvcc", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-Xptxas", "-O0", "-c", str(cu), "-o",
          str(tmp_path / "reductions.o")], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-4000:]
+
+
+def _pass0_fields(graph: Graph) -> tuple[list[str], str]:
+    (group,) = [g for g in plan_fusion(graph).groups if g.family == "reduction"]
+    cuda = render_group(group).cuda
+    struct = cuda[cuda.index("struct Pass0 {"):]
+    return re.findall(r"  (kw::\w+) a\d+;", struct[:struct.index("};")]), cuda
+
+
+def test_members_accumulating_the_same_values_share_one_accumulator():
+    # training BatchNorm, its running mean and its unbiased variance: one Welford update per element
+    fields, _ = _pass0_fields(CASES["batch_norm_train"]())
+    assert fields == ["kw::WelfordAcc"]
+    # a mean the group outputs keeps torch.mean's sum (an inf in the row is inf, not the Welford's NaN),
+    # shared with a sum of the same values whichever comes first
+    x = x_in(64, 1000)
+    mean = make_node("mean", [x], dims=(1,))
+    var = make_node("var", [x], dims=(1,), correction=1)
+    total = make_node("sum", [x], dims=(1,))
+    fields, cuda = _pass0_fields(Graph((x,), (), (mean, var, total), output_kind="tuple"))
+    assert sorted(fields) == ["kw::SumAcc", "kw::WelfordAcc"]
+    assert ".mean;" not in cuda.split("struct Pass0")[1].split("// ---- pass 0")[1]
