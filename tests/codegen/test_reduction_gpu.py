@@ -190,6 +190,54 @@ def test_split_rows_launch_the_planned_blocks_once_per_phase(built, case):
         f"{case}: launched {variants}"
 
 
+def _case_args(cases, case, seed):
+    graph, group, kernel_name = cases[case]
+    inputs, params = random_inputs(graph, "cuda", seed=seed)
+    leaves = {id(n): v for n, v in zip(graph.inputs, inputs, strict=True)}
+    leaves.update({id(p): params[p.name] for p in graph.params})
+    return [leaves[id(n)] for n in group.inputs]
+
+
+@pytest.mark.parametrize("case", ["batch_norm_train_nhwc_split", "softmax_dim0_split",
+                                  "group_norm_3_4mb_rows"])
+def test_split_statistics_on_two_streams_and_in_a_cuda_graph(built, case):
+    """Split statistics keep their partials, counters and combined values in a per-call workspace: two
+    streams launching the same kernel alternately without waiting each get exactly their one-stream result
+    (the combine is in rank order, so bitwise), and a captured CUDA graph (memset + both phases) replays
+    on new input values."""
+    module, cases = built
+    kernel = getattr(module, cases[case][2])
+    args = [_case_args(cases, case, seed) for seed in (11, 12)]
+    want = [kernel(a) for a in args]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    results: list[list] = [[], []]
+    for _ in range(20):
+        for k, stream in enumerate(streams):
+            with torch.cuda.stream(stream):
+                results[k].append(kernel(args[k]))
+    for stream in streams:
+        torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    for k in range(2):
+        for got in results[k]:
+            for g, w in zip(got, want[k], strict=True):
+                assert torch.equal(g, w), f"{case}: stream {k} differs from its one-stream result"
+
+    static = [a.clone() for a in args[0]]
+    kernel(static)                                   # warm-up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = kernel(static)
+    for a, b in zip(static, args[1], strict=True):
+        a.copy_(b)
+    graph.replay()
+    torch.cuda.synchronize()
+    for g, w in zip(captured, want[1], strict=True):
+        assert torch.equal(g, w), f"{case}: the replayed graph differs from a direct call"
+
+
 def test_softmax_keeps_nan_and_all_minus_inf_rows(built):
     """The per-vector online softmax update (16-byte path, cluster, row cache): a NaN anywhere makes its
     row NaN, a row of -inf only is NaN (0 / 0, as torch), and a NaN in a vector after only -inf values is
