@@ -138,6 +138,10 @@ class _RowKernel:
                     owners[acc, values] = self.index[id(node)]
         return shares
 
+    def _accumulating(self, p: int) -> list[Node]:
+        """The members of pass `p` that keep an accumulator of their own (not shared with another)."""
+        return [n for n in self.group.nodes if self.pass_of.get(id(n)) == p and id(n) not in self.shares]
+
     def _pass_roots(self, p: int) -> list[Node]:
         if p < self.reduction_passes:
             return [n.inputs[0] for n in self.group.nodes if self.pass_of.get(id(n)) == p]
@@ -238,7 +242,7 @@ class _RowKernel:
         return lines
 
     def _struct(self, p: int) -> str:
-        members = [n for n in self.group.nodes if self.pass_of.get(id(n)) == p and id(n) not in self.shares]
+        members = self._accumulating(p)
         name = f"Pass{p}"
         fields = [(f"a{self.index[id(n)]}", accumulation(n, self.spec.space.row_length).acc) for n in members]
         decl = "\n".join(f"  {acc} {f};" for f, acc in fields)
@@ -322,9 +326,7 @@ class _RowKernel:
     def _reduction_pass(self, p: int, column: bool) -> list[str]:
         env = _PassEnv(self, p)
         inner, after, decls = [], [], []
-        for node in self.group.nodes:
-            if self.pass_of.get(id(node)) != p or id(node) in self.shares:
-                continue
+        for node in self._accumulating(p):
             x = env.elem(node.inputs[0])
             i = self.index[id(node)]
             field = f"acc{p}.a{i}"
@@ -539,8 +541,7 @@ def _block_order(split: bool) -> str:
     each pixel: written a group at a time, each 512-byte pixel row was written in 64-byte pieces far apart
     in time)."""
     if split:
-        return ("  constexpr idx_t ROW_BLOCKS = (ROWS + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;\n"
-                "  const int rank = static_cast<int>(blockIdx.x / ROW_BLOCKS);\n"
+        return ("  const int rank = static_cast<int>(blockIdx.x / ROW_BLOCKS);\n"
                 "  const idx_t block_row = blockIdx.x % ROW_BLOCKS;")
     return ("  const int rank = static_cast<int>(blockIdx.x % CL);\n"
             "  const idx_t block_row = blockIdx.x / CL;")

@@ -381,7 +381,8 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
     # H100: channels-last GroupNorm over 64x126x126x128 (8 groups) 0.685 ms split vs 0.966 ms cached in
     # clusters of 8; NCHW training BatchNorm over 32x128x112x112 0.279 vs 0.327 ms. Contiguous rows keep the
     # cache (softmax over 393,216-long rows: 6.56 ms cached vs 7.17 ms split, which reads them twice).
-    pieces = [d for d in live if d in reduce] != live[len(live) - sum(d in reduce for d in live):]
+    reduced_live = [d for d in live if d in reduce]
+    pieces = reduced_live != live[len(live) - len(reduced_live):]     # not the innermost dims of the space
     scattered = one_reduction and has_elem_out and cluster > 1 and (not cache or (one_per_sm and pieces))
     if scattered or (one_reduction and not cache and rows * cluster < 2 * device.sms and chunks >= 16 * 512):
         # one pass over uncached rows (a loss, a sum to a scalar, a norm over rows too long to cache):
