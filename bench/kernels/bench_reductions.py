@@ -96,21 +96,18 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
 
 def forced_split(group):
     """The group with its launch changed to split statistics (row layout: 512 threads, independent blocks
-    for about four per SM, no row cache), whatever the planner chose: the comparison the "+split"
-    workloads make."""
+    for about four per SM, at least two per row, no row cache), whatever the planner chose: the comparison
+    the "+split" workloads make."""
     import dataclasses
-    import math
 
     from kernelwright.fuse.plan import FusedGroup
+    from kernelwright.fuse.reduction import Device, _split
 
     spec = group.config[0]
-    split = 1
-    while spec.space.rows * split * 2 <= 4 * torch.cuda.get_device_properties(0).multi_processor_count:
-        split *= 2
-    split = max(split, 2)
-    forced = dataclasses.replace(spec, layout="row", threads=512, warps_per_row=16, cluster=split,
-                                 cache=False, split=True)
-    assert spec.layout == "row" and math.prod(spec.space.domain) > 0
+    assert spec.layout == "row", "forced splits are for row-layout groups"
+    device = Device(sms=torch.cuda.get_device_properties(0).multi_processor_count)
+    split = max(_split(spec.space.rows, spec.space.row_length, 1, device), 2)
+    forced = dataclasses.replace(spec, threads=512, warps_per_row=16, cluster=split, cache=False, split=True)
     return FusedGroup(group.family, group.nodes, group.inputs, group.outputs, (forced,))
 
 

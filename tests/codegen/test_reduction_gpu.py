@@ -55,10 +55,15 @@ def built():
     return module, {name: (graphs[name], *groups[name]) for name in graphs}
 
 
-def run_case(module, group, kernel_name, graph, inputs, params):
+def group_args(graph, group, inputs, params) -> list:
+    """The kernel's arguments: the group's inputs, taken from the graph's inputs and parameters."""
     leaves = {id(n): v for n, v in zip(graph.inputs, inputs, strict=True)}
     leaves.update({id(p): params[p.name] for p in graph.params})
-    ours = getattr(module, kernel_name)([leaves[id(n)] for n in group.inputs])
+    return [leaves[id(n)] for n in group.inputs]
+
+
+def run_case(module, group, kernel_name, graph, inputs, params):
+    ours = getattr(module, kernel_name)(group_args(graph, group, inputs, params))
     sub = Graph(graph.inputs, graph.params, group.outputs, output_kind="tuple")
     cpu_params = {k: v.double().cpu() for k, v in params.items()}
     expected, _ = interpret(sub, [x.double().cpu() for x in inputs], cpu_params)
@@ -156,9 +161,7 @@ def test_long_rows_take_the_planned_cluster_kernel(built, case):
     vec = int(re.search(r"constexpr int VEC_MAX = (\d+);", cuda).group(1))
     cluster, cache = re.search(r"vec \? launch<VEC_MAX, (\d+), (true|false)>", cuda).groups()
     inputs, params = random_inputs(graph, "cuda", seed=4)
-    leaves = {id(n): v for n, v in zip(graph.inputs, inputs, strict=True)}
-    leaves.update({id(p): params[p.name] for p in graph.params})
-    args = [leaves[id(n)] for n in group.inputs]
+    args = group_args(graph, group, inputs, params)
     variants = launched_variants(lambda: getattr(module, kernel_name)(args))
     assert len(variants) == 1, f"{case}: launched {variants} (no CUDA kernel names from the profiler?)"
     (variant,) = variants
@@ -181,21 +184,11 @@ def test_split_rows_launch_the_planned_blocks_once_per_phase(built, case):
     graph, group, kernel_name = cases[case]
     spec = group.config[0]
     inputs, params = random_inputs(graph, "cuda", seed=5)
-    leaves = {id(n): v for n, v in zip(graph.inputs, inputs, strict=True)}
-    leaves.update({id(p): params[p.name] for p in graph.params})
-    args = [leaves[id(n)] for n in group.inputs]
+    args = group_args(graph, group, inputs, params)
     variants = launched_variants(lambda: getattr(module, kernel_name)(args))
     phases = 2 if spec.passes > 1 else 1
     assert len(variants) == phases and all(v.cluster == spec.cluster and not v.cache for v in variants), \
         f"{case}: launched {variants}"
-
-
-def _case_args(cases, case, seed):
-    graph, group, kernel_name = cases[case]
-    inputs, params = random_inputs(graph, "cuda", seed=seed)
-    leaves = {id(n): v for n, v in zip(graph.inputs, inputs, strict=True)}
-    leaves.update({id(p): params[p.name] for p in graph.params})
-    return [leaves[id(n)] for n in group.inputs]
 
 
 @pytest.mark.parametrize("case", ["batch_norm_train_nhwc_split", "softmax_dim0_split",
@@ -206,8 +199,9 @@ def test_split_statistics_on_two_streams_and_in_a_cuda_graph(built, case):
     (the combine is in rank order, so bitwise), and a captured CUDA graph (memset + both phases) replays
     on new input values."""
     module, cases = built
-    kernel = getattr(module, cases[case][2])
-    args = [_case_args(cases, case, seed) for seed in (11, 12)]
+    graph, group, kernel_name = cases[case]
+    kernel = getattr(module, kernel_name)
+    args = [group_args(graph, group, *random_inputs(graph, "cuda", seed=seed)) for seed in (11, 12)]
     want = [kernel(a) for a in args]
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     for stream in streams:
