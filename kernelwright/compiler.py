@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 from kernelwright import gpumem, result_cache
-from kernelwright.codegen.binding import assemble
+from kernelwright.codegen.assemble import assemble
 from kernelwright.codegen.build import (
     BuildError,
     Built,

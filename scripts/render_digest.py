@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests" / "codegen"))
 
 from kernelwright.capture import capture  # noqa: E402
-from kernelwright.codegen.binding import assemble  # noqa: E402
+from kernelwright.codegen.assemble import assemble  # noqa: E402
 from kernelwright.codegen.registry import render_group  # noqa: E402
 from kernelwright.emit import EmitInfo, emit_module  # noqa: E402
 from kernelwright.fuse.gemm import BIG_TILE, SMALL_TILE, GemmConfig  # noqa: E402
@@ -50,7 +50,7 @@ def attempt(fn: Callable[[], str]) -> str:
 
 def rendered(group: FusedGroup) -> str:
     source = render_group(group)
-    return "\0".join((source.name, source.cuda, source.cpp, source.ir_comment))
+    return "\0".join((source.name, source.cuda, repr(source.spec), source.ir_comment))
 
 
 def gemm_routes(group: FusedGroup) -> Iterator[tuple[str, FusedGroup]]:

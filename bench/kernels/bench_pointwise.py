@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from _timing import time_ms  # noqa: E402
 
-from kernelwright.codegen.binding import CPP_PRELUDE, ExtensionSources, assemble  # noqa: E402
+from kernelwright.codegen.assemble import ExtensionSources, assemble  # noqa: E402
 from kernelwright.codegen.kernel import KernelSource  # noqa: E402
 from kernelwright.codegen.pointwise import PointwiseConfig, render  # noqa: E402
 from kernelwright.fuse import plan_fusion  # noqa: E402
@@ -200,58 +200,35 @@ def unique_kernels(variants: list[Variant]) -> list[KernelSource]:
     return list({v.kernel.name: v.kernel for v in variants}.values())
 
 
-def shard_sources(sources: ExtensionSources, shards: int) -> tuple[list[str], list[str]]:
-    """The extension as several .cu and .cpp files (round robin over the kernels), so that ninja compiles
-    them in parallel. The last .cpp holds the module: one function, `call(index, inputs)`, over a table of
-    the bindings (a pybind definition per kernel costs about as much host compile time as the kernel)."""
+def shard_sources(sources: ExtensionSources, shards: int) -> list[str]:
+    """The kernels as several .cu files (round robin), so that ninja compiles them in parallel."""
     cuda_texts = sources.cuda_sources
     headers, kernels = cuda_texts[0], cuda_texts[1:]
-    cu = ["\n".join([headers] + kernels[s::shards]) for s in range(shards)]
-    cpp = ["\n".join([CPP_PRELUDE] + [k.cpp for k in sources.kernels[s::shards]]) for s in range(shards)]
-    names = [k.name for k in sources.kernels]
-    cpp.append("\n".join([CPP_PRELUDE] + [f"std::vector<at::Tensor> {n}(std::vector<at::Tensor> inputs);"
-                                           for n in names] + [
-        "static const kw_binding kBindings[] = {" + ", ".join(f"&{n}" for n in names) + "};",
-        "PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {",
-        '  m.def("call", [](int64_t index, std::vector<at::Tensor> inputs) {',
-        "    return kw_guard(kBindings[index], std::move(inputs));",
-        "  });",
-        "}"]))
-    return cu, cpp
+    return ["\n".join([headers] + kernels[s::shards]) for s in range(shards)]
 
 
 def build(kernels: list[KernelSource]):
-    """One extension holding every kernel; returns (a function of (kernel name, inputs), seconds). The
-    bindings' host code is compiled at -O1 (a third of -O3's time; it is glue around ATen calls), the
-    kernels as kernelwright builds them (-O3, the GPU's own architecture)."""
-    from torch.utils.cpp_extension import load
+    """One library holding every kernel, bound by kernelwright's runtime; returns (a function of (kernel
+    name, inputs), seconds). The kernels are built as kernelwright builds them (-O3, the GPU's own
+    architecture)."""
+    from kernelwright.codegen.build import build_sharded
 
     sources = assemble(kernels)
-    digest = hashlib.sha1((sources.cuda_text + sources.cpp_text).encode()).hexdigest()[:12]
-    name = f"kw_bench_pointwise_{digest}"
-    root = Path(os.environ.get("KERNELWRIGHT_CACHE") or Path.home() / ".cache" / "kernelwright")
-    folder = root / "bench" / name
-    folder.mkdir(parents=True, exist_ok=True)
-    cu, cpp = shard_sources(sources, shards=max(1, min(16, os.cpu_count() or 1)))
-    paths = [folder / f"kernels_{i}.cu" for i in range(len(cu))]
-    paths += [folder / f"bindings_{i}.cpp" for i in range(len(cpp))]
-    for path, text in zip(paths, cu + cpp, strict=True):
-        if not path.is_file() or path.read_text() != text:
-            path.write_text(text)
+    digest = hashlib.sha1((sources.cuda_text + repr(sources.specs)).encode()).hexdigest()[:12]
     major, minor = torch.cuda.get_device_capability()
     arch = f"{major}{minor}" + ("a" if major >= 9 else "")
     start = time.perf_counter()
-    module = load(name, [str(p) for p in paths], build_directory=str(folder), extra_cflags=["-O1"],
-                  extra_cuda_cflags=["-O3", "-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}"])
-    index = {k.name: i for i, k in enumerate(sources.kernels)}
-    return (lambda kernel, inputs: module.call(index[kernel], inputs)), time.perf_counter() - start
+    shards = shard_sources(sources, shards=max(1, min(16, os.cpu_count() or 1)))
+    module = build_sharded(f"kw_bench_pointwise_{digest}", shards, sources.kernels,
+                           cuda_flags=["-std=c++17", f"-gencode=arch=compute_{arch},code=sm_{arch}"])
+    return (lambda kernel, inputs: getattr(module, kernel)(inputs)), time.perf_counter() - start
 
 
 def compile_check(kernels: list[KernelSource]) -> bool:
     """nvcc on every generated variant, without a GPU (kernelwright's compile-only check, per shard)."""
     from kernelwright.codegen.build import nvcc_check
 
-    cu, _ = shard_sources(assemble(kernels), shards=8)
+    cu = shard_sources(assemble(kernels), shards=8)
     ok = True
     for index, text in enumerate(cu):
         check = nvcc_check(text)

@@ -15,7 +15,6 @@ an interrupted run keeps what it measured.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from collections.abc import Callable
@@ -30,7 +29,8 @@ from _timing import time_ms  # noqa: E402
 from kernel_variants import launched_variants  # noqa: E402
 from reduction_cases import batch_norm_train, group_norm, layer_norm, one, rms_norm  # noqa: E402
 
-from kernelwright.codegen.binding import assemble  # noqa: E402
+from kernelwright.codegen.assemble import assemble  # noqa: E402
+from kernelwright.codegen.build import build_extension  # noqa: E402
 from kernelwright.codegen.registry import render_group  # noqa: E402
 from kernelwright.fuse import plan_fusion  # noqa: E402
 from kernelwright.ir.graph import Graph  # noqa: E402
@@ -121,8 +121,6 @@ def copy_bandwidth(flush: torch.Tensor) -> float:
 
 def build(graphs: dict[str, Graph]):
     """One extension holding every workload's kernel; returns, per workload, (kernel function, group)."""
-    from torch.utils.cpp_extension import load_inline
-
     groups, kernels = {}, []
     for name, graph in graphs.items():
         plan = plan_fusion(graph)
@@ -133,11 +131,7 @@ def build(graphs: dict[str, Graph]):
         groups[name] = (kernel.name, group)
         if all(k.name != kernel.name for k in kernels):
             kernels.append(kernel)
-    sources = assemble(kernels)
-    digest = hashlib.sha1((sources.cuda_text + sources.cpp_text).encode()).hexdigest()[:12]
-    module = load_inline(f"kw_bench_{digest}", cpp_sources=sources.cpp_sources,
-                         cuda_sources=sources.cuda_sources, no_implicit_headers=True,
-                         extra_cuda_cflags=["-O3", "-std=c++17"])
+    module = build_extension(assemble(kernels)).module
     return {name: (getattr(module, kernel_name), group) for name, (kernel_name, group) in groups.items()}
 
 

@@ -1,17 +1,19 @@
-"""Building the extension of one ModelNew, and the compile-only check used without a GPU.
+"""Building the kernels of one ModelNew, and the compile-only check used without a GPU.
 
 The build recipe is Python source (`BUILD_SOURCE`) that the emitter pastes into every ModelNew file (which
 may import only torch) and that `build_extension` executes here: one recipe, so our verification builds
 exactly what the emitted file builds. Choices, for compile time and for many processes at once:
-- one `load_inline` extension per file, named by the hash of its sources and flags, published as
-  `$KERNELWRIGHT_CACHE/builds/<name>-<torch>-sm<arch>[-cutlass<version>]/<name>.so`; when that library
-  exists it is imported directly (no ninja, no hashing of sources by torch: the warm path is well under a
-  second);
+- two libraries: the model's kernels (nvcc on one `.cu` with no torch header: 1-2 s; a plain shared
+  library whose C entry points are found with ctypes) and the shared runtime extension
+  (`codegen/cuda/kw_runtime.cpp`: ATen and pybind11, 12-16 s of g++), the same text for every model, so it
+  is built once per torch version and Python ABI and then loaded from the cache;
+- each published as `$KERNELWRIGHT_CACHE/builds/<name>-<tag>/<name>.so`, named by the hash of its sources
+  and flags; when that library exists it is loaded directly (no ninja, no hashing of sources by torch: the
+  warm path is well under a second);
 - concurrency: built in that folder's `staging/` under an flock of the folder's `build.lock` (dropped by
   the kernel when a builder dies), published by an atomic rename, rebuilt once if it does not load, so
   builders and readers in any number of processes never see half a library (a ResNet fell back with
   "cannot open shared object file" while other tasks built the same extension);
-- `no_implicit_headers=True`: the `.cu` sees no torch header, the binding only the few it includes;
 - code for the present GPU's architecture only (`sm_90a` on Hopper), `-O3`; `MAX_JOBS` is honoured by
   torch's ninja build.
 """
@@ -23,19 +25,23 @@ import re
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelwright.codegen.binding import ExtensionSources
+from kernelwright.codegen.assemble import RUNTIME_SOURCE, ExtensionSources
+from kernelwright.codegen.kernel import KernelSource
 from kernelwright.environment import cache_dir, cutlass_include_dir, nvcc_path
 from kernelwright.errors import KernelwrightError
 
 BUILD_SOURCE = r'''
-def _kw_build(name, cpp_sources, cuda_sources, root=None):
-    """Build the extension, or load it from the cache; returns (module, seconds).
+def _kw_build(name, cuda_sources, specs, runtime_source, root=None):
+    """Build the model's kernel library and the shared runtime extension, or load them from the cache;
+    returns (kernels, seconds): `kernels.NAME([tensors])` runs kernel NAME (under compile-only, the library
+    stub, whose functions say they were not built).
 
     Any number of processes may build or load at once: a library is built in a staging folder under a
-    per-extension lock (an flock, which the kernel drops when its holder dies, so a crash leaves nothing
+    per-library lock (an flock, which the kernel drops when its holder dies, so a crash leaves nothing
     stuck), then published by an atomic rename; a reader sees no library or a whole one. A published library
     that does not load is built again, once."""
     import os
@@ -46,19 +52,68 @@ def _kw_build(name, cpp_sources, cuda_sources, root=None):
     root = root or os.environ.get("KERNELWRIGHT_CACHE") or os.path.expanduser("~/.cache/kernelwright")
     needs_cutlass = any("#include <cutlass/" in source for source in cuda_sources)
     include = _kw_cutlass_include() if needs_cutlass else None
-    tag = f"{torch.__version__.replace('+', '_')}-sm{arch}"
-    if include:
-        tag += f"-cutlass{_kw_cutlass_version(include)}"
+    version = torch.__version__.replace("+", "_")
+    tag = f"{version}-sm{arch}" + (f"-cutlass{_kw_cutlass_version(include)}" if include else "")
+    library = _kw_cached(root, name, tag, _kw_open_library,
+                         lambda staging: _kw_compile(name, cuda_sources, staging, arch, include))
+    if _kw_compile_only():
+        return library, time.perf_counter() - start
+    return _KwKernels(_kw_runtime(runtime_source, root), library, specs), time.perf_counter() - start
+
+
+def _kw_runtime(source, root):
+    """The shared runtime extension, built once per torch version and Python ABI (host code only: the GPU
+    does not matter), then loaded from the cache."""
+    import hashlib
+    import sys
+
+    name = "kw_runtime_" + hashlib.sha256(source.encode()).hexdigest()[:16]
+    tag = f"{torch.__version__.replace('+', '_')}-{sys.implementation.cache_tag}"
+    return _kw_cached(root, name, tag, _kw_load, lambda staging: _kw_compile_runtime(name, source, staging))
+
+
+class _KwKernels:
+    """A model's kernels: one attribute per kernel, the runtime's `launch` bound to that kernel."""
+
+    def __init__(self, runtime, library, specs):
+        import ctypes
+        import functools
+
+        for name, (inputs, operands, outputs) in specs.items():
+            entry, workspace = (ctypes.cast(getattr(library, f"kw_{kind}_{name}"), ctypes.c_void_p).value
+                                for kind in ("entry", "workspace"))
+            kernel = runtime.Kernel(name, entry, workspace, list(inputs), list(operands), list(outputs))
+            setattr(self, name, functools.partial(runtime.launch, kernel))
+
+
+def _kw_cached(root, name, tag, load, compile):
+    """`load(name, path)` of `root`/builds/NAME-TAG/NAME.so, else `compile(staging)` under the folder's
+    lock (it builds in `staging`) and the library published by an atomic rename, then loaded."""
+    import os
+    import shutil
+
     folder = os.path.join(root, "builds", f"{name}-{tag}")
-    library = os.path.join(folder, f"{name}.so")
-    module = _kw_load(name, library)
-    if module is None:
-        os.makedirs(folder, exist_ok=True)
-        with _KwFileLock(os.path.join(folder, "build.lock")):
-            module = _kw_load(name, library)
-            if module is None:
-                module = _kw_compile(name, cpp_sources, cuda_sources, folder, arch, include)
-    return module, time.perf_counter() - start
+    path = os.path.join(folder, f"{name}.so")
+    found = load(name, path)
+    if found is not None:
+        return found
+    os.makedirs(folder, exist_ok=True)
+    with _KwFileLock(os.path.join(folder, "build.lock")):
+        found = load(name, path)
+        if found is None:
+            staging = os.path.join(folder, "staging")
+            # a crashed build's objects, torch's own lock file among them
+            shutil.rmtree(staging, ignore_errors=True)
+            os.makedirs(staging)
+            found = compile(staging)
+            built = os.path.join(staging, f"{name}.so")
+            if os.path.isfile(built):  # eval --compile-only links nothing
+                os.replace(built, path)
+            if isinstance(found, str):
+                found = load(name, path)
+                if found is None:
+                    raise RuntimeError(f"{name}: the library just built does not load ({path})")
+    return found
 
 
 def _kw_compile_only():
@@ -78,7 +133,7 @@ def _kw_arch():
 
 
 def _kw_load(name, library):
-    """The module in `library`, or None when there is none or it does not load."""
+    """The Python extension module in `library`, or None when there is none or it does not load."""
     import contextlib
     import importlib.machinery
     import importlib.util
@@ -95,26 +150,43 @@ def _kw_load(name, library):
     return None
 
 
-def _kw_compile(name, cpp_sources, cuda_sources, folder, arch, include):
-    """Build in `folder`/staging (used only under the extension's lock), then publish the library."""
+def _kw_open_library(name, library):
+    """The plain shared library `library` (a model's kernels and their C entries), or None."""
+    import contextlib
+    import ctypes
     import os
-    import shutil
+
+    if not os.path.isfile(library):
+        return None
+    with contextlib.suppress(OSError):
+        return ctypes.CDLL(library)
+    return None
+
+
+def _kw_compile(name, cuda_sources, staging, arch, include):
+    """The kernels' library, built by nvcc alone (no torch header: about a second or two), in `staging`."""
+    import os
 
     from torch.utils.cpp_extension import load_inline
 
-    staging = os.path.join(folder, "staging")
-    shutil.rmtree(staging, ignore_errors=True)  # a crashed build's objects, torch's own lock file among them
-    os.makedirs(staging)
-    module = load_inline(
-        name=name, cpp_sources=cpp_sources, cuda_sources=cuda_sources, build_directory=staging,
-        extra_cflags=["-O3"], extra_cuda_cflags=["-O3", f"-gencode=arch=compute_{arch},code=sm_{arch}"],
-        extra_include_paths=[include] if include else [],
+    return load_inline(
+        name=name, cpp_sources=[""], cuda_sources=cuda_sources, build_directory=staging,
+        extra_cuda_cflags=["-O3", f"-gencode=arch=compute_{arch},code=sm_{arch}"],
+        extra_include_paths=[include] if include else [], is_python_module=False,
         no_implicit_headers=True, verbose=os.environ.get("KERNELWRIGHT_VERBOSE_BUILD") == "1",
     )
-    built = os.path.join(staging, f"{name}.so")
-    if os.path.isfile(built):  # eval --compile-only links nothing
-        os.replace(built, os.path.join(folder, f"{name}.so"))
-    return module
+
+
+def _kw_compile_runtime(name, source, staging):
+    """The shared runtime extension (ATen, c10 CUDA, pybind11: the one slow host compile), in `staging`."""
+    import os
+
+    from torch.utils.cpp_extension import load_inline
+
+    return load_inline(
+        name=name, cpp_sources=[source], build_directory=staging, extra_cflags=["-O3"], with_cuda=True,
+        no_implicit_headers=True, verbose=os.environ.get("KERNELWRIGHT_VERBOSE_BUILD") == "1",
+    )
 
 
 class _KwFileLock:
@@ -179,8 +251,9 @@ DEFAULT_CHECK_ARCH = "90a"
 
 
 def extension_name(sources: ExtensionSources) -> str:
+    """The kernel library's name: a hash of what builds it (its CUDA sources and the recipe)."""
     digest = hashlib.sha256()
-    for text in (*sources.cpp_sources, *sources.cuda_sources, BUILD_SOURCE):
+    for text in (*sources.cuda_sources, BUILD_SOURCE):
         digest.update(text.encode())
     return f"kw_{digest.hexdigest()[:16]}"
 
@@ -208,34 +281,66 @@ def is_compiler_error(message: str) -> bool:
     return bool(_COMPILER_ERROR.search(message))
 
 
-def build_extension(sources: ExtensionSources) -> Built:
-    """Build the extension on this machine's GPU, exactly as the emitted file would."""
+def recipe() -> dict:
+    """The build recipe's functions, as an emitted file defines them."""
     import torch
 
     namespace: dict = {"torch": torch}
     exec(BUILD_SOURCE, namespace)  # noqa: S102 (our own recipe, shared with emitted files)
+    return namespace
+
+
+def build_extension(sources: ExtensionSources) -> Built:
+    """Build the kernels on this machine's GPU, exactly as the emitted file would; `Built.module` has one
+    callable per kernel name."""
+    namespace = recipe()
     name = extension_name(sources)
+    started = time.time()
     try:
-        module, seconds = namespace["_kw_build"](name, sources.cpp_sources, sources.cuda_sources,
-                                                 str(cache_dir()))
+        kernels, seconds = namespace["_kw_build"](name, sources.cuda_sources, sources.specs, RUNTIME_SOURCE,
+                                                  str(cache_dir()))
     except Exception as exc:
         raise BuildError(f"building {name} failed: {_first_errors(str(exc))}") from exc
-    return Built(module, name, seconds, _build_steps(module, seconds))
+    return Built(kernels, name, seconds, _build_steps(cache_dir(), name, started, seconds))
 
 
-def _build_steps(module: object, seconds: float) -> tuple[tuple[str, float], ...]:
-    """What a build spent its time on, from ninja's log in the staging folder (a fresh build's library is
-    loaded from there); a library loaded from the cache was not built."""
-    library = Path(getattr(module, "__file__", "") or "")
-    log = library.parent / ".ninja_log"
-    if library.parent.name != "staging" or not log.is_file():
-        return (("cached", round(seconds, 3)),)
+def build_sharded(name: str, texts: Sequence[str], kernels: Sequence[KernelSource],
+                  include_dirs: Sequence[str] = (), cuda_flags: Sequence[str] = ()) -> object:
+    """Several `.cu` texts compiled in parallel (ninja, all cores) into one kernel library, then bound by
+    the runtime: one callable per kernel name. For the GPU tests and benchmarks that build hundreds of
+    variants; emitted files build their one translation unit with the recipe."""
+    import ctypes
+
+    from torch.utils.cpp_extension import load
+
+    folder = cache_dir() / "sharded" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for index, text in enumerate(texts):
+        path = folder / f"kernels_{index}.cu"
+        if not path.is_file() or path.read_text() != text:     # unchanged files keep ninja's timestamps
+            path.write_text(text)
+        paths.append(str(path))
+    library = load(name, paths, build_directory=str(folder), extra_include_paths=list(include_dirs),
+                   extra_cuda_cflags=["-O3", *cuda_flags], is_python_module=False)
+    namespace = recipe()
+    runtime = namespace["_kw_runtime"](RUNTIME_SOURCE, str(cache_dir()))
+    return namespace["_KwKernels"](runtime, ctypes.CDLL(library), {k.name: k.spec.literal() for k in kernels})
+
+
+def _build_steps(root: Path, name: str, started: float, seconds: float) -> tuple[tuple[str, float], ...]:
+    """What a build spent its time on, from ninja's logs in the staging folders of the kernel library and of
+    the runtime written since `started` (a library loaded from the cache was not built)."""
     steps = []
-    for line in log.read_text().splitlines():
-        fields = line.split("\t")
-        if len(fields) >= 4 and fields[0].isdigit() and fields[1].isdigit():
-            steps.append((fields[3], round((int(fields[1]) - int(fields[0])) / 1000, 3)))
-    return tuple(steps)
+    for pattern, prefix in ((f"{name}-*", ""), ("kw_runtime_*", "runtime ")):
+        for log in sorted((root / "builds").glob(f"{pattern}/staging/.ninja_log")):
+            if log.stat().st_mtime < started:
+                continue
+            for line in log.read_text().splitlines():
+                fields = line.split("\t")
+                if len(fields) >= 4 and fields[0].isdigit() and fields[1].isdigit():
+                    steps.append((prefix + fields[3], round((int(fields[1]) - int(fields[0])) / 1000, 3)))
+    return tuple(steps) or (("cached", round(seconds, 3)),)
 
 
 @dataclass(frozen=True)
@@ -247,7 +352,7 @@ class CompileCheck:
 
 def nvcc_check(cuda_text: str, arch: str = DEFAULT_CHECK_ARCH, ptxas_level: int = 3) -> CompileCheck:
     """Compile the CUDA translation unit only (no GPU needed): catches every error in generated kernels
-    in about a second, without the binding's host compile. `ptxas_level=0` skips the assembler's
+    in about a second. `ptxas_level=0` skips the assembler's
     optimizations (faster; errors are all caught before that stage)."""
     nvcc = nvcc_path()
     if nvcc is None:

@@ -1,8 +1,8 @@
-"""The GEMM family's renderer: a fused group from `kernelwright.fuse.gemm` → CUDA launcher + C++ binding.
+"""The GEMM family's renderer: a fused group from `kernelwright.fuse.gemm` → CUDA launcher + entry points.
 
 Three routes (`GemmConfig.kernel`). A CUTLASS 3xTF32 tensor-core GEMM (`gemm_cutlass.py`) and a
-bandwidth-bound matrix-vector kernel (`gemm_gemv.py`) share one launcher signature and one binding
-(`gemm_binding.py`); the 3xTF32-on-cuBLAS route (`gemm_tf32x3.py`) has launchers of its own and a binding
+bandwidth-bound matrix-vector kernel (`gemm_gemv.py`) share one launcher signature and one entry
+(`gemm_entry.py`); the 3xTF32-on-cuBLAS route (`gemm_tf32x3.py`) has launchers of its own and an entry
 built from the same pieces. All apply the same generated epilogue function,
 `float NAME_epilogue(float acc, float e0, ...)`, built from the group's pointwise IR with the pointwise
 family's expression table; they differ only in how they fetch `e0...`.
@@ -29,7 +29,7 @@ import hashlib
 import torch
 
 from kernelwright.codegen import gemm_cutlass, gemm_gemv, gemm_tf32x3
-from kernelwright.codegen.gemm_binding import render_binding
+from kernelwright.codegen.gemm_entry import render_entry
 from kernelwright.codegen.kernel import KernelSource
 from kernelwright.codegen.pointwise import c_literal, emit_statements
 from kernelwright.fuse.gemm import GemmConfig, GemmView, describe
@@ -43,7 +43,7 @@ def render(group: FusedGroup) -> KernelSource:
     """The kernel source of one GEMM group. Problem sizes and strides are launcher arguments, so the CUDA
     side depends only on the variant, the layouts and the epilogue: groups that agree on those share one
     CUTLASS instantiation (named by the hash of its text and wrapped in an include guard, so repeating it
-    in one translation unit costs nothing), while each group keeps its own binding."""
+    in one translation unit costs nothing), while each group keeps its own entry points."""
     view = describe(group)
     config = group.config if isinstance(group.config, GemmConfig) else GemmConfig(*group.config)
     if config.split_k > 1 and config.kernel != "tf32x3" and (config.kernel, config.swizzle, view.batch) != (
@@ -55,10 +55,10 @@ def render(group: FusedGroup) -> KernelSource:
     launcher = f"kw_gemm_{_digest(body)}"
     guard = launcher.upper()
     cuda = f"#ifndef {guard}\n#define {guard}\n{body.replace(_PLACEHOLDER, launcher)}#endif  // {guard}\n"
-    binding = gemm_tf32x3.render_binding if config.kernel == "tf32x3" else render_binding
-    cpp = binding(_PLACEHOLDER, launcher, group, view, config)
-    name = f"{launcher}_{_digest(cpp)[:8]}"
-    return KernelSource(name=name, cuda=cuda, cpp=cpp.replace(_PLACEHOLDER, name),
+    entry = gemm_tf32x3.render_entry if config.kernel == "tf32x3" else render_entry
+    entry_cuda, spec = entry(_PLACEHOLDER, launcher, group, view, config)
+    name = f"{launcher}_{_digest(entry_cuda + repr(spec))[:8]}"
+    return KernelSource(name=name, cuda=cuda + entry_cuda.replace(_PLACEHOLDER, name), spec=spec,
                         ir_comment=ir_comment(view, config))
 
 

@@ -25,7 +25,7 @@ stream-K schedule, the parameters initialize the workspace, and the grid comes f
 
 from __future__ import annotations
 
-from kernelwright.codegen.gemm_binding import launcher_params
+from kernelwright.codegen.gemm_entry import launcher_params
 from kernelwright.codegen.kernel import source_template
 from kernelwright.fuse.gemm import GemmConfig, GemmView
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from string import Template
 
-from kernelwright.codegen.gemm_binding import launcher_params
+from kernelwright.codegen.gemm_entry import launcher_params
 from kernelwright.codegen.kernel import source_template
 from kernelwright.fuse.gemm import GemmConfig, GemmView
 

@@ -10,7 +10,8 @@ three products are ONE TF32 GEMM of depth 3K over the operands concatenated alon
 The tensor cores accumulate all 3K terms in FP32, so the result matches an FP32 GEMM's accuracy (better
 than cuBLAS's FP32 SIMT kernels at large K, measured in `bench/kernels/bench_gemm.py`) while running on the
 TF32 units: about 3x their FP32 rate / 3. The split is a bandwidth-bound kernel of ours (reads an operand
-once, writes it three times). A parameter's split (an `nn.Linear` weight) is kept by the binding, with a
+once, writes it three times). A parameter's split (an `nn.Linear` weight) is kept by the runtime
+(kw_runtime.cpp), with a
 64-bit fingerprint per 4096-element tile of the values it was made from; every call's split kernel reads
 the parameter, and re-splits only the tiles whose fingerprint changed. So no write goes unseen (writes
 through `param.data` move no version counter), with no host sync, for one read of the weight per call
@@ -25,10 +26,8 @@ reports an error, which verification (`verify/measure.py`) treats as "keep ATen"
 
 from __future__ import annotations
 
-from string import Template
-
-from kernelwright.codegen.gemm_binding import binding_plumbing, input_index, stored_matrices
-from kernelwright.codegen.kernel import source_template
+from kernelwright.codegen.gemm_entry import epilogue_operands, gemm_inputs, input_index, stored_matrices
+from kernelwright.codegen.kernel import KernelSpec, entry_points, source_template, typed
 from kernelwright.fuse.gemm import GemmConfig, GemmView
 
 # Which of the three K blocks carry the small part: A = [small, big, big], B = [big, small, big].
@@ -69,37 +68,49 @@ def has_epilogue(view: GemmView) -> bool:
     return view.anchor.op == "addmm" and float(view.anchor.attr("alpha", 1)) != 1
 
 
-_BINDING = source_template("kw_gemm_tf32x3_binding.cpp.in")
+# A split of [batch, rows, cols] floats: 3 copies (big and small parts); one fingerprint word per 4096-element
+# tile (the split kernel's kTile).
+SPLIT_TILE, SCRATCH_ALIGN = 4096, 256
 
-_FINISH = ('  error = ${launcher}_finish(out.data_ptr<float>(), ${operand_args} batch, m, n, stream);\n'
-           '  KW_CHECK(error == nullptr, "${name}: ", error == nullptr ? "" : error);')
 
-
-def render_binding(name: str, launcher: str, group, view: GemmView, config: GemmConfig) -> str:
-    """The C++ binding: split A (and B, cached when it is a parameter), one cuBLAS call, the epilogue."""
-    checks, operand_lines, operand_args = binding_plumbing(name, group, view, "kw_tf32x3::dense")
-    (a_batch, a_rows, a_cols), (b_batch, b_rows, b_cols) = stored_matrices(view)
-
-    def split_expr(node, batch, rows, cols, k_along_cols: bool, smalls: int) -> str:
-        index = input_index(group, node)
-        source = f"inputs[{index}].reshape({{{batch}, {rows}, {cols}}})"
-        along = "true" if k_along_cols else "false"
+def render_entry(name: str, launcher: str, group, view: GemmView,
+                 config: GemmConfig) -> tuple[str, KernelSpec]:
+    """The entry: split A (and B; a parameter's split is kept by the runtime, an activation's goes in the
+    call's workspace), one cuBLAS call, the epilogue."""
+    epilogue, operand_args = epilogue_operands(group, view, ("contiguous",))
+    operands, lines, scratch = [], [], 0
+    matrices = stored_matrices(view)
+    # A row-major [M, K]: K along its columns; column-major (stored [K, M]): along its rows. B the opposite.
+    for j, (node, along, smalls) in enumerate(((view.a, not view.a_col_major, SMALLS_A),
+                                              (view.b, view.b_col_major, SMALLS_B))):
+        batch, rows, cols = matrices[j]
+        elements = batch * rows * cols
+        cache = None
         if node.op == "param":
-            return (f"kw_tf32x3::cached_split({launcher}_split, inputs[{index}], {source}, {batch}, "
-                    f"{rows}, {cols}, {along}, {smalls}, \"{name}\")")
-        return (f"kw_tf32x3::split({launcher}_split, {source}, {batch}, {rows}, {cols}, {along}, {smalls}, "
-                f"\"{name}\")")
-
-    finish = ""
+            cache = (3 * elements * 4, -(-elements // SPLIT_TILE), (batch, rows, cols, int(along), smalls))
+            target = f"static_cast<float*>(cached[{j}].data)"
+        else:
+            target = f"reinterpret_cast<float*>(static_cast<char*>(workspace) + {scratch})"
+            scratch += -(-3 * elements * 4 // SCRATCH_ALIGN) * SCRATCH_ALIGN
+        operands.append((input_index(group, node), (("reshape", batch, rows, cols), ("inner_contiguous",)),
+                         cache))
+        var = "xy"[j]
+        lines += [f"  float* {var} = {target};",
+                  f"  error = {launcher}_split(static_cast<const float*>(in[{j}].data), "
+                  f"{cols if rows == 1 else f'in[{j}].strides[1]'}, kw::batch_stride(in[{j}]), "
+                  f"{batch}, {rows}, {cols}, {int(along)}, {smalls}, {var}, cached[{j}].words, "
+                  f"cached[{j}].salt, stream);",
+                  "  if (error != nullptr) return error;"]
+    (a_batch, _, _), (b_batch, _, _) = matrices
+    m, n, k = view.m, view.n, view.k
+    lines.append(f"  error = {launcher}_gemm(x, {int(view.a_col_major)}, {0 if a_batch == 1 else 3 * m * k}, "
+                 f"y, {int(view.b_col_major)}, {0 if b_batch == 1 else 3 * k * n}, "
+                 f"static_cast<float*>(out[0]), "
+                 f"{view.batch}, {m}, {n}, {3 * k}, {config.split_k}, stream);")
     if has_epilogue(view):
-        finish = Template(_FINISH).substitute(launcher=launcher, name=name, operand_args=operand_args)
-    return _BINDING.substitute(
-        name=name, launcher=launcher, finish_params=finish_params(view),
-        checks=checks, chunks=config.split_k, batch=view.batch, m=view.m, n=view.n, k=view.k,
-        # A row-major [M, K]: K along its columns; column-major (stored [K, M]): along its rows.
-        # B the opposite.
-        a_split=split_expr(view.a, a_batch, a_rows, a_cols, not view.a_col_major, SMALLS_A),
-        b_split=split_expr(view.b, b_batch, b_rows, b_cols, view.b_col_major, SMALLS_B),
-        a_t=1 if view.a_col_major else 0, b_t=1 if view.b_col_major else 0, a_batch=a_batch, b_batch=b_batch,
-        operand_lines=operand_lines, out_shape=", ".join(str(s) for s in view.output.shape), finish=finish,
-    ).lstrip()
+        lines += ["  if (error != nullptr) return error;",
+                  f"  error = {launcher}_finish(static_cast<float*>(out[0]), {operand_args} "
+                  f"{view.batch}, {m}, {n}, stream);"]
+    body = "\n".join(["  const char* error = nullptr;", *lines, "  return error;"])
+    spec = KernelSpec(gemm_inputs(group, view), (*operands, *epilogue), typed([view.output]))
+    return entry_points(name, body, str(scratch)), spec

@@ -1,35 +1,81 @@
-"""What every kernel family renders: the CUDA side and the C++ binding of one fused group.
+"""What every kernel family renders: the CUDA side of one fused group and the spec its call follows.
 
-Binding convention (all families): the C++ function is
-`std::vector<at::Tensor> NAME(std::vector<at::Tensor> inputs)`, inputs in `group.inputs` order (const
-leaves are baked into the code, never passed), outputs returned in `group.outputs` order. The CUDA side
-includes only `cuda_runtime.h` and our device headers (`#include "kw_common.cuh"` lines are replaced by
-the header text when the extension is assembled) and exposes a launcher taking raw pointers, sizes and a
-`cudaStream_t`; the binding declares that launcher, gets the stream from
-`c10::cuda::getCurrentCUDAStream()` and calls it. Keeping torch headers out of the `.cu` is what makes
-nvcc fast (about 1 s instead of about 60 s).
+Convention (all families): the CUDA side includes only `cuda_runtime.h` and our device headers
+(`#include "kw_common.cuh"` lines are replaced by the header text when the extension is assembled) and
+exports two C functions, `kw_entry_NAME` and `kw_workspace_NAME` (signatures in kw_common.cuh). The shared
+runtime extension (`cuda/kw_runtime.cpp`, built once per torch version and GPU architecture) calls them:
+given the inputs in `group.inputs` order (const leaves are baked into the code, never passed) it checks
+each against `spec.inputs`, makes the operands the entry reads (`spec.operands`: an input through a chain
+of steps — views, contiguous or aligned copies — and optionally a parameter-derived buffer it keeps),
+allocates `spec.outputs` and the workspace on the current stream and returns the outputs in
+`group.outputs` order. No torch header reaches a model's own build, which is nvcc alone (about 1-2 s).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
+import torch
+
 TEMPLATE_DIR = Path(__file__).parent / "cuda"
+
+Typed = tuple                                        # (dtype name, shape), inputs also (.., label)
+Step = tuple                                         # (op name, int...): see kw_runtime.cpp's Op
+Cache = tuple[int, int, tuple[int, ...]]             # (bytes, fingerprint words, key)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """How the runtime calls one kernel (plain data, written into the emitted file as a literal)."""
+
+    inputs: tuple[Typed, ...]
+    operands: tuple[tuple[int, tuple[Step, ...], Cache | None], ...]
+    outputs: tuple[Typed, ...]
+
+    def literal(self) -> tuple:
+        return (self.inputs, self.operands, self.outputs)
 
 
 @dataclass(frozen=True)
 class KernelSource:
-    name: str          # C identifier of the host function exposed to Python
-    cuda: str          # kernels + a launcher taking raw pointers/sizes/cudaStream_t; no torch headers
-    cpp: str           # the binding: takes the tensors, checks them, allocates outputs, calls the launcher
+    name: str          # C identifier: the entry is kw_entry_NAME
+    cuda: str          # kernels, a launcher and the two C entry points; no torch headers
+    spec: KernelSpec   # the checks, operands and outputs of a call
     ir_comment: str    # the IR this kernel implements (printed above it in the emitted file)
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def typed(nodes: Sequence) -> tuple[Typed, ...]:
+    """(dtype, shape) of IR nodes, for a spec's outputs."""
+    return tuple((dtype_name(n.dtype), tuple(int(s) for s in n.shape)) for n in nodes)
+
+
+def typed_inputs(nodes: Sequence, roles: Sequence[str] | None = None) -> tuple[Typed, ...]:
+    """(dtype, shape, label) of a group's inputs: the label (the input's role, where the family gives one,
+    and its IR name) is how the runtime's error messages name a wrong input."""
+    roles = roles or [""] * len(nodes)
+    return tuple((*t, f"{role} {n.name or n.op}".strip())
+                 for t, n, role in zip(typed(nodes), nodes, roles, strict=True))
+
+
+def entry_points(name: str, body: str, workspace: str = "0") -> str:
+    """The two C functions of a kernel: the entry (`body` uses `in`, `out`, `workspace`, `cached`, `stream`
+    and returns nullptr or an error) and its workspace size expression."""
+    return (f'extern "C" const char* kw_entry_{name}(const KwOperand* in, void* const* out, void* workspace, '
+            f"const KwCached* cached, cudaStream_t stream) {{\n"
+            f"  (void)in; (void)out; (void)workspace; (void)cached;\n{body}\n}}\n"
+            f'extern "C" size_t kw_workspace_{name}() {{ return {workspace}; }}\n')
+
+
 def source_template(filename: str, fragment: bool = False) -> Template:
-    """A source template of `codegen/cuda/`: a kernel (`.cu.in`) or a binding (`.cpp.in`) with
-    `string.Template` holes (`$name`, `${name}`; `$$` is a `$`). A `fragment` fills a hole of another
-    template on a line of its own: its file's final newline belongs to that line, so it is dropped."""
+    """A source template of `codegen/cuda/`: a kernel (`.cu.in`) with `string.Template` holes (`$name`,
+    `${name}`; `$$` is a `$`). A `fragment` fills a hole of another template on a line of its own: its
+    file's final newline belongs to that line, so it is dropped."""
     text = (TEMPLATE_DIR / filename).read_text()
     return Template(text.removesuffix("\n") if fragment else text)

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from kernelwright.codegen.kernel import KernelSource, source_template
+from kernelwright.codegen.kernel import (
+    KernelSource,
+    KernelSpec,
+    entry_points,
+    source_template,
+    typed,
+    typed_inputs,
+)
 from kernelwright.errors import UnsupportedOp
 from kernelwright.fuse.plan import VIEW_OPS, FusedGroup
 from kernelwright.ir.graph import Node
@@ -32,9 +39,8 @@ DEFAULT_GRID = "one_pass"
 DEFAULT_CACHE = "read_only"
 DEFAULT_BROADCAST = True
 
-# The fused kernel (launcher included) and its binding; the holes are upper case.
+# The fused kernel and its launcher; the holes are upper case.
 TEMPLATE = source_template("kw_pointwise_kernel.cu.in")
-BINDING = source_template("kw_pointwise_binding.cpp.in")
 
 C_TYPES = {
     torch.float32: "float", torch.float64: "double", torch.int64: "long long", torch.int32: "int",
@@ -210,18 +216,13 @@ def emit_statements(nodes: Iterable[Node], env: MutableMapping[int, str], prefix
 # ============================================================================================ the kernel
 # A fused pointwise group iterates over one domain (its outputs' shape). Views and broadcasts inside the
 # group are pushed down to its inputs: each (input, chain of views) pair becomes one operand, a strided
-# view that the binding builds with ATen metadata ops, so the kernel only sees pointers and strides over
-# the domain. Each operand also gets a band (kw::Band): the layout a contiguous input has after its views,
-# contiguous over some dims of the domain and broadcast over the others. At run time the launcher picks the
-# flat kernel (16-byte vector loads/stores; U vectors per thread in flight; a scalar tail) when every
-# operand has its band's strides and is aligned, else the strided kernel (32-bit offsets unless the
-# strides need 64).
+# view that the runtime (kw_runtime.cpp) builds with ATen metadata ops, so the kernel only sees pointers
+# and strides over the domain. Each operand also gets a band (kw::Band): the layout a contiguous input
+# has after its views, contiguous over some dims of the domain and broadcast over the others. At run time
+# the launcher picks the flat kernel (16-byte vector loads/stores; U vectors per thread in flight; a scalar
+# tail) when every operand has its band's strides and is aligned, else the strided kernel (32-bit offsets
+# unless the strides need 64).
 
-AT_SCALAR_TYPES = {
-    torch.float32: "at::kFloat", torch.float64: "at::kDouble", torch.int64: "at::kLong",
-    torch.int32: "at::kInt", torch.int16: "at::kShort", torch.int8: "at::kChar", torch.uint8: "at::kByte",
-    torch.bool: "at::kBool",
-}
 INT32_LIMIT = 2**31 - 2**26   # leaves room for the grid stride past the last index
 
 
@@ -314,15 +315,12 @@ def _view_call(node: Node) -> tuple:
     return (node.op, tuple(node.attr("shape")))    # reshape, expand
 
 
-def _cpp_view(call: tuple) -> str:
+def _step(call: tuple) -> tuple:
+    """A view call as a runtime operand step: the op name, then its integers flat."""
     op, *args = call
     if op in ("reshape", "expand", "permute"):
-        return f".{op}({_int_list(args[0])})"
-    return f".{op}({', '.join(str(a) for a in args)})"
-
-
-def _int_list(values: Sequence[int]) -> str:
-    return f"at::IntArrayRef{{{', '.join(str(v) for v in values)}}}"
+        return (op, *(int(v) for v in args[0]))
+    return (op, *(int(a) for a in args))
 
 
 def render(group: FusedGroup) -> KernelSource:
@@ -387,8 +385,13 @@ def render(group: FusedGroup) -> KernelSource:
     }
     holes.update(_tiled_holes(group, operands, kernel_shape, inputs, len(outputs)))
     cuda = TEMPLATE.substitute(holes)
-    cpp = _binding(group, name, operands, domain, kernel_shape)
-    return KernelSource(name=name, cuda=cuda, cpp=cpp, ir_comment=describe_group(group))
+    entry = entry_points(name, f"  return kw::strided_entry<{len(operands)}, {len(kernel_shape)}>("
+                               f"{name}_launch, in, out, stream);")
+    # The inputs as the kernel sees them: views and broadcasts folded into strides over the domain.
+    spec = KernelSpec(typed_inputs(group.inputs),
+                      tuple((o.input_index, tuple(_step(v) for v in o.views), None) for o in operands),
+                      typed(group.outputs))
+    return KernelSource(name=name, cuda=cuda + entry, spec=spec, ir_comment=describe_group(group))
 
 
 # Static shared memory a block may declare (more needs a dynamic allocation and an opt-in attribute; ptxas
@@ -487,28 +490,12 @@ def _band_strides(sizes: tuple[int, ...], a: int, c: int) -> tuple[int, ...]:
 
 
 def _view_strides(shape: tuple[int, ...], views: tuple[tuple, ...]) -> tuple[int, ...]:
-    """Strides of a contiguous tensor of `shape` after the binding's view calls (ATen's own rules, on
-    meta tensors: a reshape that cannot be a view copies, as it does in the binding)."""
+    """Strides of a contiguous tensor of `shape` after the runtime's view steps (ATen's own rules, on
+    meta tensors: a reshape that cannot be a view copies, as it does in the runtime)."""
     t = torch.empty(shape, device="meta")
     for op, *args in views:
         t = getattr(torch.ops.aten, op)(t, *args)
     return tuple(t.stride())
-
-
-def _binding(group: FusedGroup, name: str, operands: list[Operand], domain: tuple,
-             kernel_shape: tuple) -> str:
-    checks = []
-    for k, inp in enumerate(group.inputs):
-        checks.append(f'  kw_check_input(inputs[{k}], {AT_SCALAR_TYPES[inp.dtype]}, {_int_list(inp.shape)}, '
-                      f'"{name}", {k});')
-    views = ",\n".join(f"      inputs[{o.input_index}]" + "".join(_cpp_view(v) for v in o.views)
-                       for o in operands)
-    outputs = ",\n".join(
-        f"      at::empty({_int_list(domain)}, inputs[0].options().dtype({AT_SCALAR_TYPES[o.dtype]}))"
-        for o in group.outputs)
-    return BINDING.substitute(
-        NAME=name, NUM_INPUTS=len(group.inputs), CHECKS="\n".join(checks), OPERAND_VIEWS=views,
-        RANK=len(kernel_shape), OUTPUTS=outputs)
 
 
 def kernel_name(group: FusedGroup) -> str:

@@ -4,7 +4,7 @@
 
 Every tensor the prologue or epilogue reads is addressed by strides over the pool's input (or output) dims,
 0 where it is broadcast, split into a per-plane base (computed once per output) and a spatial part (d, h, w
-times compile-time strides, which vanish where they are 0). Tensors arrive contiguous (the binding makes
+times compile-time strides, which vanish where they are 0). Tensors arrive contiguous (the runtime makes
 them so), and a reshape inside the group only inserts or removes size-1 dims, so these strides are known
 when the kernel is generated.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from kernelwright.codegen.kernel import KernelSource, source_template
 from kernelwright.codegen.pointwise import INT32_LIMIT, describe_group, emit_statements
-from kernelwright.codegen.reduction_binding import binding_source
+from kernelwright.codegen.reduction_entry import contiguous_entry
 from kernelwright.codegen.reduction_index import broadcast_strides, contiguous_strides
 from kernelwright.errors import UnsupportedOp
 from kernelwright.fuse.plan import FusedGroup
@@ -83,8 +83,8 @@ class _PoolKernel:
                                ("s", spec.stride), ("p", spec.padding), ("d", spec.dilation)):
             holes.update({prefix + axis: v for axis, v in zip("dhw", values, strict=True)})
         cuda = TEMPLATE.substitute(holes)
-        cpp = binding_source(name, group.inputs, group.outputs)
-        return KernelSource(name, cuda, cpp, describe_group(group))
+        entry, kernel_spec = contiguous_entry(name, group.inputs, group.outputs)
+        return KernelSource(name, cuda + entry, kernel_spec, describe_group(group))
 
     # ------------------------------------------------------------------ prologue and epilogue
 

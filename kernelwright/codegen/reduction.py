@@ -17,7 +17,7 @@ import torch
 
 from kernelwright.codegen.kernel import KernelSource, source_template
 from kernelwright.codegen.pointwise import op_expression
-from kernelwright.codegen.reduction_binding import binding_source
+from kernelwright.codegen.reduction_entry import contiguous_entry
 from kernelwright.codegen.reduction_index import (
     decompose,
     domain_strides,
@@ -167,8 +167,9 @@ class _RowKernel:
             mapping=self._mapping(column), row_offsets="\n".join(self._row_offsets()),
             body="\n".join(body), vec=self.vec, **self._launcher(params, rows_per_block),
         )
-        cpp = binding_source(self.name, self.group.inputs, self.group.outputs, workspace=self.spec.split)
-        return KernelSource(self.name, cuda, cpp, _ir_comment(self.group))
+        entry, kernel_spec = contiguous_entry(self.name, self.group.inputs, self.group.outputs,
+                                       workspace=self.spec.split)
+        return KernelSource(self.name, cuda + entry, kernel_spec, _ir_comment(self.group))
 
     def _body(self, column: bool) -> list[str]:
         body, row_lines = [], _RowScalars(self)
@@ -529,7 +530,7 @@ _LAUNCH = source_template("kw_row_launch.cu.in", fragment=True)
 _ENTRY = source_template("kw_row_entry.cu.in", fragment=True)
 
 # Split rows: independent blocks per row (`split` in the spec); the partials and the per-row arrival
-# counters are this launch's, in the workspace the binding allocates on the current stream, so launches on
+# counters are this launch's, in the workspace the runtime allocates on the current stream, so launches on
 # two streams never share them (device globals did: concurrent launches mixed their counts).
 _SPLIT_ENTRY = source_template("kw_row_split_entry.cu.in", fragment=True)
 

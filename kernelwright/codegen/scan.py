@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 
 from kernelwright.codegen.kernel import KernelSource, source_template
-from kernelwright.codegen.reduction_binding import binding_source
+from kernelwright.codegen.reduction_entry import contiguous_entry
 from kernelwright.codegen.reduction_index import index_type
 from kernelwright.fuse.plan import FusedGroup
 from kernelwright.fuse.scan import ScanSpec
@@ -26,9 +26,9 @@ def render(group: FusedGroup) -> KernelSource:
         op="kw::ScanSum" if spec.op == "cumsum" else "kw::ScanProd",
         outer=spec.outer, length=spec.length, inner=spec.inner, reverse=_bool(spec.reverse),
         exclusive=_bool(spec.exclusive), threads=spec.threads, vec=spec.vec)
-    cpp = binding_source(name, group.inputs, group.outputs)
+    entry, kernel_spec = contiguous_entry(name, group.inputs, group.outputs)
     comment = format_graph(Graph(inputs=(), params=(), outputs=group.outputs))
-    return KernelSource(name, cuda, cpp, comment)
+    return KernelSource(name, cuda + entry, kernel_spec, comment)
 
 
 def _bool(value: bool) -> str:

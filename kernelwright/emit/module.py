@@ -2,8 +2,9 @@
 
 Layout of the file: a header comment (kernelwright version, flags, what was fused, how it was verified),
 the problem file verbatim (imports, `Model`, constants, `get_inputs`, `get_init_inputs`), then the
-generated part: each kernel's CUDA and C++ sources as strings under the IR they implement, the build
-recipe and one extension build, and `class ModelNew(Model)` with a generated `forward`. Subclassing the
+generated part: each kernel's CUDA source and call spec under the IR it implements, the shared runtime's
+source, the build recipe and one build, and `class ModelNew(Model)` with a generated `forward`.
+Subclassing the
 copied `Model` keeps the constructor, parameters and buffers (names, order, shapes) identical.
 
 When to build: at import, when a CUDA GPU is present (the first import compiles, later ones load the
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import kernelwright
-from kernelwright.codegen.binding import ExtensionSources
+from kernelwright.codegen.assemble import RUNTIME_SOURCE, ExtensionSources
 from kernelwright.codegen.build import BUILD_SOURCE, extension_name
 from kernelwright.codegen.kernel import KernelSource
 from kernelwright.emit.kernelbench import checker_safe_source
@@ -114,15 +115,18 @@ def _header(info: EmitInfo, lines: Sequence[str], builds: bool = True, summary: 
 
 
 def _sources_block(sources: ExtensionSources) -> str:
-    """Each source string under a readable name; the kernels' under the IR they implement."""
-    cuda, cpp = sources.cuda_sources, sources.cpp_sources
-    blocks = [f"_KW_DEVICE_HEADERS = {_raw(cuda[0])}", f"_KW_CPP_PRELUDE = {_raw(cpp[0])}"]
+    """Each source string under a readable name, each kernel's under the IR it implements and beside its
+    spec (how the runtime calls it); then the runtime extension's source, the same in every file."""
+    cuda = sources.cuda_sources
+    blocks = [f"_KW_DEVICE_HEADERS = {_raw(cuda[0])}"]
     for index, kernel in enumerate(sources.kernels, start=1):
         comment = "\n".join(f"# {line}" for line in kernel.ir_comment.splitlines())
         blocks.append(f"# ---- kernel {kernel.name}, implementing:\n{comment}\n"
                       f"_KW_CUDA_{kernel.name} = {_raw(cuda[index])}\n"
-                      f"_KW_CPP_{kernel.name} = {_raw(cpp[index])}")
-    blocks.append(f"_KW_CPP_MODULE = {_raw(cpp[-1])}")
+                      f"_KW_SPEC_{kernel.name} = {kernel.spec.literal()!r}")
+    blocks.append("# The runtime every kernelwright file shares (built once per torch version, then\n"
+                  "# cached): it checks the inputs, prepares the operands, allocates the outputs and\n"
+                  f"# calls each kernel's C entry.\n_KW_RUNTIME = {_raw(RUNTIME_SOURCE)}")
     return "\n\n".join(blocks)
 
 
@@ -135,10 +139,10 @@ def _raw(text: str) -> str:
 def _build_block(sources: ExtensionSources) -> str:
     name = extension_name(sources)
     cuda = ", ".join(["_KW_DEVICE_HEADERS"] + [f"_KW_CUDA_{k.name}" for k in sources.kernels])
-    cpp = ", ".join(["_KW_CPP_PRELUDE"] + [f"_KW_CPP_{k.name}" for k in sources.kernels] + ["_KW_CPP_MODULE"])
+    specs = ", ".join(f'"{k.name}": _KW_SPEC_{k.name}' for k in sources.kernels)
     return (f"_kw_ext = None\nKW_BUILD_SECONDS = None\n"
             f"if torch.cuda.is_available() or _kw_compile_only():\n"
-            f'    _kw_ext, KW_BUILD_SECONDS = _kw_build("{name}", [{cpp}], [{cuda}])')
+            f'    _kw_ext, KW_BUILD_SECONDS = _kw_build("{name}", [{cuda}], {{{specs}}}, _KW_RUNTIME)\n')
 
 
 # ------------------------------------------------------------------------------------ derived weights

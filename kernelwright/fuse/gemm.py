@@ -47,7 +47,7 @@ class GemmConfig(NamedTuple):
     "tf32x3" (the operands split into TF32 halves, cuBLAS TF32 GEMMs over the 3K depth in `split_k`
     consecutive chunks, then the epilogue: `codegen/gemm_tf32x3.py`; the tile fields do not apply) or
     "gemv" (a bandwidth-bound matrix-vector kernel). Alignments are in elements (4 = 16-byte accesses)
-    and follow from the static shapes; the CUTLASS binding copies an operand whose runtime address or
+    and follow from the static shapes; the runtime copies a CUTLASS operand whose runtime address or
     strides disagree (the GEMV kernel picks its access width at run time).
 
     `split_k` > 1 needs the "streamk" swizzle and an unbatched product: CUTLASS's stream-K kernel then runs

@@ -22,8 +22,8 @@ VIEW_OPS = frozenset({"reshape", "permute", "expand", "slice", "select"})
 @dataclass(frozen=True)
 class FusedGroup:
     """One kernel. `nodes` in topological order; `inputs` the values read from outside the group (leaves
-    other than consts, or other steps' outputs), in the order the kernel binding takes them; `outputs`
-    the nodes whose values are needed after the group, in the order the binding returns them; `config`
+    other than consts, or other steps' outputs), in the order the kernel takes them; `outputs`
+    the nodes whose values are needed after the group, in the order the kernel returns them; `config`
     family-specific frozen settings (block size, vector width, ...)."""
 
     family: str

@@ -35,7 +35,7 @@ def is_pointwise(node: Node) -> bool:
 
 
 def _dtypes_ok(node: Node) -> bool:
-    # Scalar forward arguments are not tensors the binding could take; their consumers stay ATen.
+    # Scalar forward arguments are not tensors a kernel could take; their consumers stay ATen.
     return node.dtype in SUPPORTED_DTYPES and all(
         i.dtype in SUPPORTED_DTYPES and not (i.op == "input" and i.attr("kind") == "scalar")
         for i in node.inputs)

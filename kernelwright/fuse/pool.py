@@ -11,7 +11,7 @@ pointwise prologue and epilogue, as one kernel.
   pool → squeeze) is crossed, on either side, when a prologue or epilogue op lies beyond it.
 
 Pools whose indices the graph also computes (`return_indices=True`) stay ATen: the indices come from an
-ATen call that computes the values as well. Inputs of any layout are made contiguous by the binding.
+ATen call that computes the values as well. Inputs of any layout are made contiguous by the runtime.
 
 The launch shape is decided here (`plan_pool`): one thread per `vec` outputs along the innermost output dim
 for small windows, one warp per output (lanes striding over the window) for large ones.

@@ -3,18 +3,21 @@ the nvcc compile check."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
-from kernelwright.codegen.binding import CPP_PRELUDE, assemble
+from kernelwright.codegen.assemble import RUNTIME_SOURCE, assemble
 from kernelwright.codegen.build import BUILD_SOURCE, extension_name, nvcc_check
-from kernelwright.codegen.kernel import KernelSource
+from kernelwright.codegen.kernel import KernelSource, KernelSpec
 from kernelwright.environment import nvcc_path
 
 
 def kernel(name: str, body: str = "") -> KernelSource:
     cuda = f'#include "kw_common.cuh"\n__global__ void {name}_k(float* p) {{ {body} }}\n'
-    return KernelSource(name, cuda, f"// binding of {name}\n", f"IR of {name}")
+    spec = KernelSpec((("float32", (4,), "x"),), ((0, (), None),), (("float32", (4,)),))
+    return KernelSource(name, cuda, spec, f"IR of {name}")
 
 
 def test_headers_are_inlined_once_and_torch_stays_out_of_the_cuda_unit():
@@ -23,14 +26,25 @@ def test_headers_are_inlined_once_and_torch_stays_out_of_the_cuda_unit():
     assert text.count("namespace kw {") == 1
     assert '#include "kw_common.cuh"' not in text and "#include <torch" not in text
     assert "#include <ATen" not in text
-    assert sources.cpp_sources[0].strip() == CPP_PRELUDE.strip()
-    # every binding is registered through kw_guard (c10::Error never reaches pybind11)
-    for name in "ab":
-        assert f"kw_guard(&{name}, std::move(inputs))" in sources.cpp_text
+    assert set(sources.specs) == {"a", "b"}
+
+
+def test_the_runtime_and_the_kernels_declare_the_same_entry_structs():
+    """kw_runtime.cpp (ATen side) and kw_common.cuh (kernel side) each declare what an entry receives:
+    the two declarations must agree field for field (the ABI between the two libraries)."""
+    common = (RUNTIME_SOURCE.replace("\r", ""), (assemble([kernel("a")]).headers))
+
+    def struct(text: str, name: str) -> list[str]:
+        body = re.search(rf"struct {name} {{(.*?)}};", text, re.S).group(1)
+        return [re.sub(r"\s+", " ", line.split("//")[0]).strip() for line in body.splitlines()
+                if line.split("//")[0].strip()]
+
+    for name in ("KwOperand", "KwCached"):
+        assert struct(common[0], name) == struct(common[1], name), name
 
 
 def test_sources_are_normalized_exactly_as_emitted():
-    for text in assemble([kernel("a")]).cuda_sources + assemble([kernel("a")]).cpp_sources:
+    for text in assemble([kernel("a")]).cuda_sources:
         assert text.startswith("\n") and text.endswith("\n") and not text.startswith("\n\n")
 
 
@@ -42,7 +56,7 @@ def test_extension_name_is_a_hash_of_the_sources():
 
 
 def test_unknown_header_is_reported():
-    bad = KernelSource("x", '#include "nope.cuh"\n', "", "")
+    bad = KernelSource("x", '#include "nope.cuh"\n', kernel("x").spec, "")
     with pytest.raises(FileNotFoundError, match="nope.cuh"):
         assemble([bad])
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_pointwise import CASES, Case, plan_of
 
-from kernelwright.codegen.binding import assemble
+from kernelwright.codegen.assemble import assemble
 from kernelwright.codegen.build import build_extension
 from kernelwright.codegen.pointwise import render
 from kernelwright.ir.graph import Graph

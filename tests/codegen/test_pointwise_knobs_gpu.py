@@ -14,7 +14,7 @@ import torch
 from test_pointwise import BAND_CASES, CASES, KNOB_CONFIGS, Case, plan_of
 from test_pointwise_gpu import ODD_SHAPES, check_close, odd_layouts, odd_size_case, run_with_kernels
 
-from kernelwright.codegen.binding import assemble
+from kernelwright.codegen.assemble import assemble
 from kernelwright.codegen.build import build_extension
 from kernelwright.codegen.pointwise import PointwiseConfig, render
 from kernelwright.verify.execute import execute_plan

@@ -14,7 +14,7 @@ import pytest
 import torch
 from pool_cases import CASES, random_inputs
 
-from kernelwright.codegen.binding import assemble
+from kernelwright.codegen.assemble import assemble
 from kernelwright.codegen.build import TORCH_NVCC_FLAGS
 from kernelwright.codegen.registry import render_group
 from kernelwright.fuse import plan_fusion
@@ -35,13 +35,13 @@ def planned():
     return found
 
 
-def test_every_case_renders_one_kernel_with_a_binding(planned):
+def test_every_case_renders_one_kernel_with_its_entry(planned):
     kernels = [kernel for _, _, kernel in planned.values()]
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     for kernel in kernels:
-        assert f"int {kernel.name}_launch(" in kernel.cuda and f"{kernel.name}_launch(" in kernel.cpp
-        assert "torch" not in kernel.cuda and "ostringstream" not in kernel.cpp
+        assert f"int {kernel.name}_launch(" in kernel.cuda and f"kw_entry_{kernel.name}(" in kernel.cuda
+        assert "torch" not in kernel.cuda
 
 
 @needs_nvcc

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from pool_cases import CASES, adaptive, avg_pool, max_pool, random_inputs
 
 from kernelwright.capture import capture
-from kernelwright.codegen.binding import assemble
+from kernelwright.codegen.assemble import assemble
 from kernelwright.codegen.build import build_extension
 from kernelwright.codegen.registry import render_group
 from kernelwright.fuse import plan_fusion

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from reduction_cases import CASES, x_in
 
-from kernelwright.codegen.binding import assemble
+from kernelwright.codegen.assemble import assemble
 from kernelwright.codegen.registry import render_group
 from kernelwright.fuse import plan_fusion
 from kernelwright.ir.graph import Graph
@@ -27,12 +27,12 @@ def rendered_kernels():
     return kernels
 
 
-def test_every_case_renders_a_binding_per_kernel():
+def test_every_case_renders_an_entry_per_kernel():
     kernels = rendered_kernels()
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     for kernel in kernels:
-        assert f"int {kernel.name}_launch(" in kernel.cuda and f"{kernel.name}_launch(" in kernel.cpp
+        assert f"int {kernel.name}_launch(" in kernel.cuda and f"kw_entry_{kernel.name}(" in kernel.cuda
         assert "torch" not in kernel.cuda
 
 

@@ -5,7 +5,6 @@ All cases are built into one extension (one nvcc run)."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 import pytest
@@ -13,7 +12,8 @@ import torch
 from kernel_variants import launched_variants
 from reduction_cases import CASES, one, random_inputs
 
-from kernelwright.codegen.binding import assemble
+from kernelwright.codegen.assemble import assemble
+from kernelwright.codegen.build import build_extension
 from kernelwright.codegen.registry import render_group
 from kernelwright.fuse import plan_fusion
 from kernelwright.ir.graph import Graph
@@ -28,8 +28,6 @@ TOLERANCE = {"default": (1e-4, 1e-5), "prod": (1e-3, 1e-5), "long": (1e-3, 1e-4)
 def build(graphs: dict[str, Graph]):
     """Plan and render every graph, compile all kernels as one extension; return the module and, per
     case, its reduction/scan group and kernel name."""
-    from torch.utils.cpp_extension import load_inline
-
     groups, kernels = {}, []
     for name, graph in graphs.items():
         plan = plan_fusion(graph)
@@ -38,11 +36,7 @@ def build(graphs: dict[str, Graph]):
         groups[name] = (group, kernel.name)
         if all(k.name != kernel.name for k in kernels):
             kernels.append(kernel)
-    sources = assemble(kernels)
-    digest = hashlib.sha1((sources.cuda_text + sources.cpp_text).encode()).hexdigest()[:12]
-    module = load_inline(f"kw_reduction_test_{digest}", cpp_sources=sources.cpp_sources,
-                         cuda_sources=sources.cuda_sources, no_implicit_headers=True,
-                         extra_cuda_cflags=["-O3", "-std=c++17"], verbose=False)
+    module = build_extension(assemble(kernels)).module
     return module, groups
 
 

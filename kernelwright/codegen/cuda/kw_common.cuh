@@ -6,8 +6,28 @@
 #pragma once
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <cstdio>
 #include <atomic>
 #include <type_traits>
+
+
+// Every kernel exports two C functions, called by the shared runtime extension (kw_runtime.cpp), which
+// checks the tensors, prepares the operands, allocates outputs and scratch and picks the stream:
+//   const char* kw_entry_NAME(const KwOperand* operands, void* const* outputs, void* workspace,
+//                             const KwCached* cached, cudaStream_t stream);   // nullptr, or the error
+//   size_t kw_workspace_NAME();                                               // scratch bytes per call
+// The structs match the runtime's own declarations field for field.
+struct KwOperand {
+  const void* data;
+  const int64_t* sizes;
+  const int64_t* strides;
+  int64_t ndim;
+};
+struct KwCached {              // a parameter-derived buffer kept while the parameter lives (else all null)
+  void* data;
+  unsigned long long* words;
+  unsigned long long salt;
+};
 
 namespace kw {
 
@@ -396,5 +416,35 @@ __device__ __forceinline__ T block_reduce(T value, Op op, T identity, T* scratch
 struct Sum { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; } };
 struct Max { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return maximum(a, b); } };
 struct Min { template <typename T> __device__ __forceinline__ T operator()(T a, T b) const { return minimum(a, b); } };
+
+// ------------------------------------------------------------------------------------------- host entries
+// The message of a launcher's CUDA error code (nullptr for success).
+inline const char* launch_error(int error) {
+  if (error == 0) return nullptr;
+  static thread_local char text[256];
+  snprintf(text, sizeof(text), "kernel launch failed: %s", cudaGetErrorString(static_cast<cudaError_t>(error)));
+  return text;
+}
+
+// A strided launcher's arguments from the operands: each one's pointer and its strides over the kernel's
+// rank-R domain.
+template <int N, int R, typename Launcher>
+inline const char* strided_entry(Launcher launch, const KwOperand* operands, void* const* outputs,
+                                 cudaStream_t stream) {
+  const void* in[N + 1];
+  long long strides[N * R + 1];
+  for (int k = 0; k < N; ++k) {
+    in[k] = operands[k].data;
+    for (int d = 0; d < R; ++d) strides[k * R + d] = operands[k].strides[d];
+  }
+  return launch_error(launch(in, strides, outputs, stream));
+}
+
+// A [batch, rows, cols] matrix operand's row stride (a single row: its width rounded up to the access
+// width) and batch stride (0 for a single matrix, which every batch reads).
+inline long long row_stride(const KwOperand& v, long long cols, long long align) {
+  return v.sizes[1] == 1 ? (cols + align - 1) / align * align : v.strides[1];
+}
+inline long long batch_stride(const KwOperand& v) { return v.sizes[0] == 1 ? 0 : v.strides[0]; }
 
 }  // namespace kw
