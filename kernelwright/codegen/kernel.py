@@ -56,11 +56,13 @@ def typed(nodes: Sequence) -> tuple[Typed, ...]:
     return tuple((dtype_name(n.dtype), tuple(int(s) for s in n.shape)) for n in nodes)
 
 
-def typed_inputs(nodes: Sequence, roles: Sequence[str] | None = None) -> tuple[Typed, ...]:
+def typed_inputs(nodes: Sequence, roles: Sequence[str] | None = None,
+                 names: bool = True) -> tuple[Typed, ...]:
     """(dtype, shape, label) of a group's inputs: the label (the input's role, where the family gives one,
-    and its IR name) is how the runtime's error messages name a wrong input."""
+    and its IR name) is how the runtime's error messages name a wrong input. `names` only where the kernel's
+    name hashes them too: groups that share a kernel must share its spec."""
     roles = roles or [""] * len(nodes)
-    return tuple((*t, f"{role} {n.name or n.op}".strip())
+    return tuple((*t, f"{role} {n.name or n.op if names else ''}".strip())
                  for t, n, role in zip(typed(nodes), nodes, roles, strict=True))
 
 

@@ -24,6 +24,7 @@ def contiguous_entry(name: str, inputs: Sequence[Node], outputs: Sequence[Node],
     args += ["workspace"] if workspace else []
     body = f"  return kw::launch_error({name}_launch({', '.join(args + ['stream'])}));"
     cuda = entry_points(name, body, f"{name}_workspace()" if workspace else "0")
-    spec = KernelSpec(typed_inputs(inputs), tuple((k, (("contiguous",),), None) for k in range(len(inputs))),
-                      typed(outputs))
+    # No input names in the spec: the kernel's name does not hash them, and equal groups share one kernel.
+    operands = tuple((k, (("contiguous",),), None) for k in range(len(inputs)))
+    spec = KernelSpec(typed_inputs(inputs, names=False), operands, typed(outputs))
     return cuda, spec
