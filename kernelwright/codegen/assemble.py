@@ -20,7 +20,12 @@ from kernelwright.codegen.kernel import KernelSource
 HEADER_DIR = Path(__file__).parent / "cuda"
 INCLUDE_RE = re.compile(r'^\s*#include\s+"([\w./-]+)"\s*$', re.MULTILINE)
 
-RUNTIME_SOURCE = (HEADER_DIR / "kw_runtime.cpp").read_text()
+def _inlined(text: str) -> str:
+    """`text` with each `#include "x"` of ours replaced by the header (a self-contained source)."""
+    return INCLUDE_RE.sub(lambda m: (HEADER_DIR / m.group(1)).read_text().replace("#pragma once\n", ""), text)
+
+
+RUNTIME_SOURCE = _inlined((HEADER_DIR / "kw_runtime.cpp").read_text())
 
 
 @dataclass(frozen=True)

@@ -10,24 +10,7 @@
 #include <atomic>
 #include <type_traits>
 
-
-// Every kernel exports two C functions, called by the shared runtime extension (kw_runtime.cpp), which
-// checks the tensors, prepares the operands, allocates outputs and scratch and picks the stream:
-//   const char* kw_entry_NAME(const KwOperand* operands, void* const* outputs, void* workspace,
-//                             const KwCached* cached, cudaStream_t stream);   // nullptr, or the error
-//   size_t kw_workspace_NAME();                                               // scratch bytes per call
-// The structs match the runtime's own declarations field for field.
-struct KwOperand {
-  const void* data;
-  const int64_t* sizes;
-  const int64_t* strides;
-  int64_t ndim;
-};
-struct KwCached {              // a parameter-derived buffer kept while the parameter lives (else all null)
-  void* data;
-  unsigned long long* words;
-  unsigned long long salt;
-};
+#include "kw_entry.h"
 
 namespace kw {
 

@@ -15,6 +15,8 @@
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "kw_entry.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -53,18 +55,6 @@ std::string kw_str(const A&... parts) {
 #define KW_CHECK(cond, ...) \
   do { if (!(cond)) throw std::runtime_error(kw_str(__VA_ARGS__)); } while (0)
 
-// What a kernel's C entry receives (the same structs are declared in kw_common.cuh).
-struct KwOperand {
-  const void* data;
-  const int64_t* sizes;
-  const int64_t* strides;
-  int64_t ndim;
-};
-struct KwCached {              // a parameter-derived buffer kept while the parameter lives (else all null)
-  void* data;
-  unsigned long long* words;   // per-tile fingerprints of the values `data` was made from
-  unsigned long long salt;
-};
 using KwEntry = const char* (*)(const KwOperand*, void* const*, void*, const KwCached*, cudaStream_t);
 using KwWorkspace = size_t (*)();
 
