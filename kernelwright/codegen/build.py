@@ -54,7 +54,9 @@ def _kw_build(name, cuda_sources, specs, runtime_source, root=None):
     include = _kw_cutlass_include() if needs_cutlass else None
     version = torch.__version__.replace("+", "_")
     tag = f"{version}-sm{arch}" + (f"-cutlass{_kw_cutlass_version(include)}" if include else "")
-    library = _kw_cached(root, name, tag, _kw_open_library,
+    # Compile-only compiles even where a cache holds a linked library (built on a GPU machine).
+    load = (lambda _name, _path: None) if _kw_compile_only() else _kw_open_library
+    library = _kw_cached(root, name, tag, load,
                          lambda staging: _kw_compile(name, cuda_sources, staging, arch, include))
     if _kw_compile_only():
         return library, time.perf_counter() - start

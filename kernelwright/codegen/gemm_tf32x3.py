@@ -26,6 +26,8 @@ reports an error, which verification (`verify/measure.py`) treats as "keep ATen"
 
 from __future__ import annotations
 
+import hashlib
+
 from kernelwright.codegen.gemm_entry import epilogue_operands, gemm_inputs, input_index, stored_matrices
 from kernelwright.codegen.kernel import KernelSpec, entry_points, source_template, typed
 from kernelwright.fuse.gemm import GemmConfig, GemmView
@@ -69,8 +71,11 @@ def has_epilogue(view: GemmView) -> bool:
 
 
 # A split of [batch, rows, cols] floats: 3 copies (big and small parts); one fingerprint word per 4096-element
-# tile (the split kernel's kTile).
+# tile (the split kernel's kTile). The runtime keeps a parameter's split per process, for every model: its
+# key names the split's format (a hash of the kernels' source), so files of other kernelwright versions in
+# one process never read each other's splits.
 SPLIT_TILE, SCRATCH_ALIGN = 4096, 256
+SPLIT_FORMAT = int(hashlib.sha1(_CUDA.template.encode()).hexdigest()[:12], 16)
 
 
 def render_entry(name: str, launcher: str, group, view: GemmView,
@@ -87,7 +92,8 @@ def render_entry(name: str, launcher: str, group, view: GemmView,
         elements = batch * rows * cols
         cache = None
         if node.op == "param":
-            cache = (3 * elements * 4, -(-elements // SPLIT_TILE), (batch, rows, cols, int(along), smalls))
+            cache = (3 * elements * 4, -(-elements // SPLIT_TILE),
+                     (SPLIT_FORMAT, batch, rows, cols, int(along), smalls))
             target = f"static_cast<float*>(cached[{j}].data)"
         else:
             target = f"reinterpret_cast<float*>(static_cast<char*>(workspace) + {scratch})"

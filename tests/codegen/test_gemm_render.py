@@ -12,6 +12,7 @@ import pytest
 import kernelwright.fuse.gemm as fuse_gemm
 from kernelwright.codegen.gemm import epilogue_function, render
 from kernelwright.codegen.gemm_build import DEVICE_HEADERS
+from kernelwright.codegen.gemm_tf32x3 import SPLIT_FORMAT
 from kernelwright.environment import cutlass_include_dir, nvcc_path
 from kernelwright.fuse.gemm import GemmConfig, describe, match
 from kernelwright.fuse.plan import FusedGroup
@@ -208,7 +209,8 @@ def test_tf32x3_entry_splits_activations_and_caches_parameter_splits():
     assert group.config.kernel == "tf32x3"
     source = render(group)
     (_, _, x_cache), (_, _, w_cache) = source.spec.operands[:2]
-    assert x_cache is None and w_cache == (3 * 4096 * 1024 * 4, 4096 * 1024 // 4096, (1, 4096, 1024, 1, 2))
+    assert x_cache is None
+    assert w_cache == (3 * 4096 * 1024 * 4, 4096 * 1024 // 4096, (SPLIT_FORMAT, 1, 4096, 1024, 1, 2))
     _, entry = _launcher_and_entry(source)
     assert "float* x = reinterpret_cast<float*>(static_cast<char*>(workspace) + 0);" in entry
     assert "float* y = static_cast<float*>(cached[1].data);" in entry

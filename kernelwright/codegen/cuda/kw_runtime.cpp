@@ -197,9 +197,9 @@ class Kernel {
  public:
   Kernel(std::string name, uintptr_t entry, uintptr_t workspace, const py::list& inputs,
          const py::list& operands, const py::list& outputs)
-      : name_(std::move(name)), entry_(reinterpret_cast<KwEntry>(entry)) {
+      : name_(std::move(name)), entry_(reinterpret_cast<KwEntry>(entry)),
+        workspace_(reinterpret_cast<KwWorkspace>(workspace)) {
     KW_CHECK(entry != 0 && workspace != 0, name_, ": the kernel library lacks its entry points");
-    workspace_ = static_cast<int64_t>(reinterpret_cast<KwWorkspace>(workspace)());
     for (const auto& item : inputs) {
       inputs_.push_back(typed(item));
       const auto label = item.cast<py::tuple>()[2].cast<std::string>();
@@ -216,6 +216,7 @@ class Kernel {
         auto s = step.cast<py::tuple>();
         Step parsed{op_of(s[0].cast<std::string>()), {}};
         for (size_t i = 1; i < s.size(); ++i) parsed.args.push_back(s[i].cast<int64_t>());
+        check_step(parsed, s[0].cast<std::string>());
         operand.steps.push_back(std::move(parsed));
       }
       if (!t[2].is_none()) {
@@ -268,10 +269,12 @@ class Kernel {
       outputs.push_back(at::empty(shape, first.options().dtype(dtype)));
       pointers.push_back(outputs.back().data_ptr());
     }
-    // Scratch of this call, on the current stream (launches on two streams never share it).
+    // Scratch of this call, on the current stream (launches on two streams never share it), sized on this
+    // call's device (a stream-K GEMM's workspace depends on the GPU's SM count).
+    const auto bytes = static_cast<int64_t>(workspace_());
     at::Tensor workspace;
-    if (workspace_) workspace = at::empty({workspace_}, first.options().dtype(at::kByte));
-    const char* error = entry_(views.data(), pointers.data(), workspace_ ? workspace.data_ptr() : nullptr,
+    if (bytes) workspace = at::empty({bytes}, first.options().dtype(at::kByte));
+    const char* error = entry_(views.data(), pointers.data(), bytes ? workspace.data_ptr() : nullptr,
                                cached.data(), stream.stream());
     KW_CHECK(error == nullptr, name_, ": ", error == nullptr ? "" : error);
     return outputs;
@@ -280,6 +283,17 @@ class Kernel {
   const std::string& name() const { return name_; }
 
  private:
+  // A malformed spec (a hand-edited file) is an error here, not a wild access at the first call.
+  void check_step(const Step& s, const std::string& op) const {
+    const size_t n = s.args.size();
+    const bool ok = s.op == Op::Slice ? n == 4 && s.args[3] > 0
+                    : s.op == Op::Select ? n == 2
+                    : s.op == Op::Contiguous || s.op == Op::InnerContiguous ? n == 0
+                    : s.op == Op::Matrix || s.op == Op::Dense ? n == 1 && s.args[0] > 0
+                    : true;     // permute, reshape, expand: any number of sizes
+    KW_CHECK(ok, name_, ": malformed operand step ", op, " with ", n, " argument(s)");
+  }
+
   static std::pair<at::ScalarType, Shape> typed(const py::handle& item) {
     auto t = item.cast<py::tuple>();
     return {dtype_of(t[0].cast<std::string>()), t[1].cast<Shape>()};
@@ -287,7 +301,7 @@ class Kernel {
 
   std::string name_;
   KwEntry entry_;
-  int64_t workspace_ = 0;
+  KwWorkspace workspace_;
   std::vector<std::pair<at::ScalarType, Shape>> inputs_, outputs_;
   std::vector<std::string> labels_;          // " (role name)" of each input, for messages
   std::vector<Operand> operands_;
