@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -59,6 +60,10 @@ def test_doctor_runs_without_gpu():
     result = kernelwright("doctor", "--json")
     assert result.returncode == 0
     assert '"torch"' in result.stdout
+    # where the shared runtime extension is, and whether the first build has made it yet
+    runtime = json.loads(result.stdout)["runtime_extension"]
+    assert runtime["path"].endswith(".so") and "/builds/kw_runtime_" in runtime["path"]
+    assert runtime["built"] == Path(runtime["path"]).is_file()
 
 
 def test_bad_problem_exits_2_without_traceback(tmp_path):

@@ -66,12 +66,17 @@ def _kw_build(name, cuda_sources, specs, runtime_source, root=None):
 def _kw_runtime(source, root):
     """The shared runtime extension, built once per torch version and Python ABI (host code only: the GPU
     does not matter), then loaded from the cache."""
+    name, tag = _kw_runtime_name(source)
+    return _kw_cached(root, name, tag, _kw_load, lambda staging: _kw_compile_runtime(name, source, staging))
+
+
+def _kw_runtime_name(source):
+    """(name, tag) of the runtime built from `source`: its library is root/builds/NAME-TAG/NAME.so."""
     import hashlib
     import sys
 
     name = "kw_runtime_" + hashlib.sha256(source.encode()).hexdigest()[:16]
-    tag = f"{torch.__version__.replace('+', '_')}-{sys.implementation.cache_tag}"
-    return _kw_cached(root, name, tag, _kw_load, lambda staging: _kw_compile_runtime(name, source, staging))
+    return name, f"{torch.__version__.replace('+', '_')}-{sys.implementation.cache_tag}"
 
 
 class _KwKernels:
@@ -304,6 +309,12 @@ def build_extension(sources: ExtensionSources) -> Built:
     except Exception as exc:
         raise BuildError(f"building {name} failed: {_first_errors(str(exc))}") from exc
     return Built(kernels, name, seconds, _build_steps(cache_dir(), name, started, seconds))
+
+
+def runtime_library() -> Path:
+    """Where this machine's runtime extension is (or will be, once something builds it)."""
+    name, tag = recipe()["_kw_runtime_name"](RUNTIME_SOURCE)
+    return cache_dir() / "builds" / f"{name}-{tag}" / f"{name}.so"
 
 
 def build_sharded(name: str, texts: Sequence[str], kernels: Sequence[KernelSource],

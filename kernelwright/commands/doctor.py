@@ -1,4 +1,4 @@
-"""`kernelwright doctor`: what this machine offers (torch, GPU, nvcc, CUTLASS, cache)."""
+"""`kernelwright doctor`: what this machine offers (torch, GPU, nvcc, CUTLASS, cache, runtime extension)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,12 @@ def run(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from kernelwright.codegen.build import runtime_library
     from kernelwright.environment import CUTLASS_INSTALL, collect_environment
 
     env = collect_environment()
+    runtime = runtime_library()
+    env["runtime_extension"] = {"path": str(runtime), "built": runtime.is_file()}
     if args.json:
         print(json.dumps(env, indent=2))
         return 0
@@ -34,6 +37,8 @@ def run(args) -> int:
                  else "not found: CUDA sources cannot be built"),
         ("CUTLASS headers", env["cutlass_include"] or f"not found ({CUTLASS_INSTALL})"),
         ("cache dir", env["cache_dir"]),
+        ("runtime extension", f"built: {runtime}" if runtime.is_file() else
+         "not built yet: the first kernel build on this machine compiles it (10-15 s), then it is cached"),
     ]
     table = Table(title="kernelwright doctor", show_header=False)
     for key, value in rows:
