@@ -1,6 +1,7 @@
 """Where `kernelwright optimize` spends its time, per problem: each problem optimized in a fresh process
 (as the bench runs it) with `--profile`, cold cache first and then warm, and one table of the stages, the
-build's steps (nvcc on the kernels' unit, the host compiler on the binding, the link) and the judge's phases.
+build's steps (nvcc on the kernels' unit; the runtime extension's host compile, once per machine) and the
+judge's phases.
 
     python scripts/profile_optimize.py OUT_DIR level1/01_ReLU level2/07_Conv2dMishTanh ...
     python scripts/profile_optimize.py OUT_DIR --level 1 --limit 5
@@ -64,7 +65,7 @@ def run_one(problem: str, phase: str, out: Path, env: dict) -> dict:
 
 
 def header() -> str:
-    return (f"{'problem':<36} {'phase':<5} {'wall':>6} {'capt':>5} {'build':>6} {'cu':>5} {'cpp':>5} "
+    return (f"{'problem':<36} {'phase':<5} {'wall':>6} {'capt':>5} {'build':>6} {'cu':>5} {'rt':>5} "
             f"{'meas':>5} {'rank':>5} {'judge':>6} {'trial':>6} {'time':>5}  outcome")
 
 
@@ -74,8 +75,9 @@ def line(row: dict) -> str:
     def total(names: tuple[str, ...]) -> float:
         return sum(v for k, v in stages.items() if k.split("] ")[-1] in names)
 
-    cu = sum(v for k, v in steps.items() if k.endswith(".cuda.o"))
-    cpp = sum(v for k, v in steps.items() if k.endswith(".o") and not k.endswith(".cuda.o"))
+    cu = sum(v for k, v in steps.items() if k.endswith(".cuda.o") and not k.startswith("runtime "))
+    # the runtime extension's host compile: once per machine
+    cpp = sum(v for k, v in steps.items() if k.startswith("runtime ") and k.endswith(".o"))
     return (f"{row['problem']:<36} {row['phase']:<5} {row['wall_s']:6.1f} {total(('capture',)):5.1f} "
             f"{total(('build',)):6.1f} {cu:5.1f} {cpp:5.1f} {total(('measure',)):5.1f} "
             f"{total(('rank',)):5.1f} {total(('judge',)):6.1f} {judge.get('trials_s', 0):6.1f} "

@@ -15,7 +15,8 @@ family's kernel in a real ModelNew).
 "ours" is the variant the planner picks (`kernelwright.fuse.gemm.tile_config`). For the small-M workloads
 the other tile shapes and split-K factors are timed too (`variants` in the JSON, best one named), the
 evidence for that rule. Variants differing only in their split share one CUTLASS instantiation, so the
-sweep costs a few bindings, not builds. Accuracy: `accuracy_ok` is max |ours - float64| <= 2x torch FP32's.
+sweep costs a few entry points, not builds.
+Accuracy: `accuracy_ok` is max |ours - float64| <= 2x torch FP32's.
 The JSON is rewritten after every workload, so a run cut short keeps what it measured.
 """
 
