@@ -5,7 +5,7 @@ launcher and its two C entry points; no torch header reaches nvcc, and there is 
 translation unit at all: the shared runtime extension (`cuda/kw_runtime.cpp`, `RUNTIME_SOURCE`, the same
 text for every model) calls the entries as each kernel's spec says. The runtime is the only code that
 parses ATen's and pybind11's headers (12-16 s of g++ on the H100 machine), and it is built once per torch
-version and GPU architecture instead of once per model.
+version and Python ABI instead of once per model.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from kernelwright.codegen.kernel import KernelSource
 
 HEADER_DIR = Path(__file__).parent / "cuda"
 INCLUDE_RE = re.compile(r'^\s*#include\s+"([\w./-]+)"\s*$', re.MULTILINE)
+
 
 def _inlined(text: str) -> str:
     """`text` with each `#include "x"` of ours replaced by the header (a self-contained source)."""

@@ -3,13 +3,17 @@ the nvcc compile check."""
 
 from __future__ import annotations
 
+import ctypes
 import re
+import shutil
+import subprocess
+import types
 
 import pytest
 import torch
 
 from kernelwright.codegen.assemble import HEADER_DIR, RUNTIME_SOURCE, assemble
-from kernelwright.codegen.build import BUILD_SOURCE, extension_name, nvcc_check
+from kernelwright.codegen.build import BUILD_SOURCE, extension_name, nvcc_check, recipe
 from kernelwright.codegen.kernel import KernelSource, KernelSpec
 from kernelwright.environment import nvcc_path
 
@@ -69,3 +73,31 @@ def test_nvcc_check_reports_the_first_error():
     broken = assemble([kernel("a", "p[0] = undefined_thing;")]).cuda_text
     check = nvcc_check(broken, ptxas_level=0)
     assert not check.ok and "undefined_thing" in check.log and check.seconds > 0
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_kernels_call_the_runtime_launch_as_it_is_at_call_time(tmp_path):
+    """Each kernel attribute finds its C entries in the library and calls the runtime module's `launch`
+    looked up at every call: the judge counts calls by wrapping the module's functions and times after
+    putting them back, so a binding made once would be timed with the counting wrapper."""
+    library = tmp_path / "libk.so"
+    (tmp_path / "k.c").write_text('const char* kw_entry_k(void) { return 0; }\n'
+                                  'unsigned long kw_workspace_k(void) { return 0; }\n')
+    subprocess.run(["gcc", "-shared", "-fPIC", str(tmp_path / "k.c"), "-o", str(library)], check=True)
+    made = []
+
+    class Kernel:
+        def __init__(self, name, entry, workspace, inputs, operands, outputs):
+            assert entry and workspace and entry != workspace
+            made.append((name, inputs, operands, outputs))
+
+    runtime = types.ModuleType("runtime")
+    runtime.Kernel = Kernel
+    runtime.launch = lambda kernel, tensors: ("raw", tensors)
+    namespace = recipe()
+    spec = kernel("k").spec.literal()
+    kernels = namespace["_KwKernels"](runtime, ctypes.CDLL(str(library)), {"k": spec})
+    assert made == [("k", *map(list, spec))]
+    assert kernels.k([1]) == ("raw", [1])
+    runtime.launch = lambda kernel, tensors: ("counted", tensors)    # what the judge's recorder does
+    assert kernels.k([2]) == ("counted", [2])
