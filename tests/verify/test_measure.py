@@ -64,3 +64,25 @@ def test_group_outputs_are_measured_in_the_layout_kernels_write():
     _as_kernels_write([group], values)
     assert values[id(y)].is_contiguous() and torch.equal(values[id(y)], strided)
     assert values[id(x)] is strided
+
+
+def test_every_group_is_timed_under_one_hold_of_the_timing_lock(monkeypatch):
+    """Each exclusive acquisition waits for other processes' GPU work to drain: one hold per variant."""
+    import contextlib
+
+    from kernelwright.verify import measure
+
+    holds, order = [], []
+
+    @contextlib.contextmanager
+    def timing():
+        holds.append("held")
+        yield
+
+    monkeypatch.setattr(measure, "gpu_timing", timing)
+    monkeypatch.setattr(measure, "time_ms", lambda fn: fn())
+    pairs = {k: (lambda k=k: order.append(("ours", k)) or 1.0, lambda k=k: order.append(("aten", k)) or 2.0)
+             for k in range(5)}
+    assert measure.time_pairs(pairs) == {k: (1.0, 2.0) for k in range(5)}
+    assert holds == ["held"] and len(order) == 10
+    assert measure.time_pairs({}) == {} and holds == ["held"]
