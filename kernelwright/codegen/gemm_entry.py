@@ -44,8 +44,8 @@ def gemm_inputs(group: FusedGroup, view: GemmView) -> tuple:
 
 def epilogue_operands(group: FusedGroup, view: GemmView, dense: tuple) -> tuple[list, str]:
     """The epilogue tensors as runtime operands (`dense`: the step that makes each one readable, after the
-    reshape to its (L, M, N) extents) and the launcher arguments addressing operand `first + j` of the
-    entry (`in[i].data, row stride, batch stride,`), first being 2 (after A and B)."""
+    reshape to its (L, M, N) extents) and the launcher arguments addressing them: epilogue tensor j is the
+    entry's operand 2 + j, after A and B (`in[2 + j].data, row stride, batch stride,`)."""
     operands, args = [], []
     for j, operand in enumerate(view.operands):
         lo, mo, no = operand.extents

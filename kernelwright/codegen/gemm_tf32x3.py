@@ -56,13 +56,6 @@ def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function
     ).lstrip()
 
 
-def finish_params(view: GemmView) -> str:
-    operands = "".join(
-        f"const float* e{j}, long long e{j}_sm, long long e{j}_sl, " for j in range(len(view.operands))
-    )
-    return f"float* d, {operands}int batch, int m, int n, cudaStream_t stream"
-
-
 def has_epilogue(view: GemmView) -> bool:
     """Whether anything runs after the product (a bias, addmm's scaling, pointwise ops)."""
     if view.operands or view.epilogue:

@@ -2,8 +2,8 @@
 
 Convention (all families): the CUDA side includes only `cuda_runtime.h` and our device headers
 (`#include "kw_common.cuh"` lines are replaced by the header text when the extension is assembled) and
-exports two C functions, `kw_entry_NAME` and `kw_workspace_NAME` (signatures in kw_common.cuh). The shared
-runtime extension (`cuda/kw_runtime.cpp`, built once per torch version and GPU architecture) calls them:
+exports two C functions, `kw_entry_NAME` and `kw_workspace_NAME` (signatures in kw_entry.h). The shared
+runtime extension (`cuda/kw_runtime.cpp`, built once per torch version and Python ABI) calls them:
 given the inputs in `group.inputs` order (const leaves are baked into the code, never passed) it checks
 each against `spec.inputs`, makes the operands the entry reads (`spec.operands`: an input through a chain
 of steps — views, contiguous or aligned copies — and optionally a parameter-derived buffer it keeps),
