@@ -11,6 +11,7 @@ import pytest
 import torch
 from kernel_variants import launched_variants
 from reduction_cases import CASES, one, random_inputs
+from side_streams import alternate_on_side_streams
 
 from kernelwright.codegen.assemble import assemble
 from kernelwright.codegen.build import build_extension
@@ -197,17 +198,7 @@ def test_split_statistics_on_two_streams_and_in_a_cuda_graph(built, case):
     kernel = getattr(module, kernel_name)
     args = [group_args(graph, group, *random_inputs(graph, "cuda", seed=seed)) for seed in (11, 12)]
     want = [kernel(a) for a in args]
-    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    for stream in streams:
-        stream.wait_stream(torch.cuda.current_stream())
-    results: list[list] = [[], []]
-    for _ in range(20):
-        for k, stream in enumerate(streams):
-            with torch.cuda.stream(stream):
-                results[k].append(kernel(args[k]))
-    for stream in streams:
-        torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
+    results = alternate_on_side_streams([lambda a=a: kernel(a) for a in args], rounds=20)
     for k in range(2):
         for got in results[k]:
             for g, w in zip(got, want[k], strict=True):

@@ -11,6 +11,7 @@ import importlib.util
 
 import pytest
 import torch
+from side_streams import alternate_on_side_streams
 from test_emit import GPU_PROBLEM, emitted
 from update_paths import UPDATES
 
@@ -98,21 +99,13 @@ def test_two_instances_on_two_streams(state_heavy):
     batches = [problem.inputs(seed, "cuda") for seed in (1, 2)]
     with torch.no_grad():
         expected = [model(*inputs) for inputs in batches]
-        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-        for stream in streams:
-            stream.wait_stream(torch.cuda.current_stream())
-        results: list[list] = [[], [], [], []]
-        for _ in range(5):
-            for k, stream in enumerate(streams):
-                with torch.cuda.stream(stream):
-                    results[k].append(news[k](*batches[k]))         # own instance
-                    results[2 + k].append(news[0](*batches[k]))     # a shared one, one graph per stream
-        for stream in streams:
-            torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
-    for k in range(4):
-        for i, got in enumerate(results[k]):
-            assert_same(got, expected[k % 2], f"result list {k}, call {i}")
+        # per stream and round: its own instance, then a shared one (one graph per stream)
+        results = alternate_on_side_streams(
+            [lambda k=k: (news[k](*batches[k]), news[0](*batches[k])) for k in range(2)], rounds=5)
+    for k in range(2):
+        for i, (own, shared) in enumerate(results[k]):
+            assert_same(own, expected[k], f"stream {k}, own instance, call {i}")
+            assert_same(shared, expected[k], f"stream {k}, shared instance, call {i}")
     assert replayed(module, news[0]) and replayed(module, news[1])
 
 

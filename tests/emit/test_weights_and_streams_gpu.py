@@ -13,6 +13,7 @@ import re
 
 import pytest
 import torch
+from side_streams import alternate_on_side_streams
 from test_emit import GPU_PROBLEM as PROBLEM
 from test_emit import emitted as emit_file
 from update_paths import UPDATES
@@ -70,17 +71,7 @@ def test_the_same_model_new_on_two_streams_at_once(emitted):
     with torch.no_grad():
         expected = [model(*inputs) for inputs in batches]
         new(*batches[0])            # the weight splits are made on the default stream, then shared
-        streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-        for stream in streams:
-            stream.wait_stream(torch.cuda.current_stream())
-        results: list[list] = [[], []]
-        for _ in range(6):
-            for k, stream in enumerate(streams):
-                with torch.cuda.stream(stream):
-                    results[k].append(new(*batches[k]))
-        for stream in streams:
-            torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
+        results = alternate_on_side_streams([lambda b=b: new(*b) for b in batches], rounds=6)
     for k in range(2):
         for i, got in enumerate(results[k]):
             assert_outputs_close(got, expected[k], f"stream {k}, call {i}")
@@ -96,17 +87,7 @@ def test_split_row_reduction_alone_on_two_streams(emitted):
     generator = torch.Generator(device="cuda").manual_seed(5)
     ys = [torch.randn(4194304, device="cuda", generator=generator) * (k + 1) for k in range(2)]
     want = [((y.double() - 0.25) ** 2).mean().float() for y in ys]
-    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    for stream in streams:
-        stream.wait_stream(torch.cuda.current_stream())
-    results: list[list] = [[], []]
-    for _ in range(200):
-        for k, stream in enumerate(streams):
-            with torch.cuda.stream(stream):
-                results[k].append(kernel([ys[k]])[0])
-    for stream in streams:
-        torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
+    results = alternate_on_side_streams([lambda y=y: kernel([y])[0] for y in ys], rounds=200)
     for k in range(2):
         got = torch.stack(results[k])
         assert torch.equal(got, got[0].expand_as(got)), f"stream {k}: results vary from launch to launch"
