@@ -64,6 +64,7 @@ class CandidateWorker:
 
     def op_build(self, command: dict) -> dict:
         self.device = command["device"]
+        self.share = bool(command.get("share"))  # outputs go to the reference as CUDA IPC handles
         self.source_file = command["candidate"]
         init_inputs = tensorfile.load(command["init_inputs"])
         if self.device == "cuda" and not command["compile_only"]:
@@ -147,6 +148,8 @@ class CandidateWorker:
         return reply
 
     def _trial(self, command: dict) -> dict:
+        if self.share:
+            torch.cuda.ipc_collect()  # outputs the reference has released since the last trial
         inputs = self._reuse_storage(tensorfile.load(command["inputs"]))
         originals = [t.clone() if isinstance(t, torch.Tensor) else None for t in inputs]
         threads = live_threads()
@@ -188,9 +191,11 @@ class CandidateWorker:
             if shared:
                 self.violations.append(f"{shared} (outputs must not alias inputs)")
         buffers = dict(self.model.named_buffers())
-        saved = {name: buffers[name].detach().cpu() for name in command["buffers"] if name in buffers}
-        result = {"outputs": map_leaves(returned, lambda t: t.cpu()), "buffers": saved}
-        tensorfile.save(result, command["outputs"])
+        # Shared: copies on the GPU the reference maps (the model's own buffers change on); else via the host.
+        move = (lambda t: t.detach().clone()) if self.share else (lambda t: t.detach().cpu())
+        saved = {name: move(buffers[name]) for name in command["buffers"] if name in buffers}
+        result = {"outputs": returned if self.share else map_leaves(returned, move), "buffers": saved}
+        tensorfile.save(result, command["outputs"], share=self.share)
         self.last_output_sizes = [t.numel() * t.element_size() for t in tensor_leaves(returned)]
         if command["determinism"]:
             reply["nondeterministic"] = self._rerun_differs(inputs, returned)
@@ -200,8 +205,9 @@ class CandidateWorker:
         return torch.cuda.max_memory_allocated() if self.device == "cuda" else None
 
     def _reuse_storage(self, loaded: list) -> list:
-        """Device copies of a trial's inputs, written into the *same* storage as the previous trial's whenever
-        the layout matches: a result cached on an input's address is then stale, and caught."""
+        """Device copies of a trial's inputs (never the loaded tensors themselves: shared ones are the
+        reference's memory), written into the *same* storage as the previous trial's whenever the layout
+        matches: a result cached on an input's address is then stale, and caught."""
         inputs = []
         for i, value in enumerate(loaded):
             if not isinstance(value, torch.Tensor):
@@ -301,7 +307,6 @@ def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _to_device_keep_layout(value: torch.Tensor, device: str) -> torch.Tensor:
-    """`value` on `device` with the same strides (a non-contiguous trial must stay non-contiguous)."""
-    if value.device.type == device:
-        return value
+    """A copy of `value` on `device` with the same strides (a non-contiguous trial must stay
+    non-contiguous), in this process's own memory."""
     return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=device).copy_(value)

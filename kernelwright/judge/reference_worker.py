@@ -4,6 +4,7 @@ eager / torch.compile timings."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from kernelwright.judge import tensorfile
 from kernelwright.judge.busy import model_busy_share
 from kernelwright.judge.compare import compare_buffers, compare_outputs, oracle_check
 from kernelwright.judge.inputs import PERTURBED_PARAMS, Trial, apply_distribution, plan_trials
-from kernelwright.judge.outputs import aliases, flatten
+from kernelwright.judge.outputs import aliases, flatten, map_leaves
 from kernelwright.judge.perturb import perturbed_state_dict
 from kernelwright.judge.timing import measure
 from kernelwright.problem import load_problem
@@ -28,6 +29,8 @@ class ReferenceWorker:
         self.plan: list[Trial] = []
         self.pending: dict[int, tuple] = {}  # trial index -> (outputs, updated buffers, model that ran)
         self.timing_inputs: list | None = None
+        self.share = False  # CUDA tensors go to the candidate as IPC handles (tensorfile.py)
+        self.pool = None  # the private memory pool of everything shared
 
     def handle(self, command: dict) -> dict:
         return getattr(self, f"op_{command['op']}")(command)
@@ -39,6 +42,7 @@ class ReferenceWorker:
         self.problem = load_problem(command["problem"], command.get("overrides") or None)
         if self.device == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("--device cuda but CUDA is not available here (use --device cpu)")
+        self.share = tensorfile.sharing_enabled(self.device) and hasattr(torch.cuda, "MemPool")
         base = self.problem.inputs(command["seed"] + 1, self.device)
         self.plan = plan_trials(base, command["trials"], command["seed"], command["extra_distributions"],
                                 command.get("perturb_params", False))
@@ -57,6 +61,21 @@ class ReferenceWorker:
         """The trial's inputs, drawn on the judged device (the candidate reads the same values from file)."""
         return apply_distribution(self.problem.inputs(trial.seed, self.device), trial.distribution)
 
+    def shareable(self):
+        """Allocations made inside go to a private pool, whose memory holds nothing but what is shared with
+        the candidate: an IPC handle maps a whole segment (tensorfile.py), and this process's other
+        memory (the reference outputs above all) must stay out of the candidate's reach."""
+        if not self.share:
+            return contextlib.nullcontext()
+        if self.pool is None:
+            self.pool = torch.cuda.MemPool()
+        return torch.cuda.use_mem_pool(self.pool)
+
+    def save_inputs(self, inputs: list, path: Path) -> None:
+        if self.share:
+            torch.cuda.ipc_collect()  # memory the candidate has released since the last trial
+        tensorfile.save(inputs, path, share=self.share)
+
     def op_trial(self, command: dict) -> dict:
         trial = self.plan[command["index"]]
         model, state_path = self.model, None
@@ -69,9 +88,11 @@ class ReferenceWorker:
             model.load_state_dict(state, strict=True)
             state_path = self.workdir / f"state_{trial.index}.pt"
             tensorfile.save(state, state_path)
-        inputs = self.trial_inputs(trial)
+        with self.shareable():
+            inputs = self.trial_inputs(trial)
         path = self.workdir / f"inputs_{trial.index}.pt"
-        tensorfile.save(inputs, path)
+        if not self.share:
+            tensorfile.save(inputs, path)
         buffers = dict(model.named_buffers())
         versions = {name: b._version for name, b in buffers.items()}
         in_versions = [t._version if isinstance(t, torch.Tensor) else None for t in inputs]
@@ -80,6 +101,14 @@ class ReferenceWorker:
         updated = {name: b.detach().clone() for name, b in buffers.items() if b._version != versions[name]}
         pairs = zip(inputs, in_versions, strict=True)
         mutates = any(isinstance(t, torch.Tensor) and t._version != v for t, v in pairs)
+        aliased = aliases(outputs, inputs) is not None
+        if self.share:
+            if aliased:  # the candidate gets the inputs' memory: keep the reference outputs out of it
+                outputs = map_leaves(outputs, lambda t: t.clone())
+            if mutates:  # the candidate gets the inputs as drawn
+                with self.shareable():
+                    inputs = self.trial_inputs(trial)
+            self.save_inputs(inputs, path)
         self.pending[trial.index] = (outputs, updated, model)
         return {
             "ok": True,
@@ -87,19 +116,34 @@ class ReferenceWorker:
             "state_dict": str(state_path) if state_path else None,
             "buffers": sorted(updated),
             "mutates_inputs": mutates,
-            "aliases_inputs": aliases(outputs, inputs) is not None,
+            "aliases_inputs": aliased,
             "peak_memory_bytes": peak_memory(self.device),
         }
+
+    def op_share_timing_inputs(self, command: dict) -> dict:
+        """A file of the timing inputs (the first trial's) for the candidate's timing rounds: a fresh draw,
+        shared once (the candidate copies it), so that nothing the candidate does reaches eager's own."""
+        with self.shareable():
+            inputs = self.trial_inputs(self.plan[0])
+        path = self.workdir / "timing_inputs.pt"
+        self.save_inputs(inputs, path)
+        return {"ok": True, "inputs": str(path)}
 
     def op_compare(self, command: dict) -> dict:
         trial = self.plan[command["index"]]
         outputs, updated, model = self.pending.pop(trial.index)
-        result_file = tensorfile.load(command["outputs"], map_location=self.device)
+        try:
+            result_file = tensorfile.load(command["outputs"], map_location=self.device)
+            if not isinstance(result_file, dict) or not isinstance(result_file.get("buffers"), dict):
+                raise ValueError("not an outputs file")
+        except Exception as exc:  # the candidate's process wrote it: its failure, never the problem's
+            return {"ok": True, "status": "runtime_error",
+                    "detail": f"the candidate's outputs could not be read ({type(exc).__name__}: {exc})"}
         if trial.distribution != "normal" and not _all_finite(outputs):
             # e.g. log() of the all-negative inputs: this distribution says nothing about this problem.
             return {"ok": True, "status": "skipped", "detail": "the reference output is not finite here"}
         result = compare_outputs(
-            outputs, result_file["outputs"], self.config["tolerance"], trial.distribution
+            outputs, result_file.get("outputs"), self.config["tolerance"], trial.distribution
         )
         if result["status"] == "mismatch":
             exact, why = self.float64_outputs(trial, model)
@@ -107,7 +151,7 @@ class ReferenceWorker:
                 # Never the problem's fault: the stricter rule (the tolerance table against eager) stands.
                 result["detail"] += f"; no float64 re-check: {why}"
             else:
-                accepted, note = oracle_check(outputs, exact, result_file["outputs"])
+                accepted, note = oracle_check(outputs, exact, result_file.get("outputs"))
                 if accepted:
                     result.update(status="correct", detail=f"accepted by the float64 oracle: {note}")
         if result["status"] == "correct" and updated:

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from kernelwright.gpulock import gpu_timing
+from kernelwright.judge import tensorfile
 from kernelwright.judge.build import trim_build_log
 from kernelwright.judge.busy import launch_bound_section
 from kernelwright.judge.process import WorkerDied, WorkerProcess, WorkerTimeout, describe_exit
@@ -76,6 +77,7 @@ class CandidateSession:
                 "compile_only": options.compile_only,
                 "build_dir": str(self.build_dir),
                 "memory_fraction": options.memory_fraction,
+                "share": tensorfile.sharing_enabled(options.device) and not options.compile_only,
                 "protected": protected_paths(self.judge.problem),
             }
         )
@@ -181,8 +183,7 @@ class CandidateSession:
             raise Failed("mismatch", f"trial {index} ({trial['distribution']}): {reply['wrong_device']}")
         result = self.judge._reference_request({"op": "compare", "index": index, "outputs": str(outputs)})
         outputs.unlink(missing_ok=True)
-        if index > 0:
-            Path(reference["inputs"]).unlink(missing_ok=True)
+        Path(reference["inputs"]).unlink(missing_ok=True)
         if reference.get("state_dict"):
             Path(reference["state_dict"]).unlink(missing_ok=True)
         entry.update({k: result.get(k) for k in ("status", "max_abs_err", "max_rel_err", "first_mismatch")})
@@ -197,10 +198,11 @@ class CandidateSession:
         rounds = {"candidate": [], "eager": []}
         per_round = {"min_runs": max(10, self.options.min_runs // MIN_ROUNDS),
                      "min_time_s": self.options.min_time_s / MIN_ROUNDS}
-        first_inputs = str(self.judge.workdir / "inputs_0.pt")
+        # The candidate reads its timing inputs once, in its first round.
+        inputs = self.judge._reference_request({"op": "share_timing_inputs"})["inputs"]
         with gpu_timing():
             while len(rounds["eager"]) < MAX_ROUNDS and not _settled(rounds):
-                command = {"op": "time", "inputs": first_inputs, "locked": True, **per_round}
+                command = {"op": "time", "inputs": inputs, "locked": True, **per_round}
                 reply = self.worker.request(command, self._left(deadline))
                 self._check(reply)
                 self._note_memory("candidate_peak_bytes", reply)

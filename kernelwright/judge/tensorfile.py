@@ -1,15 +1,61 @@
-"""How the judge's processes hand tensors to each other: files in the judge's work folder, written
-without a checksum (they live for one trial, on this host) and read back memory-mapped (pages are
-copied once, straight to their device). For gigabyte-sized inputs this halves a trial's cost."""
+"""How the judge's processes hand tensors to each other: a file in the judge's work folder per message.
+
+Two forms, read by the same `load`:
+- plain: `torch.save` without a checksum (the files live for one trial, on this host), read back
+  memory-mapped (pages are copied once, straight to their device);
+- shared (`save(..., share=True)`, the judge on CUDA): every CUDA tensor is sent as a CUDA IPC handle to
+  the sender's memory (torch.multiprocessing's mechanism: the receiver maps the same allocation; the sender's
+  memory stays reserved until the receiver drops its tensor); only the structure, small CPU tensors and the
+  handles go through the file. A trial of a 4 GiB input and a 4 GiB output then moves no tensor data through
+  the host at all, where the plain form copied each of them GPU -> host -> file -> host -> GPU.
+
+A handle maps the sender's whole cudaMalloc segment, so a sender shares only tensors allocated where nothing
+else lives (the reference worker allocates what it shares in a private memory pool); and each shared file is
+loaded exactly once (a second load would release the sender's reference count twice). Files come from
+another process: `weights_only` loading, and the handle fields are checked for type before use.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
+SHARED_FORMAT = "kernelwright-cuda-ipc-1"
+TRANSPORT_ENV = "KERNELWRIGHT_JUDGE_TRANSPORT"  # "files": never share CUDA memory (machines without IPC)
+_MARKER = "__kernelwright_cuda_tensor__"
+_DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+    torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)}
 
-def save(value: object, path: str | Path) -> None:
+
+def sharing_enabled(device: str) -> bool:
+    """Whether the judge shares CUDA tensors between its processes (on CUDA, unless turned off)."""
+    return device == "cuda" and os.environ.get(TRANSPORT_ENV, "").strip().lower() != "files"
+
+
+def save(value: object, path: str | Path, share: bool = False) -> None:
+    """Write `value` (tensors, numbers, strings in lists/tuples/dicts) for another process's `load`. With
+    `share`, CUDA tensors go as IPC handles (see the module docstring); the others are written plainly."""
+    if share:
+        handles: list[dict] = []
+        value = {"format": SHARED_FORMAT, "value": _replace_cuda(value, handles), "cuda": handles}
+    _save_plain(value, path)
+
+
+def load(path: str | Path, map_location: str | torch.device | None = None) -> object:
+    """What `save` wrote: tensors (and plain containers) only. Shared CUDA tensors come back mapped from the
+    sender's memory (read-only use expected: copy them before writing)."""
+    value = torch.load(path, map_location=map_location, weights_only=True, mmap=True)
+    if isinstance(value, dict) and value.get("format") == SHARED_FORMAT:
+        tensors = [_open(handle) for handle in value["cuda"]]
+        return _restore_cuda(value["value"], tensors)
+    return value
+
+
+def _save_plain(value: object, path: str | Path) -> None:
     config = getattr(getattr(torch.utils, "serialization", None), "config", None)
     options = getattr(config, "save", None)
     if options is None or not hasattr(options, "compute_crc32"):
@@ -23,7 +69,70 @@ def save(value: object, path: str | Path) -> None:
         options.compute_crc32 = previous
 
 
-def load(path: str | Path, map_location: str | torch.device | None = None) -> object:
-    """Tensors (and plain containers) only: `weights_only`, as the files come from another process. Every
-    file is written by `save` (the zip format), which `mmap` reads on any supported torch."""
-    return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
+def _replace_cuda(value: Any, handles: list[dict]) -> Any:
+    if isinstance(value, (list, tuple)):
+        return type(value)(_replace_cuda(v, handles) for v in value)
+    if isinstance(value, dict):
+        return {k: _replace_cuda(v, handles) for k, v in value.items()}
+    if isinstance(value, torch.Tensor) and value.is_cuda and value.numel() > 0:
+        handles.append(_share(value))
+        return {_MARKER: len(handles) - 1}
+    return value
+
+
+def _restore_cuda(value: Any, tensors: list[torch.Tensor]) -> Any:
+    if isinstance(value, dict) and set(value) == {_MARKER}:
+        return tensors[int(value[_MARKER])]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_restore_cuda(v, tensors) for v in value)
+    if isinstance(value, dict):
+        return {k: _restore_cuda(v, tensors) for k, v in value.items()}
+    return value
+
+
+def _share(tensor: torch.Tensor) -> dict:
+    """The fields torch.multiprocessing sends for a CUDA tensor, as JSON-able plain values."""
+    tensor = tensor.detach()
+    (device, handle, storage_bytes, storage_offset_bytes, counter_handle, counter_offset, event_handle,
+     event_sync) = tensor.untyped_storage()._share_cuda_()
+    return {
+        "size": list(tensor.shape), "stride": list(tensor.stride()), "offset": tensor.storage_offset(),
+        "dtype": str(tensor.dtype).removeprefix("torch."), "device": int(device), "handle": _hex(handle),
+        "storage_bytes": int(storage_bytes), "storage_offset_bytes": int(storage_offset_bytes),
+        "counter_handle": _hex(counter_handle), "counter_offset": int(counter_offset),
+        "event_handle": _hex(event_handle), "event_sync": bool(event_sync),
+    }
+
+
+def _open(fields: dict) -> torch.Tensor:
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    def integers(key: str) -> list[int]:
+        values = fields[key]
+        if not isinstance(values, list) or not all(type(v) is int for v in values):
+            raise ValueError(f"shared tensor: bad {key}")
+        return values
+
+    for key in ("offset", "device", "storage_bytes", "storage_offset_bytes", "counter_offset"):
+        if type(fields.get(key)) is not int or fields[key] < 0:
+            raise ValueError(f"shared tensor: bad {key}")
+    if fields.get("dtype") not in _DTYPES:
+        raise ValueError(f"shared tensor: unsupported dtype {fields.get('dtype')!r}")
+    return rebuild_cuda_tensor(
+        torch.Tensor, torch.Size(integers("size")), tuple(integers("stride")), fields["offset"],
+        torch.UntypedStorage, _DTYPES[fields["dtype"]], fields["device"], _bytes(fields["handle"]),
+        fields["storage_bytes"], fields["storage_offset_bytes"], False, _bytes(fields["counter_handle"]),
+        fields["counter_offset"], _bytes(fields["event_handle"]), bool(fields["event_sync"]),
+    )
+
+
+def _hex(value: bytes | None) -> str | None:
+    return None if value is None else bytes(value).hex()
+
+
+def _bytes(value: object) -> bytes | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError("shared tensor: bad handle")
+    return bytes.fromhex(value)
