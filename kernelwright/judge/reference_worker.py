@@ -69,12 +69,8 @@ class ReferenceWorker:
             return contextlib.nullcontext()
         if self.pool is None:
             self.pool = torch.cuda.MemPool()
+        torch.cuda.ipc_collect()  # back to the pool: what the candidate has released since the last share
         return torch.cuda.use_mem_pool(self.pool)
-
-    def save_inputs(self, inputs: list, path: Path) -> None:
-        if self.share:
-            torch.cuda.ipc_collect()  # memory the candidate has released since the last trial
-        tensorfile.save(inputs, path, share=self.share)
 
     def op_trial(self, command: dict) -> dict:
         trial = self.plan[command["index"]]
@@ -108,7 +104,7 @@ class ReferenceWorker:
             if mutates:  # the candidate gets the inputs as drawn
                 with self.shareable():
                     inputs = self.trial_inputs(trial)
-            self.save_inputs(inputs, path)
+            tensorfile.save(inputs, path, share=True)
         self.pending[trial.index] = (outputs, updated, model)
         return {
             "ok": True,
@@ -126,7 +122,7 @@ class ReferenceWorker:
         with self.shareable():
             inputs = self.trial_inputs(self.plan[0])
         path = self.workdir / "timing_inputs.pt"
-        self.save_inputs(inputs, path)
+        tensorfile.save(inputs, path, share=self.share)
         return {"ok": True, "inputs": str(path)}
 
     def op_compare(self, command: dict) -> dict:
