@@ -347,3 +347,13 @@ def test_recorded_loader_is_quiet_and_looks_like_torchs():
     wrapped(name="ext", cpp_sources="", verbose=True)
     assert seen["verbose"] is False
     assert wrapped.__module__ == "torch.utils.cpp_extension" and wrapped.__name__ == "load_inline"
+
+
+def test_wall_clock_cross_check_runs_fewer_times_for_slow_callables():
+    from kernelwright.judge.timing import WALL_MIN_RUNS, WALL_RUNS, wall_run_count
+
+    assert wall_run_count(100, 20e-6) == WALL_RUNS  # microseconds: the full cross-check
+    assert wall_run_count(12, 20e-6) == 12  # never more runs than the timed series had
+    assert wall_run_count(33, 0.053) == WALL_MIN_RUNS  # a 53 ms model: a few runs, not thirty
+    assert WALL_MIN_RUNS < wall_run_count(100, 0.02) < WALL_RUNS
+    assert wall_run_count(1, 2.0) == 1
