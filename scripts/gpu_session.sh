@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the lent GPU machine: install kernelwright (no network there: carried wheels in .whl/),
 # then run the requested stages, logging everything under $OUT so it comes back.
-#   bash scripts/gpu_session.sh tests            # pytest -m gpu
+#   bash scripts/gpu_session.sh tests FILE...    # pytest -m "gpu and not slow" (TEST_MARK=gpu: the slow ones too)
 #   bash scripts/gpu_session.sh kernels          # kernel-family benchmarks (bench/kernels/*.py)
 #   bash scripts/gpu_session.sh suite [ARGS...]  # kernelwright bench on the bundled suite
 #   bash scripts/gpu_session.sh sh 'COMMANDS'    # any commands, in this environment (installed, PYTHONPATH)
@@ -25,7 +25,7 @@ case "$stage" in
     cap="${TEST_FILE_CAP:-480}"   # tests/test_optimize_gpu.py runs many optimizes: over 200 s
     for file in "$@"; do
       log="$OUT/$(echo "$file" | tr '/' '_' | sed 's/\.py$//').log"
-      timeout -k 10 "$cap" python3 -m pytest -q -m gpu -p no:cacheprovider -rfE "$file" >"$log" 2>&1
+      timeout -k 10 "$cap" python3 -m pytest -q -m "${TEST_MARK:-gpu and not slow}" -p no:cacheprovider -rfE "$file" >"$log" 2>&1
       echo "== $file: exit $? | $(tail -1 "$log")"
     done ;;
   kernels)
