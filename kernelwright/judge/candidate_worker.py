@@ -64,7 +64,6 @@ class CandidateWorker:
 
     def op_build(self, command: dict) -> dict:
         self.device = command["device"]
-        self.share = bool(command.get("share"))  # outputs go to the reference as CUDA IPC handles
         self.source_file = command["candidate"]
         init_inputs = tensorfile.load(command["init_inputs"])
         if self.device == "cuda" and not command["compile_only"]:
@@ -148,8 +147,6 @@ class CandidateWorker:
         return reply
 
     def _trial(self, command: dict) -> dict:
-        if self.share:
-            torch.cuda.ipc_collect()  # outputs the reference has released since the last trial
         inputs = self._reuse_storage(tensorfile.load(command["inputs"]))
         originals = [t.clone() if isinstance(t, torch.Tensor) else None for t in inputs]
         threads = live_threads()
@@ -191,11 +188,13 @@ class CandidateWorker:
             if shared:
                 self.violations.append(f"{shared} (outputs must not alias inputs)")
         buffers = dict(self.model.named_buffers())
-        # Shared: copies on the GPU the reference maps (the model's own buffers change on); else via the host.
-        move = (lambda t: t.detach().clone()) if self.share else (lambda t: t.detach().cpu())
-        saved = {name: move(buffers[name]) for name in command["buffers"] if name in buffers}
-        result = {"outputs": returned if self.share else map_leaves(returned, move), "buffers": saved}
-        tensorfile.save(result, command["outputs"], share=self.share)
+        saved = {name: buffers[name].detach().cpu() for name in command["buffers"] if name in buffers}
+        # On CUDA the reference gives output buffers in its memory: the outputs are copied into them
+        # (no trip through the host); anything else goes in the file.
+        given = tensorfile.load(command["output_buffers"]) if command.get("output_buffers") else {}
+        result = {"outputs": tensorfile.fill_output_buffers(returned, given), "buffers": saved}
+        del given
+        tensorfile.save(result, command["outputs"])
         self.last_output_sizes = [t.numel() * t.element_size() for t in tensor_leaves(returned)]
         if command["determinism"]:
             reply["nondeterministic"] = self._rerun_differs(inputs, returned)
@@ -309,4 +308,4 @@ def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _to_device_keep_layout(value: torch.Tensor, device: str) -> torch.Tensor:
     """A copy of `value` on `device` with the same strides (a non-contiguous trial must stay
     non-contiguous), in this process's own memory."""
-    return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=device).copy_(value)
+    return tensorfile.copy_keep_layout(value, device)

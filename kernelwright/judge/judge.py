@@ -277,6 +277,11 @@ class Judge:
         finally:
             session.close()
             shutil.rmtree(workdir, ignore_errors=True)
+        if status != "correct" and tensorfile.sharing_enabled(self.options.device) and self._reference:
+            # Memory the reference shared stays reserved until the candidate releases it; one that stopped
+            # early (died, rejected, failed) may never have: a fresh reference for the next candidate.
+            self._reference.close()
+            self._reference = None
         return _finish(verdict, status, detail, started)
 
     def _new_verdict(self, candidate: str | Path) -> dict:

@@ -4,7 +4,6 @@ eager / torch.compile timings."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from kernelwright.judge import tensorfile
 from kernelwright.judge.busy import model_busy_share
 from kernelwright.judge.compare import compare_buffers, compare_outputs, oracle_check
 from kernelwright.judge.inputs import PERTURBED_PARAMS, Trial, apply_distribution, plan_trials
-from kernelwright.judge.outputs import aliases, flatten, map_leaves
+from kernelwright.judge.outputs import aliases, flatten
 from kernelwright.judge.perturb import perturbed_state_dict
 from kernelwright.judge.timing import measure
 from kernelwright.problem import load_problem
@@ -63,14 +62,24 @@ class ReferenceWorker:
 
     def shareable(self):
         """Allocations made inside go to a private pool, whose memory holds nothing but what is shared with
-        the candidate: an IPC handle maps a whole segment (tensorfile.py), and this process's other
-        memory (the reference outputs above all) must stay out of the candidate's reach."""
-        if not self.share:
-            return contextlib.nullcontext()
+        the candidate (copies of inputs, empty output buffers): an IPC handle maps a whole segment, readable
+        and writable (tensorfile.py); this process's own tensors must stay out of the candidate's reach."""
         if self.pool is None:
             self.pool = torch.cuda.MemPool()
         torch.cuda.ipc_collect()  # back to the pool: what the candidate has released since the last share
         return torch.cuda.use_mem_pool(self.pool)
+
+    def send_inputs(self, inputs: list, path: Path) -> None:
+        """The file of `inputs` for the candidate: shared copies (drawn once, copied into the pool before the
+        Model runs, so the candidate gets them as drawn and the Model computes from memory it cannot reach),
+        or a plain file."""
+        if not self.share:
+            tensorfile.save(inputs, path)
+            return
+        with self.shareable():
+            copies = [tensorfile.copy_keep_layout(t, t.device) if isinstance(t, torch.Tensor) and t.is_cuda
+                      else t for t in inputs]
+        tensorfile.save(copies, path, share=True)
 
     def op_trial(self, command: dict) -> dict:
         trial = self.plan[command["index"]]
@@ -84,11 +93,9 @@ class ReferenceWorker:
             model.load_state_dict(state, strict=True)
             state_path = self.workdir / f"state_{trial.index}.pt"
             tensorfile.save(state, state_path)
-        with self.shareable():
-            inputs = self.trial_inputs(trial)
+        inputs = self.trial_inputs(trial)
         path = self.workdir / f"inputs_{trial.index}.pt"
-        if not self.share:
-            tensorfile.save(inputs, path)
+        self.send_inputs(inputs, path)
         buffers = dict(model.named_buffers())
         versions = {name: b._version for name, b in buffers.items()}
         in_versions = [t._version if isinstance(t, torch.Tensor) else None for t in inputs]
@@ -97,41 +104,41 @@ class ReferenceWorker:
         updated = {name: b.detach().clone() for name, b in buffers.items() if b._version != versions[name]}
         pairs = zip(inputs, in_versions, strict=True)
         mutates = any(isinstance(t, torch.Tensor) and t._version != v for t, v in pairs)
-        aliased = aliases(outputs, inputs) is not None
+        output_buffers, buffers_path = {}, None
         if self.share:
-            if aliased:  # the candidate gets the inputs' memory: keep the reference outputs out of it
-                outputs = map_leaves(outputs, lambda t: t.clone())
-            if mutates:  # the candidate gets the inputs as drawn
-                with self.shareable():
-                    inputs = self.trial_inputs(trial)
-            tensorfile.save(inputs, path, share=True)
-        self.pending[trial.index] = (outputs, updated, model)
+            with self.shareable():
+                output_buffers = tensorfile.output_buffers(outputs)
+            if output_buffers:
+                buffers_path = self.workdir / f"output_buffers_{trial.index}.pt"
+                tensorfile.save(output_buffers, buffers_path, share=True)
+        self.pending[trial.index] = (outputs, updated, model, output_buffers)
         return {
             "ok": True,
             "inputs": str(path),
+            "output_buffers": str(buffers_path) if buffers_path else None,
             "state_dict": str(state_path) if state_path else None,
             "buffers": sorted(updated),
             "mutates_inputs": mutates,
-            "aliases_inputs": aliased,
+            "aliases_inputs": aliases(outputs, inputs) is not None,
             "peak_memory_bytes": peak_memory(self.device),
         }
 
     def op_share_timing_inputs(self, command: dict) -> dict:
-        """A file of the timing inputs (the first trial's) for the candidate's timing rounds: a fresh draw,
-        shared once (the candidate copies it), so that nothing the candidate does reaches eager's own."""
-        with self.shareable():
-            inputs = self.trial_inputs(self.plan[0])
+        """A file of the timing inputs (the first trial's) for the candidate's timing rounds: a fresh draw
+        sent once (the candidate copies it), so that nothing the candidate does reaches eager's own."""
         path = self.workdir / "timing_inputs.pt"
-        tensorfile.save(inputs, path, share=self.share)
+        self.send_inputs(self.trial_inputs(self.plan[0]), path)
         return {"ok": True, "inputs": str(path)}
 
     def op_compare(self, command: dict) -> dict:
         trial = self.plan[command["index"]]
-        outputs, updated, model = self.pending.pop(trial.index)
+        outputs, updated, model, output_buffers = self.pending.pop(trial.index)
         try:
-            result_file = tensorfile.load(command["outputs"], map_location=self.device)
+            result_file = tensorfile.load(command["outputs"], map_location=self.device, accept_shared=False)
             if not isinstance(result_file, dict) or not isinstance(result_file.get("buffers"), dict):
                 raise ValueError("not an outputs file")
+            result_file["outputs"] = tensorfile.restore_output_buffers(result_file.get("outputs"),
+                                                                       output_buffers)
         except Exception as exc:  # the candidate's process wrote it: its failure, never the problem's
             return {"ok": True, "status": "runtime_error",
                     "detail": f"the candidate's outputs could not be read ({type(exc).__name__}: {exc})"}

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 from kernelwright.gpulock import gpu_timing
-from kernelwright.judge import tensorfile
 from kernelwright.judge.build import trim_build_log
 from kernelwright.judge.busy import launch_bound_section
 from kernelwright.judge.process import WorkerDied, WorkerProcess, WorkerTimeout, describe_exit
@@ -77,7 +76,6 @@ class CandidateSession:
                 "compile_only": options.compile_only,
                 "build_dir": str(self.build_dir),
                 "memory_fraction": options.memory_fraction,
-                "share": tensorfile.sharing_enabled(options.device) and not options.compile_only,
                 "protected": protected_paths(self.judge.problem),
             }
         )
@@ -148,6 +146,7 @@ class CandidateSession:
             {
                 "op": "trial",
                 "inputs": reference["inputs"],
+                "output_buffers": reference.get("output_buffers"),
                 "state_dict": reference.get("state_dict"),
                 "outputs": str(outputs),
                 "buffers": reference["buffers"],
@@ -183,7 +182,9 @@ class CandidateSession:
             raise Failed("mismatch", f"trial {index} ({trial['distribution']}): {reply['wrong_device']}")
         result = self.judge._reference_request({"op": "compare", "index": index, "outputs": str(outputs)})
         outputs.unlink(missing_ok=True)
-        Path(reference["inputs"]).unlink(missing_ok=True)
+        for name in ("inputs", "output_buffers"):
+            if reference.get(name):
+                Path(reference[name]).unlink(missing_ok=True)
         if reference.get("state_dict"):
             Path(reference["state_dict"]).unlink(missing_ok=True)
         entry.update({k: result.get(k) for k in ("status", "max_abs_err", "max_rel_err", "first_mismatch")})

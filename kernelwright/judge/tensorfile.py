@@ -9,10 +9,12 @@ Two forms, read by the same `load`:
   handles go through the file. A trial of a 4 GiB input and a 4 GiB output then moves no tensor data through
   the host at all, where the plain form copied each of them GPU -> host -> file -> host -> GPU.
 
-A handle maps the sender's whole cudaMalloc segment, so a sender shares only tensors allocated where nothing
-else lives (the reference worker allocates what it shares in a private memory pool); and each shared file is
-loaded exactly once (a second load would release the sender's reference count twice). Files come from
-another process: `weights_only` loading, and the handle fields are checked for type before use.
+Only the trusted side shares. A handle maps the sender's whole cudaMalloc segment, readable and writable,
+so the reference worker shares nothing but copies made for the candidate in a private memory pool: the
+trial's inputs (the reference runs its Model on its own draw) and empty output buffers, which the candidate
+fills (`fill_output_buffers`) and names in its plain outputs file (`restore_output_buffers`). The reference
+never opens a handle the candidate made (`load(..., accept_shared=False)`). Each shared file is loaded
+exactly once (a second load would release the sender's reference count twice).
 """
 
 from __future__ import annotations
@@ -26,9 +28,7 @@ import torch
 SHARED_FORMAT = "kernelwright-cuda-ipc-1"
 TRANSPORT_ENV = "KERNELWRIGHT_JUDGE_TRANSPORT"  # "files": never share CUDA memory (machines without IPC)
 _MARKER = "__kernelwright_cuda_tensor__"
-_DTYPES = {str(d).removeprefix("torch."): d for d in (
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-    torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)}
+BUFFER_MARKER = "__kernelwright_output_buffer__"
 
 
 def sharing_enabled(device: str) -> bool:
@@ -45,14 +45,78 @@ def save(value: object, path: str | Path, share: bool = False) -> None:
     _save_plain(value, path)
 
 
-def load(path: str | Path, map_location: str | torch.device | None = None) -> object:
+def load(path: str | Path, map_location: str | torch.device | None = None,
+         accept_shared: bool = True) -> object:
     """What `save` wrote: tensors (and plain containers) only. Shared CUDA tensors come back mapped from the
-    sender's memory (read-only use expected: copy them before writing)."""
+    sender's memory (copy them before use: the sender's memory is not this process's). `accept_shared=False`
+    (the reference reading the candidate's files) refuses a shared file."""
     value = torch.load(path, map_location=map_location, weights_only=True, mmap=True)
     if isinstance(value, dict) and value.get("format") == SHARED_FORMAT:
+        if not accept_shared:
+            raise ValueError("a file of shared CUDA tensors, which this process does not accept")
         tensors = [_open(handle) for handle in value["cuda"]]
         return _restore_cuda(value["value"], tensors)
     return value
+
+
+def leaf_paths(value: Any, path: str = "output") -> list[tuple[str, Any]]:
+    """[(path, leaf)] as `judge.outputs.flatten` names them (indices, then dict keys' reprs)."""
+    if isinstance(value, (list, tuple)):
+        return [item for i, v in enumerate(value) for item in leaf_paths(v, f"{path}[{i}]")]
+    if isinstance(value, dict):
+        return [item for key in sorted(value, key=str) for item in leaf_paths(value[key], f"{path}[{key!r}]")]
+    return [(path, value)]
+
+
+def output_buffers(outputs: Any) -> dict[str, torch.Tensor]:
+    """{path: empty tensor} for every non-empty CUDA tensor leaf of `outputs`, same shape and dtype
+    (allocated wherever the caller's allocation context says: the reference's private pool)."""
+    return {path: torch.empty(leaf.shape, dtype=leaf.dtype, device=leaf.device)
+            for path, leaf in leaf_paths(outputs)
+            if isinstance(leaf, torch.Tensor) and leaf.is_cuda and leaf.numel() > 0}
+
+
+def fill_output_buffers(outputs: Any, buffers: dict[str, torch.Tensor]) -> Any:
+    """`outputs` for a plain file: each tensor whose path has a buffer of its shape, dtype and device is
+    copied into it (and waited for) and replaced by a marker; every other tensor goes to the CPU."""
+    def move(value: Any, path: str) -> Any:
+        if isinstance(value, (list, tuple)):
+            return type(value)(move(v, f"{path}[{i}]") for i, v in enumerate(value))
+        if isinstance(value, dict):
+            return {k: move(v, f"{path}[{k!r}]") for k, v in value.items()}
+        if not isinstance(value, torch.Tensor):
+            return value
+        buffer = buffers.get(path)
+        if (buffer is not None and buffer.shape == value.shape and buffer.dtype == value.dtype
+                and buffer.device == value.device):
+            buffer.copy_(value.detach())
+            return {BUFFER_MARKER: path}
+        return value.detach().cpu()
+
+    moved = move(outputs, "output")
+    if any(buffer.is_cuda for buffer in buffers.values()):
+        torch.cuda.synchronize()  # the copies are complete before the reply
+    return moved
+
+
+def restore_output_buffers(value: Any, buffers: dict[str, torch.Tensor]) -> Any:
+    """The candidate's outputs with each marker replaced by the reference's own buffer of that path."""
+    if isinstance(value, dict) and set(value) == {BUFFER_MARKER}:
+        path = value[BUFFER_MARKER]
+        if not isinstance(path, str) or path not in buffers:
+            raise ValueError(f"the outputs name an output buffer that was not given: {path!r}")
+        return buffers[path]
+    if isinstance(value, (list, tuple)):
+        return type(value)(restore_output_buffers(v, buffers) for v in value)
+    if isinstance(value, dict):
+        return {k: restore_output_buffers(v, buffers) for k, v in value.items()}
+    return value
+
+
+def copy_keep_layout(value: torch.Tensor, device: str | torch.device) -> torch.Tensor:
+    """A copy of `value` on `device` with the same strides (a non-contiguous trial stays non-contiguous;
+    `clone` makes a strided rank-1 view contiguous), in memory of the current allocation context."""
+    return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=device).copy_(value)
 
 
 def _save_plain(value: object, path: str | Path) -> None:
@@ -116,11 +180,12 @@ def _open(fields: dict) -> torch.Tensor:
     for key in ("offset", "device", "storage_bytes", "storage_offset_bytes", "counter_offset"):
         if type(fields.get(key)) is not int or fields[key] < 0:
             raise ValueError(f"shared tensor: bad {key}")
-    if fields.get("dtype") not in _DTYPES:
+    dtype = getattr(torch, str(fields.get("dtype")), None)
+    if not isinstance(dtype, torch.dtype):
         raise ValueError(f"shared tensor: unsupported dtype {fields.get('dtype')!r}")
     return rebuild_cuda_tensor(
         torch.Tensor, torch.Size(integers("size")), tuple(integers("stride")), fields["offset"],
-        torch.UntypedStorage, _DTYPES[fields["dtype"]], fields["device"], _bytes(fields["handle"]),
+        torch.UntypedStorage, dtype, fields["device"], _bytes(fields["handle"]),
         fields["storage_bytes"], fields["storage_offset_bytes"], False, _bytes(fields["counter_handle"]),
         fields["counter_offset"], _bytes(fields["event_handle"]), bool(fields["event_sync"]),
     )

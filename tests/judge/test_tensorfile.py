@@ -47,3 +47,33 @@ def test_a_malformed_shared_tensor_is_refused_before_any_use(tmp_path, field, va
     torch.save({"format": tensorfile.SHARED_FORMAT, "value": marker, "cuda": [bad]}, path)
     with pytest.raises(ValueError, match="shared tensor"):
         tensorfile.load(path)
+
+
+def test_output_buffers_carry_what_fits_and_the_file_the_rest(tmp_path):
+    from kernelwright.judge.outputs import flatten
+
+    reference = (torch.zeros(3, 4), {"b": torch.zeros(2), "a": [torch.zeros(5, dtype=torch.int64), 2.5]})
+    # The reference's buffers (on CUDA in the judge; CPU here, the same protocol), by output path.
+    buffers = {path: torch.full(leaf.shape, -1, dtype=leaf.dtype)
+               for path, leaf in flatten(reference) if isinstance(leaf, torch.Tensor)}
+    assert [p for p, _ in tensorfile.leaf_paths(reference)] == [p for p, _ in flatten(reference)]
+    candidate = (torch.arange(12.0).reshape(4, 3).t(),  # fits (a transposed view is copied by value)
+                 {"b": torch.ones(3), "a": [torch.arange(5), 2.5]})  # "b": wrong shape -> the file
+    moved = tensorfile.fill_output_buffers(candidate, buffers)
+    path = tmp_path / "outputs.pt"
+    tensorfile.save({"outputs": moved, "buffers": {}}, path)
+    back = tensorfile.load(path, accept_shared=False)
+    outputs = tensorfile.restore_output_buffers(back["outputs"], buffers)
+    assert outputs[0] is buffers["output[0]"] and torch.equal(outputs[0], candidate[0])
+    assert outputs[1]["a"][0] is buffers["output[1]['a'][0]"]
+    assert torch.equal(outputs[1]["a"][0], torch.arange(5))
+    assert torch.equal(outputs[1]["b"], torch.ones(3)) and outputs[1]["a"][1] == 2.5
+
+
+def test_the_reference_refuses_shared_files_and_unknown_buffers(tmp_path):
+    path = tmp_path / "outputs.pt"
+    torch.save({"format": tensorfile.SHARED_FORMAT, "value": {}, "cuda": []}, path)
+    with pytest.raises(ValueError, match="does not accept"):
+        tensorfile.load(path, accept_shared=False)
+    with pytest.raises(ValueError, match="not given"):
+        tensorfile.restore_output_buffers([{tensorfile.BUFFER_MARKER: "output[9]"}], {})

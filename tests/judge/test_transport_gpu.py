@@ -1,6 +1,7 @@
 """CUDA IPC between the judge's processes (judge/tensorfile.py), on the GPU: a second process reads shared
 tensors of every layout (non-contiguous, offset views, strided rank 1, integer and bool dtypes, nested) with
-the right values and sends its results back the same way; and the judge gives the same verdict through
+the right values and writes its results into the sender's output buffers through the mapping (one through
+the file); and the judge gives the same verdict through
 IPC and through files on a gigabyte-sized problem, printing what each transport cost.
 
 Run: python -m pytest -q -m gpu tests/judge/test_transport_gpu.py -s
@@ -28,10 +29,12 @@ CHILD = textwrap.dedent("""
     assert all(t.is_cuda for t in sent["tensors"].values()) and sent["number"] == 7
     assert torch.equal(sent["cpu"], torch.arange(3))
     strides = {key: list(value.stride()) for key, value in sent["tensors"].items()}
-    tensorfile.save({"doubled": doubled, "strides": strides}, sys.argv[2], share=True)
-    torch.cuda.synchronize()
+    # The outputs go into the sender's buffers (written through the mapping), the rest through the file.
+    filled = tensorfile.fill_output_buffers(doubled, sent["buffers"])
+    del sent
+    tensorfile.save({"doubled": filled, "strides": strides}, sys.argv[2])
     print("ready", flush=True)
-    input()  # stays alive (its memory shared) until the parent has read the reply
+    input()
 """)
 
 
@@ -54,20 +57,25 @@ def test_shared_tensors_of_every_layout_reach_another_process(tmp_path):
     pool = torch.cuda.MemPool()
     with torch.cuda.use_mem_pool(pool):
         tensors = _layouts("cuda")
+        # Buffers for all but one output (that one comes back through the file).
+        buffers = tensorfile.output_buffers({k: v for k, v in tensors.items() if k != "half"})
     sent_path, reply_path = tmp_path / "sent.pt", tmp_path / "reply.pt"
-    tensorfile.save({"tensors": tensors, "number": 7, "cpu": torch.arange(3)}, sent_path, share=True)
+    tensorfile.save({"tensors": tensors, "number": 7, "cpu": torch.arange(3), "buffers": buffers}, sent_path,
+                    share=True)
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(sent_path), str(reply_path)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "ready", child.stderr.read()
-        reply = tensorfile.load(reply_path)
+        reply = tensorfile.load(reply_path, accept_shared=False)
+        doubled = tensorfile.restore_output_buffers(reply["doubled"], buffers)
         for key, value in tensors.items():
-            got = reply["doubled"][key]
+            got = doubled[key]
+            assert (got is buffers[f"output[{key!r}]"]) == (key != "half"), key
             assert got.is_cuda and got.shape == value.shape, key
             want = value * 2 if value.is_floating_point() else value
             assert torch.equal(got, want), key
             assert reply["strides"][key] == list(value.stride()), key
-        del reply, got
+        del reply, got, doubled
     finally:
         child.communicate("done", timeout=30)
     assert child.returncode == 0, child.stderr
