@@ -148,6 +148,9 @@ class CandidateWorker:
 
     def _trial(self, command: dict) -> dict:
         inputs = self._reuse_storage(tensorfile.load(command["inputs"]))
+        # On CUDA the reference gives buffers in its memory for the outputs (no trip through the host),
+        # taken now so that they are released with this call whichever way it ends.
+        given = tensorfile.load(command["output_buffers"]) if command.get("output_buffers") else {}
         originals = [t.clone() if isinstance(t, torch.Tensor) else None for t in inputs]
         threads = live_threads()
         calls_before, errors_before = self.recorder.calls, len(self.recorder.errors)
@@ -189,9 +192,6 @@ class CandidateWorker:
                 self.violations.append(f"{shared} (outputs must not alias inputs)")
         buffers = dict(self.model.named_buffers())
         saved = {name: buffers[name].detach().cpu() for name in command["buffers"] if name in buffers}
-        # On CUDA the reference gives output buffers in its memory: the outputs are copied into them
-        # (no trip through the host); anything else goes in the file.
-        given = tensorfile.load(command["output_buffers"]) if command.get("output_buffers") else {}
         result = {"outputs": tensorfile.fill_output_buffers(returned, given), "buffers": saved}
         del given
         tensorfile.save(result, command["outputs"])

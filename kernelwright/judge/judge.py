@@ -51,6 +51,9 @@ STATUSES = (
     "rejected",
     "builds",
 )
+# Statuses after which the candidate has released all the reference shared with it (trials ran to their
+# comparison, or none started).
+CONSUMED = frozenset({"correct", "mismatch", "wrong_shape", "wrong_dtype", "nan", "build_error"})
 DEFAULT_OPTIONS = JudgeOptions()
 REFERENCE_TIMEOUT_S = 600.0  # the reference is trusted code; this only bounds a broken problem
 SHM, SHM_MIN_FREE = "/dev/shm", 32 << 30
@@ -277,9 +280,9 @@ class Judge:
         finally:
             session.close()
             shutil.rmtree(workdir, ignore_errors=True)
-        if status != "correct" and tensorfile.sharing_enabled(self.options.device) and self._reference:
+        if status not in CONSUMED and tensorfile.sharing_enabled(self.options.device) and self._reference:
             # Memory the reference shared stays reserved until the candidate releases it; one that stopped
-            # early (died, rejected, failed) may never have: a fresh reference for the next candidate.
+            # early (died, killed, rejected mid-trial) may never have: a fresh reference for the next one.
             self._reference.close()
             self._reference = None
         return _finish(verdict, status, detail, started)
