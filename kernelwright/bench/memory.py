@@ -12,18 +12,20 @@ Each process also holds a CUDA context, cuBLAS/cuDNN workspaces and the judge's 
 torch's allocator statistics do not count (PROCESS_BYTES), and the caching allocator reserves more than
 its peak allocation (ALLOCATOR_SLACK).
 
-R is the judge's measured peak (`verdict["memory"]`), cached per problem source, GPU model and torch
-version under `<cache>/memory/`; before any measurement, a static estimate that uses no GPU: the Model
-built and run under `torch.device("meta")` (shapes only, nothing allocated): parameters + inputs + the
-STATIC_LIVE largest results of its ops (the values a forward holds at once: a chain's input, conv output
-and norm output) + STATIC_FIXED_BYTES (workspaces, the judge's own buffers). Held against 38 problems'
-measured peaks (H100, bench/results/ of 2026-11-24..26) it is at most 26% under (ConvTranspose2d 0.63 vs
-0.85 GiB) and at most 0.14 GiB over (the fixed part, on batch-1 networks); ReLU 1.75
-vs 1.60, Conv2d+GroupNorm+min 1.48 vs 1.34, a 4.5 GiB ConvTranspose3d chain 18.25 vs 18.10. The former
-(parameters + inputs + outputs) x 2 was up to 5.7x under for conv chains and small CNNs (SmallCNN 0.12
-vs 0.69 GiB) and 1.9x over for elementwise ops. When the forward fails on meta tensors that formula
-stands; when even the model does not build there (a problem that insists on a real device), the need is
-unknown and the task runs alone on its GPU.
+R is the judge's measured peak (`verdict["memory"]`), cached per problem source, GPU model and torch version
+under `<cache>/memory/`; before any measurement, a static estimate that uses no GPU: the Model built and run
+under `torch.device("meta")` (shapes only, nothing allocated): parameters + inputs + the STATIC_LIVE largest
+results of its ops (the values a forward holds at once: a chain's input, conv output and norm output) +
+STATIC_FIXED_BYTES (workspaces, the judge's own buffers) + the inputs and outputs once more (on CUDA the
+reference hands the candidate a copy of each trial's inputs and buffers for its outputs,
+judge/tensorfile.py). Held against 38 problems' measured peaks (H100, bench/results/ of 2026-11-24..26) it
+is at most 26% under (ConvTranspose2d 0.63 vs 0.85 GiB) and at most 0.14 GiB over (the fixed part, on
+batch-1 networks); ReLU 1.75 vs 1.60, Conv2d+GroupNorm+min 1.48 vs 1.34, a 4.5 GiB ConvTranspose3d chain
+18.25 vs 18.10 (all before the judge shared copies; the copies are now on both sides, the comparison is
+still to be measured again). The former (parameters + inputs + outputs) x 2 was up to 5.7x under for conv
+chains and small CNNs (SmallCNN 0.12 vs 0.69 GiB) and 1.9x over for elementwise ops. When the forward fails
+on meta tensors that formula stands; when even the model does not build there (a problem that insists on a
+real device), the need is unknown and the task runs alone on its GPU.
 
 `python -m kernelwright.bench.memory PROBLEM.py...` prints the static estimates as JSON: the bench runs it
 in a child process with no GPU visible, so a problem that allocates for real costs that process only.
@@ -52,6 +54,9 @@ ALLOCATOR_SLACK = 1.25  # reserved over allocated: block rounding and fragmentat
 STATIC_FACTOR = 2
 STATIC_LIVE = 3            # op results counted live at once (the largest)
 STATIC_FIXED_BYTES = 256 * 2**20
+# Measured peaks are kept per judge layout: those of a judge that held other things are measured again.
+# 2: the reference holds shared copies of the inputs and output buffers (judge/tensorfile.py).
+PEAKS_LAYOUT = "judge-2"
 STATIC_SECONDS_PER_PROBLEM = 20   # a problem whose meta construction hangs gets no estimate
 
 StaticEstimate = Callable[[list[str]], dict[str, int | None]]
@@ -72,11 +77,11 @@ def task_need(task: BenchTask, reference: int, candidates: dict[str, int]) -> in
 
 class PeakCache:
     """Measured peaks per problem (keyed by its source's hash, so an edited problem is measured again),
-    one JSON file each under `root/<gpu model>/torch-<version>/`. Only the bench's main thread writes;
-    a write is atomic (a concurrent bench on the same host loses at most its own update)."""
+    one JSON file each under `root/<judge layout>/<gpu model>/torch-<version>/`. Only the bench's main
+    thread writes; a write is atomic (a concurrent bench on the same host loses at most its own update)."""
 
     def __init__(self, root: Path, device_name: str, torch_version: str):
-        self.directory = root / _slug(device_name) / f"torch-{_slug(torch_version)}"
+        self.directory = root / PEAKS_LAYOUT / _slug(device_name) / f"torch-{_slug(torch_version)}"
 
     def _path(self, problem_id: str, problem_path: str) -> Path:
         digest = hashlib.sha256(Path(problem_path).read_bytes()).hexdigest()[:16]
@@ -157,16 +162,18 @@ def static_reference_bytes(problem_path: str) -> int | None:
             inputs = problem.inputs()
             held = _bytes(list(model.parameters()) + list(model.buffers())) + _bytes(inputs)
             try:
-                sizes = _op_result_sizes(model, inputs)
+                sizes, outputs = _op_result_sizes(model, inputs)
             except Exception:  # an op without a meta kernel: count the outputs as large as the inputs
                 return STATIC_FACTOR * (held + _bytes(inputs))
     except Exception:
         return None
-    return held + sum(sorted(sizes, reverse=True)[:STATIC_LIVE]) + STATIC_FIXED_BYTES
+    shared = _bytes(inputs) + outputs  # the judge's copies for the candidate (module docstring)
+    return held + sum(sorted(sizes, reverse=True)[:STATIC_LIVE]) + STATIC_FIXED_BYTES + shared
 
 
-def _op_result_sizes(model, inputs: list) -> list[int]:
-    """The byte size of every op result of `model(*inputs)` that is not a view (a view holds no memory)."""
+def _op_result_sizes(model, inputs: list) -> tuple[list[int], int]:
+    """The byte size of every op result of `model(*inputs)` that is not a view (a view holds no memory),
+    and the bytes of its outputs."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     sizes: list[int] = []
@@ -179,8 +186,8 @@ def _op_result_sizes(model, inputs: list) -> list[int]:
             return out
 
     with OpResults():
-        model(*inputs)
-    return sizes
+        outputs = model(*inputs)
+    return sizes, _bytes(outputs)
 
 
 def _bytes(value) -> int:
