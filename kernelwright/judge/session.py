@@ -205,6 +205,7 @@ class CandidateSession:
             while len(rounds["eager"]) < MAX_ROUNDS and not _settled(rounds):
                 command = {"op": "time", "inputs": inputs, "locked": True, **per_round}
                 reply = self.worker.request(command, self._left(deadline))
+                Path(inputs).unlink(missing_ok=True)  # read in the first round
                 self._check(reply)
                 self._note_memory("candidate_peak_bytes", reply)
                 rounds["candidate"].append(reply["timing"])
