@@ -189,12 +189,35 @@ class _Growth:
                     yield inp, level
             readers = list(self.users[id(member)])
             if self.level[id(member)] == "elem" or member.op in REDUCE_OPS or member.op in ELEM_ANCHORS:
-                # siblings reading the same values (BatchNorm's batch mean and variance read x too)
-                readers += [u for inp in member.inputs if inp.op != "const" for u in self.users[id(inp)]]
+                # siblings reading the same values (BatchNorm's batch mean and variance read x too), also
+                # through a pointwise prologue (sum(t * t) beside a member reading t: one read of t)
+                read = [inp for inp in member.inputs if inp.op != "const"]
+                readers += [u for inp in read for u in self.users[id(inp)]]
+                readers += self._reductions_through_pointwise(read)
             for user in readers:
                 level = self._as_consumer(user)
                 if level:
                     yield user, level
+
+    def _reductions_through_pointwise(self, values: list[Node], depth: int = 3) -> list[Node]:
+        """Reductions and anchors reading `values` through a chain of at most `depth` pointwise ops outside
+        the group: candidates whose prologue the growth then takes in (`_as_producer`), so that two
+        reductions of the same rows read them once."""
+        found, frontier, seen = [], list(values), set()
+        for _ in range(depth):
+            following = []
+            for value in frontier:
+                for user in self.users[id(value)]:
+                    if id(user) in seen or id(user) in self.level or id(user) in self.taken:
+                        continue
+                    seen.add(id(user))
+                    if user.op in REDUCE_OPS or user.op in ELEM_ANCHORS:
+                        if value not in values:
+                            found.append(user)
+                    elif user.op in POINTWISE_OPS and _float_ok(user):
+                        following.append(user)
+            frontier = following
+        return found
 
     def _as_producer(self, node: Node) -> str | None:
         if (id(node) in self.taken or id(node) in self.level or node.op not in POINTWISE_OPS

@@ -42,6 +42,20 @@ def l2_normalize(shape: tuple[int, ...]) -> Graph:
     return Graph((x,), (), (make_node("div", [x, norm]),))
 
 
+def cosine_similarity_loss(shape: tuple[int, int], eps: float = 1e-8) -> Graph:
+    """1 - cos(x, y) per row, as F.cosine_similarity writes it: each input divided by its clamped norm, then
+    the dot product. The norm of y reads y through a prologue of its own (y * y), beside the group that
+    reads y for the dot product: one group, y read once."""
+    x, y = x_in(*shape), x_in(*shape, name="y", index=1)
+
+    def unit(v: Node) -> Node:
+        norm = make_node("sqrt", [make_node("sum", [make_node("mul", [v, v])], dims=(1,), keepdim=True)])
+        return make_node("div", [v, make_node("clamp", [norm], min=eps, max=None)])
+
+    dot = make_node("sum", [make_node("mul", [unit(x), unit(y)])], dims=(1,), keepdim=False)
+    return Graph((x, y), (), (make_node("sub", [const_node(1.0), dot]),))
+
+
 def mean_center(shape: tuple[int, ...], dims: tuple[int, ...]) -> Graph:
     x = x_in(*shape)
     return Graph((x,), (), (make_node("sub", [x, make_node("mean", [x], dims=dims, keepdim=True)]),))
@@ -184,6 +198,7 @@ CASES: dict[str, Callable[[], Graph]] = {
     "rms_norm": lambda: rms_norm((4, 37, 3071)),
     "layer_norm_by_hand": lambda: layer_norm_by_hand((65, 1024)),
     "l2_normalize": lambda: l2_normalize((12, 16384)),
+    "cosine_similarity_loss": lambda: cosine_similarity_loss((33, 10241)),
     "mean_center_dim0": lambda: mean_center((300, 41), (0,)),
     "instance_norm": lambda: instance_norm_by_hand((4, 6, 37, 29)),
     "group_norm": lambda: group_norm((4, 12, 9, 11), 3),

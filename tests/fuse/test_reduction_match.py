@@ -9,7 +9,15 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "codegen"))
-from reduction_cases import CASES, batch_norm_train, group_norm, layer_norm, one, rms_norm  # noqa: E402
+from reduction_cases import (  # noqa: E402
+    CASES,
+    batch_norm_train,
+    cosine_similarity_loss,
+    group_norm,
+    layer_norm,
+    one,
+    rms_norm,
+)
 
 from kernelwright.fuse import plan_fusion  # noqa: E402
 from kernelwright.fuse.plan import AtenStep  # noqa: E402
@@ -29,6 +37,18 @@ def test_rms_norm_by_hand_is_one_kernel_reading_x_once():
     spec = group.config[0]
     assert spec.layout == "row" and spec.cache and spec.passes == 2
     assert all(isinstance(s, type(group)) for s in plan_fusion(graph).steps)
+
+
+def test_reductions_of_the_same_rows_through_their_own_prologues_share_one_read():
+    """Cosine similarity: |x|, |y| and the dot product of the normalized rows. The norm of y reads y
+    through y * y, a pointwise op no member reads: it is found from the group's other reader of y, so
+    x and y are read once, in one kernel (was: a kernel for |y| and a second reading y again)."""
+    graph = cosine_similarity_loss((33, 10241))
+    (group,) = groups_of(graph, "reduction")
+    assert [n.name for n in group.inputs] == ["x", "y"]
+    assert [n.op for n in group.nodes].count("sum") == 3 and len(plan_fusion(graph).steps) == 1
+    spec = group.config[0]
+    assert spec.layout == "row" and spec.cache and spec.passes == 2
 
 
 def test_batch_norm_training_fuses_output_and_running_stat_updates():
