@@ -462,7 +462,7 @@ class _PassEnv:
             expr = entry.elem.format(x=self.operand(node, 0), **params, **scalars)
         else:
             expr = op_expression(node, [self.operand(node, k) for k in range(len(node.inputs))])
-        self.lines.append(f"const float e{i} = {expr};")
+        self.lines.append(f"const {'bool' if node.dtype == torch.bool else 'float'} e{i} = {expr};")
         self.names[id(node)] = f"e{i}"
         return f"e{i}"
 

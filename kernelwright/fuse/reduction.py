@@ -150,6 +150,11 @@ def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
             continue
         growth = _Growth(space, anchor, matching)
         members = growth.run()
+        while (readers := _readers_of_non_float_inputs(members)):
+            # a bool prologue value that stayed outside (another reader needs it): the kernel reads float
+            # tensors only, so its readers stay out too
+            growth = _Growth(space, anchor, matching, banned=growth.banned | readers)
+            members = growth.run()
         matching.claim(members)
         group = make_group(graph, "reduction", members, users=matching.users)
         levels = tuple(growth.level[id(n)] for n in group.nodes)
@@ -162,8 +167,9 @@ class _Growth:
     """Grows one group from its anchor; `level[id]` is "elem", "row" (keepdim form) or "rowsq"
     (squeezed form)."""
 
-    def __init__(self, space: Space, anchor: Node, matching: Matching):
+    def __init__(self, space: Space, anchor: Node, matching: Matching, banned: frozenset[int] = frozenset()):
         self.space = space
+        self.banned = banned
         self.users, self.roots, self.taken = matching.users, matching.roots, matching.taken
         self.partition = matching.partition
         self.members = [anchor]
@@ -174,7 +180,8 @@ class _Growth:
         while changed:
             changed = False
             for candidate, level in self._candidates():
-                if id(candidate) in self.level or not self.partition.is_convex(self.members + [candidate]):
+                if (id(candidate) in self.level or id(candidate) in self.banned
+                        or not self.partition.is_convex(self.members + [candidate])):
                     continue
                 self.members.append(candidate)
                 self.level[id(candidate)] = level
@@ -221,7 +228,7 @@ class _Growth:
 
     def _as_producer(self, node: Node) -> str | None:
         if (id(node) in self.taken or id(node) in self.level or node.op not in POINTWISE_OPS
-                or id(node) in self.roots or not _float_ok(node)):
+                or id(node) in self.roots or not _prologue_ok(node)):
             return None
         readers = self.users[id(node)]
         if any(id(u) not in self.level for u in readers):
@@ -313,6 +320,23 @@ def _float_ok(node: Node, allow_index: bool = False) -> bool:
         return False
     return all(i.dtype == torch.float32 or i.op == "const" for i in node.inputs) and not any(
         i.op == "input" and i.attr("kind") == "scalar" for i in node.inputs)
+
+
+def _prologue_ok(node: Node) -> bool:
+    """A pointwise producer computed per element inside the kernel: float32, or a bool predicate (a
+    comparison, isnan, a mask for `where`), on float32, bool or const operands. Its operands from outside
+    must be float32 (`_readers_of_non_float_inputs` keeps them so)."""
+    if node.dtype not in (torch.float32, torch.bool):
+        return False
+    return all(i.dtype in (torch.float32, torch.bool) or i.op == "const" for i in node.inputs) and not any(
+        i.op == "input" and i.attr("kind") == "scalar" for i in node.inputs)
+
+
+def _readers_of_non_float_inputs(members: list[Node]) -> frozenset[int]:
+    """Members reading a value from outside the group that is neither float32 nor a const."""
+    inside = {id(n) for n in members}
+    return frozenset(id(n) for n in members for i in n.inputs
+                     if id(i) not in inside and i.op != "const" and i.dtype != torch.float32)
 
 
 def _is_scalar_like(node: Node) -> bool:

@@ -56,6 +56,18 @@ def cosine_similarity_loss(shape: tuple[int, int], eps: float = 1e-8) -> Graph:
     return Graph((x, y), (), (make_node("sub", [const_node(1.0), dot]),))
 
 
+def smooth_l1_mean(shape: tuple[int, ...], mask_out: bool = False) -> Graph:
+    """SmoothL1 loss as capture writes it: a bool predicate (|d| < 1) choosing between two branches
+    (`where`), then the mean. `mask_out`: the predicate is an output too (another reader outside)."""
+    x, y = x_in(*shape), x_in(*shape, name="y", index=1)
+    d = make_node("abs", [make_node("sub", [x, y])])
+    small = make_node("lt", [d, const_node(1.0)])
+    quad = make_node("mul", [make_node("pow", [d, const_node(2)]), const_node(0.5)])
+    chosen = make_node("where", [small, quad, make_node("sub", [d, const_node(0.5)])])
+    loss = make_node("mean", [chosen], dims=None)
+    return Graph((x, y), (), (loss, small) if mask_out else (loss,))
+
+
 def mean_center(shape: tuple[int, ...], dims: tuple[int, ...]) -> Graph:
     x = x_in(*shape)
     return Graph((x,), (), (make_node("sub", [x, make_node("mean", [x], dims=dims, keepdim=True)]),))
@@ -199,6 +211,7 @@ CASES: dict[str, Callable[[], Graph]] = {
     "layer_norm_by_hand": lambda: layer_norm_by_hand((65, 1024)),
     "l2_normalize": lambda: l2_normalize((12, 16384)),
     "cosine_similarity_loss": lambda: cosine_similarity_loss((33, 10241)),
+    "smooth_l1_mean": lambda: smooth_l1_mean((129, 4099)),
     "mean_center_dim0": lambda: mean_center((300, 41), (0,)),
     "instance_norm": lambda: instance_norm_by_hand((4, 6, 37, 29)),
     "group_norm": lambda: group_norm((4, 12, 9, 11), 3),

@@ -17,6 +17,7 @@ from reduction_cases import (  # noqa: E402
     layer_norm,
     one,
     rms_norm,
+    smooth_l1_mean,
 )
 
 from kernelwright.fuse import plan_fusion  # noqa: E402
@@ -49,6 +50,18 @@ def test_reductions_of_the_same_rows_through_their_own_prologues_share_one_read(
     assert [n.op for n in group.nodes].count("sum") == 3 and len(plan_fusion(graph).steps) == 1
     spec = group.config[0]
     assert spec.layout == "row" and spec.cache and spec.passes == 2
+
+
+def test_a_bool_predicate_in_the_prologue_joins_and_stays_out_when_read_elsewhere():
+    """SmoothL1: |d| < 1 is a bool value inside the prologue (`where` picks the branch): one kernel reading
+    x and y, no full-size intermediate. When the predicate is also an output, it is computed elsewhere and
+    the kernel (which reads float tensors only) leaves its reader out too."""
+    (group,) = groups_of(smooth_l1_mean((129, 4099)), "reduction")
+    assert [n.name for n in group.inputs] == ["x", "y"] and "where" in [n.op for n in group.nodes]
+    assert len(plan_fusion(smooth_l1_mean((129, 4099))).steps) == 1
+    graph = smooth_l1_mean((129, 4099), mask_out=True)
+    (group,) = groups_of(graph, "reduction")
+    assert all(n.dtype == torch.float32 for n in group.inputs) and "where" not in [n.op for n in group.nodes]
 
 
 def test_batch_norm_training_fuses_output_and_running_stat_updates():
