@@ -11,10 +11,13 @@ Reductions whose input depends on another reduction's result run in a later pass
 kernel keeps the row in shared memory between passes when it fits, so HBM is still read once).
 
 Growth, to a fixpoint: pointwise producers whose every user is in the group (prologue, recomputed per
-element, never an extra output); other reductions and norm/softmax anchors over the same space (siblings:
-BatchNorm's output, its batch mean and its batch variance read x once); pointwise consumers (epilogue),
-elem when they have the space's shape, row when they combine row values only. Every candidate keeps the
-group convex (`Partition.is_convex`).
+element, never an extra output; float32 values or bool predicates such as the mask of a `where`, while
+every tensor the kernel reads stays float32); other reductions and norm/softmax anchors over the same
+space (siblings: BatchNorm's output, its batch mean and its batch variance read x once), also when they
+read the group's values through a short pointwise chain of their own (cosine similarity's sum(y * y)
+beside the dot product: y read once); pointwise consumers (epilogue), elem when they have the space's
+shape, row when they combine row values only. Every candidate keeps the group convex
+(`Partition.is_convex`).
 
 The launch shape (row or column layout, threads, cluster size, caching) is decided here from the sizes,
 for an H100-class device (`DEVICE`); the generated launcher re-checks cluster support at run time.
