@@ -194,7 +194,10 @@ class _Growth:
     def _candidates(self):
         for member in list(self.members):
             for inp in member.inputs:
-                level = self._as_producer(inp)
+                # a pointwise producer (prologue), or a reduction/anchor over the same rows whose result a
+                # member reads (an earlier pass: log_softmax(t) beside log_softmax(s) in a KL divergence)
+                anchor = inp.op in REDUCE_OPS or inp.op in ELEM_ANCHORS
+                level = self._as_consumer(inp) if anchor else self._as_producer(inp)
                 if level:
                     yield inp, level
             readers = list(self.users[id(member)])

@@ -133,6 +133,42 @@ def batch_norm_train(shape: tuple[int, ...], momentum: float = 0.1, channel_dim:
                                                          ("bn.running_var", update(rv, var))), training=True)
 
 
+def residual_batch_norms(shape: tuple[int, ...]) -> Graph:
+    """relu(bn1(x) + bn2(y)), both in training mode (a ResNet block whose shortcut has a conv and a
+    BatchNorm): the shortcut's norm is a producer of the sum, over the same rows: one kernel, both sets of
+    statistics in its first pass, no intermediate for bn2(y)."""
+    x, y = x_in(*shape), x_in(*shape, name="y", index=1)
+    c = shape[1]
+    params, mutations, normed = [], [], []
+    for name, value in (("bn1", x), ("bn2", y)):
+        w, b = param_node(f"{name}.weight", (c,)), param_node(f"{name}.bias", (c,))
+        rm, rv = buffer_node(f"{name}.running_mean", (c,)), buffer_node(f"{name}.running_var", (c,))
+        params += [w, b, rm, rv]
+        normed.append(make_node("batch_norm", [value, w, b], training=True, momentum=0.1, eps=1e-5,
+                                has_weight=True, has_bias=True, has_running=False, channel_dim=1))
+        dims = tuple(d for d in range(len(shape)) if d != 1)
+        for buffer, stat in ((rm, make_node("mean", [value], dims=dims)),
+                             (rv, make_node("var", [value], dims=dims, correction=1))):
+            blend = make_node("add", [make_node("mul", [buffer, const_node(0.9)]),
+                                      make_node("mul", [stat, const_node(0.1)])])
+            mutations.append((buffer.name, blend))
+    out = make_node("relu", [make_node("add", normed)])
+    return Graph((x, y), tuple(params), (out,), mutations=tuple(mutations), training=True)
+
+
+def log_softmax_divergence(shape: tuple[int, int], temperature: float = 2.0) -> Graph:
+    """exp(lt) * (lt - ls) per element with lt, ls the log-softmaxes of t / T and s / T (a distillation
+    loss before its sum): the teacher's log_softmax is a producer of the difference, over the same rows:
+    one kernel reading s and t once."""
+    s, t = x_in(*shape, name="s"), x_in(*shape, name="t", index=1)
+
+    def log_soft(v: Node) -> Node:
+        return make_node("log_softmax", [make_node("div", [v, const_node(temperature)])], dim=1)
+
+    ls, lt = log_soft(s), log_soft(t)
+    return Graph((s, t), (), (make_node("mul", [make_node("exp", [lt]), make_node("sub", [lt, ls])]),))
+
+
 def reverse_cumsum(shape: tuple[int, ...], dim: int) -> Graph:
     x = x_in(*shape)
     y = make_node("flip", [make_node("cumsum", [make_node("flip", [x], dims=(dim,))], dim=dim)], dims=(dim,))
@@ -212,6 +248,8 @@ CASES: dict[str, Callable[[], Graph]] = {
     "l2_normalize": lambda: l2_normalize((12, 16384)),
     "cosine_similarity_loss": lambda: cosine_similarity_loss((33, 10241)),
     "smooth_l1_mean": lambda: smooth_l1_mean((129, 4099)),
+    "residual_batch_norms": lambda: residual_batch_norms((4, 6, 13, 11)),
+    "log_softmax_divergence": lambda: log_softmax_divergence((37, 1001)),
     "mean_center_dim0": lambda: mean_center((300, 41), (0,)),
     "instance_norm": lambda: instance_norm_by_hand((4, 6, 37, 29)),
     "group_norm": lambda: group_norm((4, 12, 9, 11), 3),

@@ -15,7 +15,9 @@ from reduction_cases import (  # noqa: E402
     cosine_similarity_loss,
     group_norm,
     layer_norm,
+    log_softmax_divergence,
     one,
+    residual_batch_norms,
     rms_norm,
     smooth_l1_mean,
 )
@@ -62,6 +64,17 @@ def test_a_bool_predicate_in_the_prologue_joins_and_stays_out_when_read_elsewher
     graph = smooth_l1_mean((129, 4099), mask_out=True)
     (group,) = groups_of(graph, "reduction")
     assert all(n.dtype == torch.float32 for n in group.inputs) and "where" not in [n.op for n in group.nodes]
+
+
+def test_a_norm_over_the_same_rows_read_by_a_member_joins_as_an_earlier_pass():
+    """A reduction or norm whose result a member reads (bn2(y) in bn1(x) + bn2(y), log_softmax(t) in
+    log_softmax(t) - log_softmax(s)) joins the group with its prologue: one kernel, no intermediate."""
+    (group,) = groups_of(residual_batch_norms((4, 6, 13, 11)), "reduction")
+    assert [n.op for n in group.nodes].count("batch_norm") == 2 and len(group.outputs) == 5
+    assert [n.name for n in group.inputs][:1] == ["x"] and "y" in [n.name for n in group.inputs]
+    (group,) = groups_of(log_softmax_divergence((37, 1001)), "reduction")
+    assert [n.op for n in group.nodes].count("log_softmax") == 2
+    assert sorted(n.name for n in group.inputs) == ["s", "t"] and len(group.outputs) == 1
 
 
 def test_batch_norm_training_fuses_output_and_running_stat_updates():
