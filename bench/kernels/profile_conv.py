@@ -59,16 +59,16 @@ def conv_layouts(model: torch.nn.Module, inputs: list, flush: torch.Tensor) -> l
             fmt = None
         row = {"conv": repr(module)[:100], "input": list(x.shape)}
         with torch.no_grad():
-            row["nchw_ms"] = time_ms(lambda: module(x), flush)
+            row["nchw_ms"] = time_ms(lambda module=module, x=x: module(x), flush)
             if fmt is not None:
                 xc = x.contiguous(memory_format=fmt)
                 mc = copy.deepcopy(module).to(memory_format=fmt)
-                row["cl_ms"] = time_ms(lambda: mc(xc), flush)
+                row["cl_ms"] = time_ms(lambda mc=mc, xc=xc: mc(xc), flush)
                 bias, mc.bias = mc.bias, None
-                row["cl_nobias_ms"] = time_ms(lambda: mc(xc), flush)
+                row["cl_nobias_ms"] = time_ms(lambda mc=mc, xc=xc: mc(xc), flush)
                 mc.bias = bias
-                row["to_cl_ms"] = time_ms(lambda: x.contiguous(memory_format=fmt), flush)
-                row["copy_ms"] = time_ms(lambda: x.clone(), flush)
+                row["to_cl_ms"] = time_ms(lambda x=x, fmt=fmt: x.contiguous(memory_format=fmt), flush)
+                row["copy_ms"] = time_ms(lambda x=x: x.clone(), flush)
         out.append(row)
     return out
 
@@ -93,7 +93,7 @@ def main() -> int:
             exec(compile(emitted.read_text(), str(emitted), "exec"), ns)
             systems["kernelwright"] = problem.build_model(device="cuda", model_class=ns["ModelNew"])
         for name, m in systems.items():
-            def call(m=m):
+            def call(m=m, inputs=inputs):
                 with torch.no_grad():
                     return m(*inputs)
             ms = time_ms(call, flush)
@@ -106,7 +106,8 @@ def main() -> int:
             for k in s["kernels"]:
                 print(f"      {k['ms']:8.3f} ms x{k['calls']:<3} {k['kernel']}")
         for c in entry["convs"]:
-            print("  conv", json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in c.items()}))
+            rounded = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in c.items()}
+            print("  conv", json.dumps(rounded))
         Path(args.out).write_text(json.dumps(results, indent=1))
     return 0
 
