@@ -217,7 +217,7 @@ class CandidateWorker:
                 old.copy_(value)
                 inputs.append(old)
             else:
-                inputs.append(_to_device_keep_layout(value, self.device))
+                inputs.append(tensorfile.copy_keep_layout(value, self.device))
         self.persistent = inputs
         return inputs
 
@@ -259,9 +259,7 @@ class CandidateWorker:
         """One round of timing (the judge alternates rounds of ours and eager's under one lock)."""
         if self.timing_inputs is None:
             loaded = tensorfile.load(command["inputs"])
-            self.timing_inputs = [
-                _to_device_keep_layout(v, self.device) if isinstance(v, torch.Tensor) else v for v in loaded
-            ]
+            self.timing_inputs = map_leaves(loaded, lambda v: tensorfile.copy_keep_layout(v, self.device))
             self.recorder.uninstrument()
         inputs = self.timing_inputs
         with torch.no_grad():
@@ -304,8 +302,3 @@ def _kernelwright_references(module: types.ModuleType) -> list[str]:
 def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
 
-
-def _to_device_keep_layout(value: torch.Tensor, device: str) -> torch.Tensor:
-    """A copy of `value` on `device` with the same strides (a non-contiguous trial must stay
-    non-contiguous), in this process's own memory."""
-    return tensorfile.copy_keep_layout(value, device)

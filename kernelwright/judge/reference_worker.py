@@ -15,7 +15,7 @@ from kernelwright.judge import tensorfile
 from kernelwright.judge.busy import model_busy_share
 from kernelwright.judge.compare import compare_buffers, compare_outputs, oracle_check
 from kernelwright.judge.inputs import PERTURBED_PARAMS, Trial, apply_distribution, plan_trials
-from kernelwright.judge.outputs import aliases, flatten
+from kernelwright.judge.outputs import aliases, flatten, map_leaves
 from kernelwright.judge.perturb import perturbed_state_dict
 from kernelwright.judge.timing import measure
 from kernelwright.problem import load_problem
@@ -76,9 +76,11 @@ class ReferenceWorker:
         if not self.share:
             tensorfile.save(inputs, path)
             return
+        def copy(t: torch.Tensor) -> torch.Tensor:
+            return tensorfile.copy_keep_layout(t, t.device) if t.is_cuda else t
+
         with self.shareable():
-            copies = [tensorfile.copy_keep_layout(t, t.device) if isinstance(t, torch.Tensor) and t.is_cuda
-                      else t for t in inputs]
+            copies = map_leaves(inputs, copy)
         tensorfile.save(copies, path, share=True)
 
     def op_trial(self, command: dict) -> dict:

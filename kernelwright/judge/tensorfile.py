@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from kernelwright.judge.outputs import flatten, map_leaves
+
 SHARED_FORMAT = "kernelwright-cuda-ipc-1"
 TRANSPORT_ENV = "KERNELWRIGHT_JUDGE_TRANSPORT"  # "files": never share CUDA memory (machines without IPC)
 _MARKER = "__kernelwright_cuda_tensor__"
@@ -55,24 +57,16 @@ def load(path: str | Path, map_location: str | torch.device | None = None,
         if not accept_shared:
             raise ValueError("a file of shared CUDA tensors, which this process does not accept")
         tensors = [_open(handle) for handle in value["cuda"]]
-        return _restore_cuda(value["value"], tensors)
+        return _unmark(value["value"], _MARKER, lambda index: tensors[int(index)])
     return value
 
 
-def leaf_paths(value: Any, path: str = "output") -> list[tuple[str, Any]]:
-    """[(path, leaf)] as `judge.outputs.flatten` names them (indices, then dict keys' reprs)."""
-    if isinstance(value, (list, tuple)):
-        return [item for i, v in enumerate(value) for item in leaf_paths(v, f"{path}[{i}]")]
-    if isinstance(value, dict):
-        return [item for key in sorted(value, key=str) for item in leaf_paths(value[key], f"{path}[{key!r}]")]
-    return [(path, value)]
-
-
 def output_buffers(outputs: Any) -> dict[str, torch.Tensor]:
-    """{path: empty tensor} for every non-empty CUDA tensor leaf of `outputs`, same shape and dtype
-    (allocated wherever the caller's allocation context says: the reference's private pool)."""
+    """{path: empty tensor} for every non-empty CUDA tensor leaf of `outputs` (paths as `outputs.flatten`
+    names them), same shape and dtype (allocated wherever the caller's allocation context says: the
+    reference's private pool)."""
     return {path: torch.empty(leaf.shape, dtype=leaf.dtype, device=leaf.device)
-            for path, leaf in leaf_paths(outputs)
+            for path, leaf in flatten(outputs)
             if isinstance(leaf, torch.Tensor) and leaf.is_cuda and leaf.numel() > 0}
 
 
@@ -101,16 +95,12 @@ def fill_output_buffers(outputs: Any, buffers: dict[str, torch.Tensor]) -> Any:
 
 def restore_output_buffers(value: Any, buffers: dict[str, torch.Tensor]) -> Any:
     """The candidate's outputs with each marker replaced by the reference's own buffer of that path."""
-    if isinstance(value, dict) and set(value) == {BUFFER_MARKER}:
-        path = value[BUFFER_MARKER]
+    def buffer(path: object) -> torch.Tensor:
         if not isinstance(path, str) or path not in buffers:
             raise ValueError(f"the outputs name an output buffer that was not given: {path!r}")
         return buffers[path]
-    if isinstance(value, (list, tuple)):
-        return type(value)(restore_output_buffers(v, buffers) for v in value)
-    if isinstance(value, dict):
-        return {k: restore_output_buffers(v, buffers) for k, v in value.items()}
-    return value
+
+    return _unmark(value, BUFFER_MARKER, buffer)
 
 
 def copy_keep_layout(value: torch.Tensor, device: str | torch.device) -> torch.Tensor:
@@ -134,23 +124,24 @@ def _save_plain(value: object, path: str | Path) -> None:
 
 
 def _replace_cuda(value: Any, handles: list[dict]) -> Any:
-    if isinstance(value, (list, tuple)):
-        return type(value)(_replace_cuda(v, handles) for v in value)
-    if isinstance(value, dict):
-        return {k: _replace_cuda(v, handles) for k, v in value.items()}
-    if isinstance(value, torch.Tensor) and value.is_cuda and value.numel() > 0:
-        handles.append(_share(value))
+    """`value` with each non-empty CUDA tensor replaced by a marker holding its index in `handles`."""
+    def mark(tensor: torch.Tensor) -> Any:
+        if not tensor.is_cuda or tensor.numel() == 0:
+            return tensor
+        handles.append(_share(tensor))
         return {_MARKER: len(handles) - 1}
-    return value
+
+    return map_leaves(value, mark)
 
 
-def _restore_cuda(value: Any, tensors: list[torch.Tensor]) -> Any:
-    if isinstance(value, dict) and set(value) == {_MARKER}:
-        return tensors[int(value[_MARKER])]
+def _unmark(value: Any, marker: str, lookup) -> Any:
+    """`value` with each {marker: key} replaced by lookup(key)."""
+    if isinstance(value, dict) and set(value) == {marker}:
+        return lookup(value[marker])
     if isinstance(value, (list, tuple)):
-        return type(value)(_restore_cuda(v, tensors) for v in value)
+        return type(value)(_unmark(v, marker, lookup) for v in value)
     if isinstance(value, dict):
-        return {k: _restore_cuda(v, tensors) for k, v in value.items()}
+        return {k: _unmark(v, marker, lookup) for k, v in value.items()}
     return value
 
 
