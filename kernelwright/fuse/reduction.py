@@ -37,6 +37,7 @@ from kernelwright.ir.graph import Graph, Node
 REDUCE_OPS = frozenset({"sum", "mean", "amax", "amin", "prod", "var", "std", "logsumexp", "argmax", "argmin"})
 ELEM_ANCHORS = frozenset({"softmax", "log_softmax", "layer_norm", "group_norm", "batch_norm"})
 ARG_OPS = frozenset({"argmax", "argmin"})
+PROLOGUE_DTYPES = (torch.float32, torch.bool)  # values a prologue computes per element
 
 
 @dataclass(frozen=True)
@@ -324,17 +325,19 @@ def _reads_elementwise(node: Node) -> bool:
 def _float_ok(node: Node, allow_index: bool = False) -> bool:
     if node.dtype != torch.float32 and not (allow_index and node.op in ARG_OPS):
         return False
-    return all(i.dtype == torch.float32 or i.op == "const" for i in node.inputs) and not any(
-        i.op == "input" and i.attr("kind") == "scalar" for i in node.inputs)
+    return _operands_of(node, (torch.float32,))
 
 
 def _prologue_ok(node: Node) -> bool:
     """A pointwise producer computed per element inside the kernel: float32, or a bool predicate (a
     comparison, isnan, a mask for `where`), on float32, bool or const operands. Its operands from outside
     must be float32 (`_readers_of_non_float_inputs` keeps them so)."""
-    if node.dtype not in (torch.float32, torch.bool):
-        return False
-    return all(i.dtype in (torch.float32, torch.bool) or i.op == "const" for i in node.inputs) and not any(
+    return node.dtype in PROLOGUE_DTYPES and _operands_of(node, PROLOGUE_DTYPES)
+
+
+def _operands_of(node: Node, dtypes: tuple[torch.dtype, ...]) -> bool:
+    """Every operand of `node` is a const or of one of `dtypes`, and none is a scalar forward argument."""
+    return all(i.dtype in dtypes or i.op == "const" for i in node.inputs) and not any(
         i.op == "input" and i.attr("kind") == "scalar" for i in node.inputs)
 
 
