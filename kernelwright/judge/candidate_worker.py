@@ -51,6 +51,7 @@ class CandidateWorker:
         self.persistent: list = []
         self.last_output_sizes: list[int] = []
         self.timing_inputs: list | None = None
+        self.fatal_exception: BaseException | None = None
 
     def handle(self, command: dict) -> dict:
         try:
@@ -58,7 +59,13 @@ class CandidateWorker:
         except BaseException as exc:
             # A failure may follow a broken rule (a refused file read raises): report both.
             state = self._state() if hasattr(self, "snapshot") else {"violations": list(self.violations)}
-            return {"ok": False, **classify_failure(exc, self.source_file), **state}
+            failure = classify_failure(exc, self.source_file)
+            if failure["fatal"]:
+                # After a CUDA error, freeing a tensor opened from the reference's memory (still held by
+                # the failed call's frames) aborts the process in torch's IPC deleter, before the reply
+                # is written: keep the frames alive; the worker exits (os._exit) right after replying.
+                self.fatal_exception = exc
+            return {"ok": False, **failure, **state}
 
     # ------------------------------------------------------------------------------------------- build
 

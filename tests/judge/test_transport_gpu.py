@@ -70,10 +70,12 @@ def test_shared_tensors_of_every_layout_reach_another_process(tmp_path):
         doubled = tensorfile.restore_output_buffers(reply["doubled"], buffers)
         for key, value in tensors.items():
             got = doubled[key]
-            assert (got is buffers[f"output[{key!r}]"]) == (key != "half"), key
-            assert got.is_cuda and got.shape == value.shape, key
+            assert (got is buffers.get(f"output[{key!r}]")) == (key != "half"), key
+            # A tensor without a buffer comes back on the CPU (plain file): the reference never maps memory
+            # the candidate shared.
+            assert got.is_cuda == (key != "half") and got.shape == value.shape, key
             want = value * 2 if value.is_floating_point() else value
-            assert torch.equal(got, want), key
+            assert torch.equal(got.to(want.device), want), key
             assert reply["strides"][key] == list(value.stride()), key
         del reply, got, doubled
     finally:
