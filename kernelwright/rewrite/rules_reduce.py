@@ -3,42 +3,65 @@
 from __future__ import annotations
 
 from kernelwright.ir.graph import Node
-from kernelwright.ir.ops import const_node, make_node
+from kernelwright.ir.ops import category, const_node, make_node
 from kernelwright.rewrite.engine import RewriteContext, Rule, rule
 from kernelwright.rewrite.match import binary_operands, is_float, is_number, reshape_to, scalar_value
 
 
-def _constant_along(c: Node, x: Node, dims: tuple[int, ...], keepdim: bool) -> bool:
-    """True when `c` (broadcast against `x`) has one value along every reduced dim, and still
-    broadcasts against the reduced result."""
-    if c.numel == 1:
-        return True
+def _constant_along(c: Node, x: Node, dims: tuple[int, ...]) -> bool:
+    """True when `c` (broadcast against `x`) has one value along every reduced dim."""
     offset = len(x.shape) - len(c.shape)
-    if offset < 0 or not keepdim:
-        return False
-    return all(d < offset or c.shape[d - offset] == 1 for d in dims)
+    return c.numel == 1 or (offset >= 0 and all(d < offset or c.shape[d - offset] == 1 for d in dims))
 
 
-@rule("sum", "mean", summary="sum(x*c) -> sum(x)*c for c constant along the reduced dims")
+def _scaled(node: Node, ctx: RewriteContext, dims: tuple[int, ...]) -> tuple[Node, Node, str] | None:
+    """(x, c, op) when `node` is the single-use `x * c`, `c * x` or `x / c` with `c` constant along `dims`
+    and `x` of node's shape and dtype."""
+    if node.op not in ("mul", "div") or not ctx.single_use(node):
+        return None
+    if node.op == "div" and node.attr("rounding_mode") is not None:
+        return None
+    for x, c in binary_operands(node, node.op == "mul"):
+        if x.shape == node.shape and x.dtype == node.dtype and _constant_along(c, x, dims):
+            return x, c, node.op
+    return None
+
+
+@rule("sum", "mean", summary="sum(x*c) -> sum(x)*c for c constant along the reduced dims "
+                            "(also a factor of a product: sum((x/c)*y) -> sum(x*y)/c)")
 def reduce_of_scaled(n: Node, ctx: RewriteContext) -> Node | None:
     # Linearity of the sum; each term loses one rounding and the total gains one: same error order.
+    # Cosine similarity, sum((a/|a|) * (b/|b|)), becomes sum(a*b) / (|a|*|b|): three sums of the inputs,
+    # which one pass computes together.
     inner = n.inputs[0]
-    if inner.op not in ("mul", "div", "neg") or not ctx.single_use(inner) or not is_float(n):
+    if not is_float(n) or not ctx.single_use(inner):
         return None
     dims, keepdim = n.attr("dims"), n.attr("keepdim")
     if inner.op == "neg":
         return make_node("neg", [make_node(n.op, [inner.inputs[0]], dims=dims, keepdim=keepdim)])
-    if inner.op == "div" and inner.attr("rounding_mode") is not None:
+    found = _scaled(inner, ctx, dims)
+    if found is not None:
+        rest, c, op = found
+    elif inner.op == "mul":
+        for factor, other in binary_operands(inner, True):
+            found = _scaled(factor, ctx, dims)
+            if found is not None and other.shape == inner.shape and other.dtype == inner.dtype:
+                x, c, op = found
+                rest = make_node("mul", [x, other])
+                break
+        else:
+            return None
+    else:
         return None
-    for x, c in binary_operands(inner, inner.op == "mul"):
-        if x.shape != inner.shape or x.dtype != inner.dtype or not _constant_along(c, x, dims, keepdim):
-            continue
-        if c.op != "const" and c.shape and not keepdim:
-            c = make_node("reshape", [c], shape=())
-        reduced = make_node(n.op, [x], dims=dims, keepdim=keepdim)
-        args = [reduced, c] if inner.inputs[0] is x else [c, reduced]
-        return make_node(inner.op, args)
-    return None
+    # A factor with a shape (one value per row) meets the reduction in its keepdim form, so that sibling
+    # reductions of one kernel keep one shape; a view gives the caller's shape.
+    keep = keepdim or c.numel > 1
+    reduced = make_node(n.op, [rest], dims=dims, keepdim=keep)
+    if c.numel == 1 and c.op != "const" and c.shape:
+        c = make_node("reshape", [c], shape=())
+    args = [c, reduced] if op == "mul" and inner.inputs[0] is c else [reduced, c]
+    result = reshape_to(make_node(op, args), n.shape)
+    return result if result.shape == n.shape and result.dtype == n.dtype else None
 
 
 def _monotone(f: Node) -> int:
@@ -107,4 +130,56 @@ def reduce_of_expand(n: Node, ctx: RewriteContext) -> Node | None:
     return reshape_to(value, n.shape)
 
 
-RULES: tuple[Rule, ...] = (reduce_of_scaled, minmax_of_monotone, reduce_of_expand)
+def _row_dims(node: Node) -> tuple[int, ...] | None:
+    """The dims a row-wise op normalizes over (its result keeps the input's shape), else None."""
+    rank = len(node.shape)
+    if node.op in ("softmax", "log_softmax"):
+        return (node.attr("dim"),)
+    if node.op == "layer_norm":
+        return tuple(range(rank - node.attr("normalized_ndim"), rank))
+    return None
+
+
+def _rows_computed_in(x: Node, dims: tuple[int, ...], limit: int = 64) -> tuple[int, ...] | None:
+    """The row dims (a strict subset of `dims`) of a row-wise op that `x` is computed from through
+    pointwise ops of x's shape: a softmax/log_softmax/layer_norm, or a keepdim reduction broadcast back."""
+    seen, stack = set(), [x]
+    while stack and len(seen) < limit:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        rows = _row_dims(node)
+        if rows is None and node is not x and node.op in ("sum", "mean", "amax", "amin", "logsumexp") \
+                and node.attr("keepdim") and len(node.shape) == len(x.shape):
+            rows = tuple(node.attr("dims"))
+        if rows is not None and set(rows) < set(dims):
+            return tuple(sorted(rows))
+        if node.shape == x.shape and category(node.op) in ("pointwise", "softmax", "norm"):
+            stack.extend(i for i in node.inputs if not i.is_leaf and len(i.shape) == len(x.shape))
+    return None
+
+
+@rule("sum", "mean", "amax", "amin",
+      summary="full reduction of row-wise work -> per-row reductions, then a reduction of the rows")
+def split_reduction_by_rows(n: Node, ctx: RewriteContext) -> Node | None:
+    # sum(x, all dims) where x is computed row by row (a loss over log_softmax rows, say) becomes
+    # sum(sum(x, row dims), other dims): the row kernel that computes x reduces its rows as it goes instead
+    # of writing x out for a second kernel to read back (the full size twice). Pairwise: rows first, then
+    # the partial sums, which rounds no worse than one long sum. mean of equal-sized row means is the mean.
+    x = n.inputs[0]
+    dims, keepdim = tuple(n.attr("dims")), n.attr("keepdim")
+    if not is_float(n) or len(dims) < 2:
+        return None
+    rows = _rows_computed_in(x, dims)
+    if rows is None:
+        return None
+    inner = make_node(n.op, [x], dims=rows, keepdim=keepdim)
+    rest = tuple(d for d in dims if d not in rows)
+    if not keepdim:
+        rest = tuple(d - sum(1 for r in rows if r < d) for d in rest)
+    result = make_node(n.op, [inner], dims=rest, keepdim=keepdim)
+    return result if result.shape == n.shape and result.dtype == n.dtype else None
+
+
+RULES: tuple[Rule, ...] = (reduce_of_scaled, minmax_of_monotone, reduce_of_expand, split_reduction_by_rows)

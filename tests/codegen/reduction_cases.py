@@ -156,17 +156,36 @@ def residual_batch_norms(shape: tuple[int, ...]) -> Graph:
     return Graph((x, y), tuple(params), (out,), mutations=tuple(mutations), training=True)
 
 
-def log_softmax_divergence(shape: tuple[int, int], temperature: float = 2.0) -> Graph:
+def log_softmax_divergence(shape: tuple[int, int], temperature: float = 2.0, row_sums: bool = False) -> Graph:
     """exp(lt) * (lt - ls) per element with lt, ls the log-softmaxes of t / T and s / T (a distillation
     loss before its sum): the teacher's log_softmax is a producer of the difference, over the same rows:
-    one kernel reading s and t once."""
+    one kernel reading s and t once. `row_sums`: summed per row as well (the loss's full sum after
+    rewrite/rules_reduce.split_reduction_by_rows): a second pass of the same kernel, one value per row out."""
     s, t = x_in(*shape, name="s"), x_in(*shape, name="t", index=1)
 
     def log_soft(v: Node) -> Node:
         return make_node("log_softmax", [make_node("div", [v, const_node(temperature)])], dim=1)
 
     ls, lt = log_soft(s), log_soft(t)
-    return Graph((s, t), (), (make_node("mul", [make_node("exp", [lt]), make_node("sub", [lt, ls])]),))
+    out = make_node("mul", [make_node("exp", [lt]), make_node("sub", [lt, ls])])
+    if row_sums:
+        out = make_node("sum", [out], dims=(1,), keepdim=False)
+    return Graph((s, t), (), (out,))
+
+
+def cosine_by_three_sums(shape: tuple[int, int], eps: float = 1e-8) -> Graph:
+    """1 - cos(x, y) per row as rewrite/rules_reduce.reduce_of_scaled leaves it: sum(x*y) / (|x| * |y|),
+    three sibling sums of one pass, then per-row arithmetic."""
+    x, y = x_in(*shape), x_in(*shape, name="y", index=1)
+
+    def row_sum(a: Node, b: Node) -> Node:
+        return make_node("sum", [make_node("mul", [a, b])], dims=(1,), keepdim=True)
+
+    def norm(v: Node) -> Node:
+        return make_node("clamp", [make_node("sqrt", [row_sum(v, v)])], min=eps, max=None)
+
+    cos = make_node("div", [make_node("div", [row_sum(y, x), norm(y)]), norm(x)])
+    return Graph((x, y), (), (make_node("sub", [const_node(1.0), cos]),))
 
 
 def reverse_cumsum(shape: tuple[int, ...], dim: int) -> Graph:
@@ -250,6 +269,9 @@ CASES: dict[str, Callable[[], Graph]] = {
     "smooth_l1_mean": lambda: smooth_l1_mean((129, 4099)),
     "residual_batch_norms": lambda: residual_batch_norms((4, 6, 13, 11)),
     "log_softmax_divergence": lambda: log_softmax_divergence((37, 1001)),
+    "log_softmax_divergence_rows": lambda: log_softmax_divergence((37, 1001), row_sums=True),
+    "log_softmax_divergence_rows_long": lambda: log_softmax_divergence((3, 70001), row_sums=True),
+    "cosine_by_three_sums": lambda: cosine_by_three_sums((33, 10241)),
     "mean_center_dim0": lambda: mean_center((300, 41), (0,)),
     "instance_norm": lambda: instance_norm_by_hand((4, 6, 37, 29)),
     "group_norm": lambda: group_norm((4, 12, 9, 11), 3),

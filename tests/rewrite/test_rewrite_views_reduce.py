@@ -7,7 +7,12 @@ import torch
 from rewrite_checks import EXACT_KINDS, KINDS, apply, assert_honest, fired, graph_of, x_in
 
 from kernelwright.ir.ops import const_node, make_node
-from kernelwright.rewrite.rules_reduce import minmax_of_monotone, reduce_of_expand, reduce_of_scaled
+from kernelwright.rewrite.rules_reduce import (
+    minmax_of_monotone,
+    reduce_of_expand,
+    reduce_of_scaled,
+    split_reduction_by_rows,
+)
 from kernelwright.rewrite.rules_views import (
     cancel_flips,
     full_slice,
@@ -80,6 +85,76 @@ def test_reduce_of_scaled_negative():
     check(make_node("sum", [shared], dims=(1,)), reduce_of_scaled, fires=False, extra=[shared])
     reciprocal = make_node("div", [const_node(1.0), x])
     check(make_node("sum", [reciprocal], dims=(1,)), reduce_of_scaled, fires=False)
+
+
+@pytest.mark.parametrize("keepdim", [True, False])
+def test_reduce_of_scaled_takes_a_factor_out_of_a_product(keepdim):
+    """Cosine similarity: sum((x / |x|) * (y / |y|)) -> sum(x * y) / |x| / |y|, the per-row factors met in
+    keepdim form (one shape for the sibling sums of one kernel), then viewed as the caller's shape."""
+    x, y = x_in((5, 7)), x_in((5, 7), 1)
+
+    def unit(v):
+        norm = make_node("sqrt", [make_node("sum", [make_node("mul", [v, v])], dims=(1,), keepdim=True)])
+        return make_node("div", [v, make_node("clamp", [norm], min=1e-8, max=None)])
+
+    dot = make_node("sum", [make_node("mul", [unit(x), unit(y)])], dims=(1,), keepdim=keepdim)
+    after = check(dot, reduce_of_scaled, fires=True, kinds=KINDS)
+    sums = [n for n in after.nodes() if n.op == "sum"]
+    assert len(sums) == 3 and all(n.attr("keepdim") for n in sums)
+    assert {n.inputs[0].op for n in sums} == {"mul"} and all(n.inputs[0].inputs[0].is_leaf for n in sums)
+    assert after.outputs[0].shape == dot.shape
+
+
+def test_reduce_of_scaled_keeps_a_factor_that_varies_or_is_shared():
+    x, y = x_in((5, 7)), x_in((5, 7), 1)
+    varying = make_node("div", [x, x_in((1, 7), 2)])
+    check(make_node("sum", [make_node("mul", [varying, y])], dims=(1,)), reduce_of_scaled, fires=False)
+    shared = make_node("div", [x, x_in((5, 1), 2)])
+    product = make_node("mul", [shared, y])
+    check(make_node("sum", [product], dims=(1,)), reduce_of_scaled, fires=False, extra=[shared])
+
+
+def _log_softmax_divergence(shape):
+    s, t = x_in(shape), x_in(shape, 1)
+    ls = make_node("log_softmax", [make_node("div", [s, const_node(2.0)])], dim=len(shape) - 1)
+    lt = make_node("log_softmax", [make_node("div", [t, const_node(2.0)])], dim=len(shape) - 1)
+    return make_node("mul", [make_node("exp", [lt]), make_node("sub", [lt, ls])])
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "amax", "amin"])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_split_reduction_by_rows(op, keepdim):
+    """A full reduction of row-wise work (a distillation loss over log_softmax rows) becomes per-row
+    reductions and a reduction of the rows: the row kernel reduces as it goes."""
+    out = make_node(op, [_log_softmax_divergence((3, 5, 9))], dims=(0, 1, 2), keepdim=keepdim)
+    after = check(out, split_reduction_by_rows, fires=True, kinds=KINDS)
+    outer = after.outputs[0]
+    inner = outer.inputs[0]
+    assert outer.op == inner.op == op and tuple(inner.attr("dims")) == (2,)
+    assert tuple(outer.attr("dims")) == (0, 1) and outer.shape == out.shape
+
+
+@pytest.mark.parametrize("build", [
+    # layer_norm over the last two dims, squared: rows are (sample) slices of two dims
+    lambda x: make_node("mul", [make_node("layer_norm", [x], normalized_ndim=2, normalized_shape=(3, 6),
+                                                      eps=1e-5, has_weight=False, has_bias=False)] * 2),
+    # x minus its row mean (a keepdim reduction broadcast back), squared
+    lambda x: make_node("pow", [make_node("sub", [x, make_node("mean", [x], dims=(2,), keepdim=True)]),
+                                const_node(2.0)]),
+])
+def test_split_reduction_by_rows_finds_norms_and_broadcast_row_statistics(build):
+    out = make_node("sum", [build(x_in((4, 3, 6)))], dims=(0, 1, 2), keepdim=False)
+    after = check(out, split_reduction_by_rows, fires=True, kinds=KINDS)
+    assert after.outputs[0].inputs[0].op == "sum"
+
+
+@pytest.mark.parametrize("build, dims", [
+    (lambda x: make_node("mul", [x, x]), (0, 1)),                                   # nothing row-wise
+    (lambda x: make_node("exp", [make_node("softmax", [x], dim=1)]), (1,)),        # already per row
+    (lambda x: make_node("mm", [make_node("softmax", [x], dim=1), x_in((6, 6), 1)]), (0, 1)),  # a matmul between
+])
+def test_split_reduction_by_rows_negative(build, dims):
+    check(make_node("sum", [build(x_in((4, 6)))], dims=dims), split_reduction_by_rows, fires=False)
 
 
 @pytest.mark.parametrize("build, reduced_op", [
