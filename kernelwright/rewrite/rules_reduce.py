@@ -182,4 +182,41 @@ def split_reduction_by_rows(n: Node, ctx: RewriteContext) -> Node | None:
     return result if result.shape == n.shape and result.dtype == n.dtype else None
 
 
-RULES: tuple[Rule, ...] = (reduce_of_scaled, minmax_of_monotone, reduce_of_expand, split_reduction_by_rows)
+def _gather_dim(n: Node) -> int | None:
+    """The dim of `torch.gather(x, dim, index)` captured as an ATen fallback, else None."""
+    if n.op != "aten_fallback" or n.attr("target") != "aten.gather.default" or len(n.inputs) != 2:
+        return None
+    args, kwargs = n.attr("args"), dict(n.attr("kwargs") or ())
+    if len(args) != 3 or args[0] != ("$in", 0) or args[2] != ("$in", 1) or kwargs.get("sparse_grad"):
+        return None
+    dim, rank = args[1], len(n.inputs[0].shape)
+    return dim % rank if isinstance(dim, int) and not isinstance(dim, bool) and -rank <= dim < rank else None
+
+
+@rule("aten_fallback", summary="gather(log_softmax(x), d, i) -> gather(x, d, i) - logsumexp(x, d)")
+def pick_of_log_softmax(n: Node, ctx: RewriteContext) -> Node | None:
+    # Cross entropy and NLL loss pick one log-probability per row: log_softmax(x)[i] is x[i] - lse(x) by
+    # definition, so the rows are reduced (one read of x, one value per row) instead of the whole
+    # log_softmax written out for a gather to pick from. Rounding: x - (max + log s) where log_softmax does
+    # (x - max) - log s: one rounding each, at the scale of the row's largest value.
+    dim = _gather_dim(n)
+    if dim is None:
+        return None
+    soft, index = n.inputs
+    if soft.op != "log_softmax" or soft.attr("dim") != dim or not ctx.single_use(soft):
+        return None
+    x = soft.inputs[0]
+    if x.dtype != soft.dtype or len(index.shape) != len(x.shape) or any(
+            index.shape[k] != x.shape[k] for k in range(len(x.shape)) if k != dim):
+        return None
+    picked = make_node("aten_fallback", [x, index], **{k: v for k, v in n.attr_dict.items()
+                                                        if k != "output_types"})
+    lse = make_node("logsumexp", [x], dims=(dim,), keepdim=True)
+    if lse.shape != picked.shape:
+        lse = make_node("expand", [lse], shape=picked.shape)
+    result = make_node("sub", [picked, lse])
+    return result if result.shape == n.shape and result.dtype == n.dtype else None
+
+
+RULES: tuple[Rule, ...] = (reduce_of_scaled, minmax_of_monotone, reduce_of_expand, split_reduction_by_rows,
+                           pick_of_log_softmax)

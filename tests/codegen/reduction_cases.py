@@ -188,6 +188,14 @@ def cosine_by_three_sums(shape: tuple[int, int], eps: float = 1e-8) -> Graph:
     return Graph((x, y), (), (make_node("sub", [const_node(1.0), cos]),))
 
 
+def picked_minus_logsumexp(shape: tuple[int, int]) -> Graph:
+    """Cross entropy's per-row term after rewrite/rules_reduce.pick_of_log_softmax: the picked logit (an
+    [N, 1] input: the gather runs in ATen) minus the row's logsumexp; one read of the logits."""
+    x, picked = x_in(*shape), x_in(shape[0], 1, name="picked", index=1)
+    lse = make_node("logsumexp", [x], dims=(1,), keepdim=True)
+    return Graph((x, picked), (), (make_node("sub", [picked, lse]),))
+
+
 def reverse_cumsum(shape: tuple[int, ...], dim: int) -> Graph:
     x = x_in(*shape)
     y = make_node("flip", [make_node("cumsum", [make_node("flip", [x], dims=(dim,))], dim=dim)], dims=(dim,))
@@ -272,6 +280,7 @@ CASES: dict[str, Callable[[], Graph]] = {
     "log_softmax_divergence_rows": lambda: log_softmax_divergence((37, 1001), row_sums=True),
     "log_softmax_divergence_rows_long": lambda: log_softmax_divergence((3, 70001), row_sums=True),
     "cosine_by_three_sums": lambda: cosine_by_three_sums((33, 10241)),
+    "picked_minus_logsumexp": lambda: picked_minus_logsumexp((129, 4093)),
     "mean_center_dim0": lambda: mean_center((300, 41), (0,)),
     "instance_norm": lambda: instance_norm_by_hand((4, 6, 37, 29)),
     "group_norm": lambda: group_norm((4, 12, 9, 11), 3),

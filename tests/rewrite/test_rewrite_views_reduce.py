@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rewrite_checks import EXACT_KINDS, KINDS, apply, assert_honest, fired, graph_of, x_in
+from rewrite_checks import EXACT_KINDS, KINDS, apply, assert_honest, fired, graph_of, values, x_in
 
-from kernelwright.ir.ops import const_node, make_node
+from kernelwright.ir.interpret import interpret
+from kernelwright.ir.ops import const_node, input_node, make_node
 from kernelwright.rewrite.rules_reduce import (
     minmax_of_monotone,
     reduce_of_expand,
     reduce_of_scaled,
+    pick_of_log_softmax,
     split_reduction_by_rows,
 )
 from kernelwright.rewrite.rules_views import (
@@ -155,6 +157,45 @@ def test_split_reduction_by_rows_finds_norms_and_broadcast_row_statistics(build)
 ])
 def test_split_reduction_by_rows_negative(build, dims):
     check(make_node("sum", [build(x_in((4, 6)))], dims=dims), split_reduction_by_rows, fires=False)
+
+
+def _gather(x, index, dim):
+    return make_node("aten_fallback", [x, index], target="aten.gather.default",
+                     args=(("$in", 0), dim, ("$in", 1)), kwargs=())
+
+
+@pytest.mark.parametrize("shape, dim, picks", [((37, 1001), 1, 1), ((37, 1001), -1, 3), ((5, 9, 4), 1, 2)])
+def test_pick_of_log_softmax(shape, dim, picks):
+    """Cross entropy's pick: gather(log_softmax(x), d, i) -> gather(x, d, i) - logsumexp(x, d): the same
+    values (float64 oracle, on ordinary, large and spread logits), and no log_softmax left to write out."""
+    x = x_in(shape)
+    index_shape = tuple(picks if k == dim % len(shape) else size for k, size in enumerate(shape))
+    index = input_node("i", 1, index_shape, dtype=torch.int64)
+    out = _gather(make_node("log_softmax", [x], dim=dim), index, dim)
+    before = graph_of([out])
+    after, log = apply(before, pick_of_log_softmax)
+    assert fired(log, pick_of_log_softmax) == 1
+    assert not any(n.op == "log_softmax" for n in after.nodes())
+    assert any(n.op == "logsumexp" for n in after.nodes())
+    gen = torch.Generator().manual_seed(0)
+    for kind in ("normal", "large", "spread"):
+        logits = values(shape, kind, gen)
+        picked = torch.randint(0, shape[dim], index_shape, generator=gen)
+        oracle = interpret(before, [logits.double(), picked], {}, dtype=torch.float64)[0][0]
+        got = interpret(after, [logits, picked], {})[0][0]
+        assert got.dtype == torch.float32 and got.shape == oracle.shape
+        torch.testing.assert_close(got.double(), oracle, rtol=1e-5, atol=1e-5 * float(oracle.abs().max()))
+
+
+def test_pick_of_log_softmax_negative():
+    x = x_in((6, 10))
+    index = input_node("i", 1, (6, 1), dtype=torch.int64)
+    other_dim = make_node("log_softmax", [x], dim=0)          # normalized over the other dim
+    check(_gather(other_dim, index, 1), pick_of_log_softmax, fires=False)
+    shared = make_node("log_softmax", [x], dim=1)             # the log-probabilities are an output too
+    check(_gather(shared, index, 1), pick_of_log_softmax, fires=False, extra=[shared])
+    fewer_rows = input_node("i", 1, (3, 1), dtype=torch.int64)  # picks from a part of the rows
+    check(_gather(make_node("log_softmax", [x], dim=1), fewer_rows, 1), pick_of_log_softmax, fires=False)
 
 
 @pytest.mark.parametrize("build, reduced_op", [
