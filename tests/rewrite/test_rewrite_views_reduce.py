@@ -10,9 +10,9 @@ from kernelwright.ir.interpret import interpret
 from kernelwright.ir.ops import const_node, input_node, make_node
 from kernelwright.rewrite.rules_reduce import (
     minmax_of_monotone,
+    pick_of_log_softmax,
     reduce_of_expand,
     reduce_of_scaled,
-    pick_of_log_softmax,
     split_reduction_by_rows,
 )
 from kernelwright.rewrite.rules_views import (
@@ -153,7 +153,8 @@ def test_split_reduction_by_rows_finds_norms_and_broadcast_row_statistics(build)
 @pytest.mark.parametrize("build, dims", [
     (lambda x: make_node("mul", [x, x]), (0, 1)),                                   # nothing row-wise
     (lambda x: make_node("exp", [make_node("softmax", [x], dim=1)]), (1,)),        # already per row
-    (lambda x: make_node("mm", [make_node("softmax", [x], dim=1), x_in((6, 6), 1)]), (0, 1)),  # a matmul between
+    # a matmul between the row-wise op and the reduction
+    (lambda x: make_node("mm", [make_node("softmax", [x], dim=1), x_in((6, 6), 1)]), (0, 1)),
 ])
 def test_split_reduction_by_rows_negative(build, dims):
     check(make_node("sum", [build(x_in((4, 6)))], dims=dims), split_reduction_by_rows, fires=False)
