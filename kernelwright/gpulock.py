@@ -28,6 +28,7 @@ import fcntl
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 
 ENV = "KERNELWRIGHT_GPU_LOCK"
@@ -35,6 +36,22 @@ MACHINE_ENV = "KERNELWRIGHT_MACHINE_LOCK"
 
 _held: list[str] = []      # this process's GPU-lock nesting: "shared" / "exclusive"
 _machine: list[str] = []   # this process's machine-lock nesting: "timing" / "work"
+_waited = [0.0]            # seconds this process has spent blocked entering either lock
+
+
+def waited_seconds() -> float:
+    """Seconds this process has spent so far waiting to enter a lock (another task's timing or build):
+    time that a stage's clock counts but that is not the stage's own work."""
+    return _waited[0]
+
+
+@contextlib.contextmanager
+def _waiting() -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        _waited[0] += time.perf_counter() - start
 
 
 @contextlib.contextmanager
@@ -78,12 +95,13 @@ def _lock(exclusive: bool) -> Iterator[None]:
     turnstile = os.open(path + ".turnstile", os.O_RDWR | os.O_CREAT, 0o600)
     main = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        if exclusive:
-            fcntl.flock(main, fcntl.LOCK_EX)  # the turnstile stays held: new readers queue behind us
-        else:
-            fcntl.flock(main, fcntl.LOCK_SH)
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        with _waiting():
+            fcntl.flock(turnstile, fcntl.LOCK_EX)
+            if exclusive:
+                fcntl.flock(main, fcntl.LOCK_EX)  # the turnstile stays held: new readers queue behind us
+            else:
+                fcntl.flock(main, fcntl.LOCK_SH)
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
         _held.append("exclusive" if exclusive else "shared")
         with _draining(_held):
             yield
@@ -141,11 +159,12 @@ def _machine_lock(kind: str) -> Iterator[None]:
     mine = os.open(f"{path}.{kind}", os.O_RDWR | os.O_CREAT, 0o666)
     theirs = os.open(f"{path}.{other}", os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        fcntl.flock(theirs, fcntl.LOCK_EX)   # waits until the other class has drained
-        fcntl.flock(mine, fcntl.LOCK_SH)
-        fcntl.flock(theirs, fcntl.LOCK_UN)
-        fcntl.flock(turnstile, fcntl.LOCK_UN)
+        with _waiting():
+            fcntl.flock(turnstile, fcntl.LOCK_EX)
+            fcntl.flock(theirs, fcntl.LOCK_EX)   # waits until the other class has drained
+            fcntl.flock(mine, fcntl.LOCK_SH)
+            fcntl.flock(theirs, fcntl.LOCK_UN)
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
         _machine.append(kind)
         with _draining(_machine):   # a build's or a load's queued GPU work (inputs, autotuning) too
             yield

@@ -174,3 +174,27 @@ def test_a_failing_drain_leaves_the_lock_and_the_body_s_error_wins(monkeypatch, 
     with pytest.raises(RuntimeError, match="illegal memory access"), gpulock.gpu_work():
         pass
     assert gpulock._held == []
+
+
+def test_time_waiting_for_a_lock_is_counted_apart(monkeypatch, tmp_path: Path):
+    """`waited_seconds` grows by the time spent blocked entering a lock held by another process, and
+    optimize's stage clock leaves that time out of the stage (it goes to "waiting")."""
+    from kernelwright.compiler import _Stages
+
+    machine = str(tmp_path / "machine.lock")
+    monkeypatch.setenv(gpulock.MACHINE_ENV, machine)
+    monkeypatch.delenv(gpulock.ENV, raising=False)
+    timer = _start("timing", 1.0, tmp_path / "log", tmp_path / "gpu.lock", machine)
+    time.sleep(0.4)  # the timer holds the machine's timing class by now
+    seconds: dict[str, float] = {}
+    before = gpulock.waited_seconds()
+    with _Stages(None, seconds).run("capture", cpu=True):
+        time.sleep(0.2)  # the stage's own work
+    assert timer.wait(timeout=20) == 0
+    waited = gpulock.waited_seconds() - before
+    assert 0.3 <= waited <= 5
+    assert seconds["waiting"] == pytest.approx(waited, abs=0.01)
+    assert 0.15 <= seconds["capture"] < 0.3
+    with _Stages(None, seconds).run("rewrite"):
+        pass
+    assert seconds["waiting"] == pytest.approx(waited, abs=0.01)  # nothing more was waited for

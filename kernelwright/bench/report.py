@@ -158,7 +158,8 @@ def _aa_section(checks: list[dict], rows: list[dict]) -> list[str]:
 
 
 # The stages of `kernelwright optimize` a reader compares (channels-last variants' stages are added in).
-OPTIMIZE_STAGES = ("capture", "build", "measure", "rank", "judge")
+# "waiting": time the stages spent waiting for other tasks' timings and builds (the machine and GPU locks).
+OPTIMIZE_STAGES = ("capture", "build", "measure", "rank", "judge", "waiting")
 
 
 def _optimize_time_section(rows: list[dict]) -> list[str]:
