@@ -27,7 +27,15 @@ sys.path.insert(0, str(REPO / "tests" / "codegen"))
 
 from _timing import time_ms  # noqa: E402
 from kernel_variants import launched_variants  # noqa: E402
-from reduction_cases import batch_norm_train, group_norm, layer_norm, one, rms_norm  # noqa: E402
+from reduction_cases import (  # noqa: E402
+    batch_norm_train,
+    cosine_by_three_sums,
+    group_norm,
+    layer_norm,
+    log_softmax_divergence,
+    one,
+    rms_norm,
+)
 
 from kernelwright.codegen.assemble import assemble  # noqa: E402
 from kernelwright.codegen.build import build_extension  # noqa: E402
@@ -87,6 +95,19 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
     "sum_last_8x16777216": (lambda: one("sum", (8, 16777216), dims=(1,)), lambda x, p: x.sum(1)),
     "sum_all_16384x10240": (lambda: one("sum", (16384, 10240), dims=None), lambda x, p: x.sum()),
     "cumsum_8192x16384": (lambda: one("cumsum", (8192, 16384), dim=1), lambda x, p: x.cumsum(1)),
+    # one uncached pass over rows whose 16-byte chunks are not a multiple of the loop's unroll (4) a thread:
+    # 10240-long rows on 1024 threads are 2.5 chunks a thread (level1/40's one-pass cosine form ran 0.639 ms
+    # where its two passes over a cached row ran 0.578, 2026-11-26); the 16384-long sum is the control
+    "sum_last_16384x10240": (lambda: one("sum", (16384, 10240), dims=(1,)), lambda x, p: x.sum(1)),
+    "rows_three_sums_16384x10240": (lambda: cosine_by_three_sums((16384, 10240)), None),
+    # rows that start off 16-byte boundaries (4093 floats: cross entropy's logsumexp) against aligned ones
+    "logsumexp_32768x4093": (lambda: one("logsumexp", (32768, 4093), dims=(1,), keepdim=True),
+                             lambda x, p: torch.logsumexp(x, 1, keepdim=True)),
+    "logsumexp_32768x4096": (lambda: one("logsumexp", (32768, 4096), dims=(1,), keepdim=True),
+                             lambda x, p: torch.logsumexp(x, 1, keepdim=True)),
+    # two log_softmaxes and the sum of their divergence per row (a distillation loss), rows cached in
+    # clusters: one read of 5.4 GB is 1.8 ms at the copy bandwidth
+    "rows_kl_sums_8192x81920": (lambda: log_softmax_divergence((8192, 81920), row_sums=True), None),
     # pointwise chains >= 256 MB (the pointwise family, for the copy-bandwidth bar)
     "pointwise_gelu_affine_16384x16384": (lambda: _gelu_affine((16384, 16384)),
                                           lambda x, p: torch.nn.functional.gelu(x) * p["w"] + p["b"]),
