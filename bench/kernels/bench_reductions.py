@@ -30,6 +30,7 @@ from kernel_variants import launched_variants  # noqa: E402
 from reduction_cases import (  # noqa: E402
     batch_norm_train,
     cosine_by_three_sums,
+    full_unroll,
     group_norm,
     layer_norm,
     log_softmax_divergence,
@@ -108,6 +109,18 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
     # two log_softmaxes and the sum of their divergence per row (a distillation loss), rows cached in
     # clusters: one read of 5.4 GB is 1.8 ms at the copy bandwidth
     "rows_kl_sums_8192x81920": (lambda: log_softmax_divergence((8192, 81920), row_sums=True), None),
+    # the same kernels with their chunk loops unrolled whole (`ReductionSpec.full_unroll`: every load of a
+    # thread's share issued before the first use; SASS of the cosine form: 6 16-byte loads up front where
+    # the loop's remainder has 2, logsumexp over 4093-long rows 16 4-byte loads where the loop has 1)
+    **{f"{name}+unrolled": WORKLOAD for name, WORKLOAD in {
+        "sum_last_16384x10240": (lambda: one("sum", (16384, 10240), dims=(1,)), None),
+        "sum_last_20480x16384": (lambda: one("sum", (20480, 16384), dims=(1,)), None),
+        "rows_three_sums_16384x10240": (lambda: cosine_by_three_sums((16384, 10240)), None),
+        "logsumexp_32768x4093": (lambda: one("logsumexp", (32768, 4093), dims=(1,), keepdim=True), None),
+        "rows_kl_sums_8192x81920": (lambda: log_softmax_divergence((8192, 81920), row_sums=True), None),
+        "softmax_4096x393216": (lambda: one("softmax", (4096, 393216), dim=1), None),
+        "layernorm_4096x65536": (lambda: layer_norm((4096, 65536), 1, True), None),
+    }.items()},
     # pointwise chains >= 256 MB (the pointwise family, for the copy-bandwidth bar)
     "pointwise_gelu_affine_16384x16384": (lambda: _gelu_affine((16384, 16384)),
                                           lambda x, p: torch.nn.functional.gelu(x) * p["w"] + p["b"]),
@@ -148,6 +161,8 @@ def build(graphs: dict[str, Graph]):
         (group,) = [g for g in plan.groups if g.family in ("reduction", "scan", "pointwise")]
         if name.endswith("+split"):
             group = forced_split(group)
+        if name.endswith("+unrolled"):
+            group = full_unroll(group)
         kernel = render_group(group)
         groups[name] = (kernel.name, group)
         if all(k.name != kernel.name for k in kernels):

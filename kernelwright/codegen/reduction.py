@@ -40,6 +40,11 @@ from kernelwright.ir.graph import Node, format_graph
 TEMPLATE = source_template("kw_row_kernel.cu.in")
 # Shared memory a block may use when a cluster is not available and the row must fit in one block.
 SINGLE_BLOCK_SMEM = 220 * 1024
+# With `ReductionSpec.full_unroll`: the most floats a thread's loads of one pass may hold in registers for
+# its chunk loops to be unrolled whole (kernels of 1024 threads have 64 registers a thread); half of it for
+# 4-byte loads, each with its own register and address: at 32 `ptxas -v` reported spills in 4 of the 120
+# unrolled kernels of tests/codegen/reduction_cases.py, at 16 none.
+FULL_UNROLL_FLOATS = 32
 
 
 def render(group: FusedGroup) -> KernelSource:
@@ -259,24 +264,53 @@ class _RowKernel:
         """The chunk loop of one pass: coordinates, loads (from global or the row cache), `decls`, the
         per-element statements and `inner`, then `after` once per chunk."""
         layout = self.layout
-        # unrolled so that several independent 16-byte loads per thread are in flight (the accumulator
-        # chain is serial, the loads are not)
-        lines = ["  if (live) {",
-                 "    #pragma unroll 4",
-                 "    for (idx_t c = c_begin + t; c < c_end; c += STEP) {",
-                 "      const idx_t p0 = c * VEC;   // first element of this chunk, along the row",
-                 "      (void)p0;"]
+        head = ["const idx_t p0 = c * VEC;   // first element of this chunk, along the row", "(void)p0;"]
+        wait = []
         if env.p == 0 and self._fill_overlaps_pass0():
-            lines.append("      if (CACHE) kw::copy_async_wait_pending(--fill_pending);  // chunk c landed")
-        if env.loads or env.stores:
-            lines += ["      " + s for s in decompose("p0", layout.reduced_dims, layout.sizes, "rd", "idx_t")]
-        for a in env.loads:
-            lines.append("      " + self._load(a))
-        lines += ["      " + d for d in decls]
-        lines += ["      #pragma unroll", "      for (int j = 0; j < VEC; ++j) {"]
-        lines += ["        " + s for s in env.lines + inner]
-        lines += ["      }"] + ["      " + s for s in after] + ["    }", "  }"]
-        return lines
+            wait.append("if (CACHE) kw::copy_async_wait_pending(--fill_pending);  // chunk c landed")
+        coords = decompose("p0", layout.reduced_dims, layout.sizes, "rd", "idx_t") \
+            if env.loads or env.stores else []
+        rest = list(decls) + ["#pragma unroll", "for (int j = 0; j < VEC; ++j) {"]
+        rest += ["  " + s for s in env.lines + inner]
+        rest += ["}"] + list(after)
+        loads = [(f"x{a}", self._load_value(a)) for a in env.loads]
+        return ["  if (live) {"] + self._chunk_loop(head, wait, coords, loads, rest) + ["  }"]
+
+    def _chunk_loop(self, head: list[str], wait: list[str], coords: list[str], loads: list[tuple[str, str]],
+                    rest: list[str]) -> list[str]:
+        """For each chunk `c` this thread takes: `head`, `wait`, `coords` (the chunk's coordinates), the
+        `loads` (name, value), `rest`; indented inside `if (live)`. A runtime loop unrolled by 4, so that
+        several independent 16-byte loads per thread are in flight (the accumulator chain is serial, the
+        loads are not). With
+        `spec.full_unroll` (row layout), when a thread's share of loaded values fits FULL_UNROLL_FLOATS
+        registers: two loops over the compile-time trip count, the first issuing every load of the share
+        (each chunk predicated), the second computing; the runtime loop's remainder (a thread taking fewer
+        chunks than the unroll, e.g. 2.5 on average) has one load in flight at a time."""
+        vec = "kw::Vec<float, VEC>"
+        body = head + wait + coords + [f"const {vec} {name} = {value};" for name, value in loads] + rest
+        runtime = ["#pragma unroll 4", "for (idx_t c = c_begin + t; c < c_end; c += STEP) {",
+                   *("  " + line for line in body), "}"]
+        if not (self.spec.full_unroll and self.spec.layout == "row"):
+            return ["    " + line for line in runtime]
+
+        def each_chunk(lines: list[str], note: str = "") -> list[str]:
+            return ["#pragma unroll", f"for (int k = 0; k < TRIPS; ++k) {{{note}",
+                    "  const idx_t c = c_begin + t + static_cast<idx_t>(k) * STEP;",
+                    "  if (c < c_end) {", *("    " + line for line in lines), "  }", "}"]
+
+        if loads:
+            issue = [f"{name}_k[k] = {value};" for name, value in loads]
+            take = [f"const {vec} {name} = {name}_k[k];" for name, _ in loads]
+            unrolled = ([f"{vec} {name}_k[TRIPS];" for name, _ in loads]
+                        + each_chunk(head + wait + coords + issue, "   // every load of the share in flight")
+                        + each_chunk(head + coords + take + rest))
+        else:
+            unrolled = each_chunk(head + wait + coords + rest)
+        limit = f"(VEC == 1 ? {FULL_UNROLL_FLOATS // 2} : {FULL_UNROLL_FLOATS})"
+        lines = ["constexpr idx_t TRIPS = (PER_BLOCK + STEP - 1) / STEP;   // the most chunks a thread takes",
+                 f"if constexpr (TRIPS * {max(len(loads), 1)} * VEC <= {limit}) {{",
+                 *("  " + line for line in unrolled), "} else {", *("  " + line for line in runtime), "}"]
+        return ["    " + line for line in lines]
 
     def _cache_slot(self, a: int) -> str:
         slot = self.cached.index(self.access_keys[a][0])
@@ -286,15 +320,16 @@ class _RowKernel:
         along = offset(self.layout.reduced_dims, self.layout.accesses[a], "rd")
         return f"in{self.access_keys[a][0]} + kb{a} + {along}"
 
-    def _load(self, a: int) -> str:
+    def _load_value(self, a: int) -> str:
+        """The expression loading access `a`'s chunk (from the row cache when the input is cached)."""
         vec = "kw::Vec<float, VEC>"
         if self.layout.innermost_stride(a) == 0 and self.layout.reduced and self.layout.reduced[-1]:
             load = f"kw::splat<float, VEC>(kw::load({self._address(a)}))"
         else:
             load = f"kw::load_vec<float, VEC>({self._address(a)})"
         if self.access_keys[a][0] not in self.cached:
-            return f"const {vec} x{a} = {load};"
-        return f"const {vec} x{a} = CACHE ? *reinterpret_cast<const {vec}*>({self._cache_slot(a)}) : {load};"
+            return load
+        return f"CACHE ? *reinterpret_cast<const {vec}*>({self._cache_slot(a)}) : {load}"
 
     def _fill_overlaps_pass0(self) -> bool:
         """Whether pass 0 reads the row cache, and so waits for each chunk's copy as it reaches it."""
@@ -312,13 +347,11 @@ class _RowKernel:
                  "  // then every pass reads it from shared memory; HBM sees one read of the row",
                  "  int fill_pending = 0;   // cp.async groups this thread committed, one per chunk",
                  "  (void)fill_pending;",
-                 "  if (CACHE && live) {",
-                 "    #pragma unroll 4",
-                 "    for (idx_t c = c_begin + t; c < c_end; c += STEP) {",
-                 "      const idx_t p0 = c * VEC;"]
-        lines += ["      " + s for s in decompose("p0", layout.reduced_dims, layout.sizes, "rd", "idx_t")]
-        lines += [f"      kw::copy_async<VEC>({self._cache_slot(a)}, {self._address(a)});" for a in fills]
-        lines += ["      kw::copy_async_commit();", "      ++fill_pending;", "    }"]
+                 "  if (CACHE && live) {"]
+        coords = decompose("p0", layout.reduced_dims, layout.sizes, "rd", "idx_t")
+        copies = [f"kw::copy_async<VEC>({self._cache_slot(a)}, {self._address(a)});" for a in fills]
+        lines += self._chunk_loop(["const idx_t p0 = c * VEC;"], [], coords, [],
+                                  copies + ["kw::copy_async_commit();", "++fill_pending;"])
         if not overlap:
             lines.append("    kw::copy_async_wait_all();")
         lines.append("  }")
@@ -557,7 +590,9 @@ def _maybe_unused(line: str) -> str:
 def _digest(group: FusedGroup) -> str:
     import hashlib
 
-    text = "|".join(f"{n.op}{n.shape}{n.attrs}" for n in group.nodes) + repr(group.config)
+    # a launch choice at its default leaves the name as it was before the choice existed (cached builds)
+    config = repr(group.config).replace(", full_unroll=False", "")
+    text = "|".join(f"{n.op}{n.shape}{n.attrs}" for n in group.nodes) + config
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 

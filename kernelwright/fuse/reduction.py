@@ -96,7 +96,11 @@ class ReductionSpec:
     its partial accumulators to global memory and the last to finish combines them (one reduction pass:
     a loss or a full sum over a few very long rows, a norm or softmax over few uncached rows or column
     tiles). Elementwise outputs then take a second launch of the same blocks, which read the combined
-    accumulators back; the row is read twice, as an uncached row or column tile is anyway."""
+    accumulators back; the row is read twice, as an uncached row or column tile is anyway.
+    `full_unroll` (row layout): the chunk loops run over their compile-time trip count when a thread takes
+    at most a few chunks, each chunk predicated, so that all of a thread's loads are in flight at once;
+    off, a runtime loop unrolled by 4 (whose remainder runs one chunk at a time). Not chosen by the planner
+    yet: bench/kernels/bench_reductions.py measures it ("+unrolled" workloads) against the loop."""
 
     space: Space
     levels: tuple[str, ...]      # per group node: "elem", "row" (keepdim form) or "rowsq" (squeezed form)
@@ -108,6 +112,7 @@ class ReductionSpec:
     passes: int
     vec: int
     split: bool = False
+    full_unroll: bool = False
 
 
 def space_of(node: Node) -> Space | None:

@@ -3,10 +3,12 @@ the nvcc compile test and the GPU tests. Each case builds a graph; `random_input
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
 
+from kernelwright.fuse.plan import FusedGroup
 from kernelwright.ir.graph import Graph, Node
 from kernelwright.ir.ops import buffer_node, const_node, input_node, make_node, param_node
 
@@ -302,6 +304,16 @@ CASES: dict[str, Callable[[], Graph]] = {
     "reverse_cumsum_columns": lambda: reverse_cumsum((20, 6, 7), 1),
     "exclusive_cumsum": lambda: exclusive_cumsum((6, 999), 1),
 }
+
+
+def full_unroll(group: FusedGroup) -> FusedGroup | None:
+    """A row-layout reduction group with its chunk loops unrolled whole (`ReductionSpec.full_unroll`), or
+    None for other groups: the loop form the GPU tests check and bench_reductions measures."""
+    spec = group.config[0] if group.family == "reduction" and group.config else None
+    if spec is None or spec.layout != "row":
+        return None
+    return FusedGroup(group.family, group.nodes, group.inputs, group.outputs,
+                      (dataclasses.replace(spec, full_unroll=True),))
 
 
 def random_inputs(graph: Graph, device: str, seed: int = 0) -> tuple[list, dict[str, torch.Tensor]]:

@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 from kernel_variants import launched_variants
-from reduction_cases import CASES, one, random_inputs
+from reduction_cases import CASES, full_unroll, one, random_inputs
 from side_streams import alternate_on_side_streams
 
 from kernelwright.codegen.assemble import assemble
@@ -26,13 +26,14 @@ pytestmark = pytest.mark.gpu
 TOLERANCE = {"default": (1e-4, 1e-5), "prod": (1e-3, 1e-5), "long": (1e-3, 1e-4)}
 
 
-def build(graphs: dict[str, Graph]):
+def build(graphs: dict[str, Graph], change=None):
     """Plan and render every graph, compile all kernels as one extension; return the module and, per
-    case, its reduction/scan group and kernel name."""
+    case, its reduction/scan group and kernel name. `change`: a function applied to each group first."""
     groups, kernels = {}, []
     for name, graph in graphs.items():
         plan = plan_fusion(graph)
         (group,) = [g for g in plan.groups if g.family in ("reduction", "scan")]
+        group = change(group) if change else group
         kernel = render_group(group)
         groups[name] = (group, kernel.name)
         if all(k.name != kernel.name for k in kernels):
@@ -91,6 +92,31 @@ def test_case_matches_pytorch(built, case):
     inputs, params = random_inputs(graph, "cuda", seed=1)
     ours, expected = run_case(module, group, kernel_name, graph, inputs, params)
     assert_close(case, ours, expected, tolerance_kind(case, group))
+
+
+UNROLLED_CASES = sorted(name for name, make in CASES.items()
+                        if any(full_unroll(g) for g in plan_fusion(make()).groups))
+
+
+@pytest.fixture(scope="module")
+def built_unrolled():
+    """The row-layout cases with their chunk loops unrolled whole (`ReductionSpec.full_unroll`)."""
+    graphs = {name: CASES[name]() for name in UNROLLED_CASES}
+    module, groups = build(graphs, change=full_unroll)
+    return module, {name: (graphs[name], *groups[name]) for name in graphs}
+
+
+@pytest.mark.parametrize("case", UNROLLED_CASES)
+def test_full_unroll_matches_pytorch(built_unrolled, case):
+    module, cases = built_unrolled
+    graph, group, kernel_name = cases[case]
+    assert group.config[0].full_unroll
+    for seed, aligned in ((1, True), (3, False)):
+        inputs, params = random_inputs(graph, "cuda", seed=seed)
+        if not aligned:  # one element in: the 4-byte-load instantiation (a thread takes 4x the chunks)
+            inputs = [torch.cat([x.new_zeros(1), x.flatten()])[1:].view(x.shape) for x in inputs]
+        ours, expected = run_case(module, group, kernel_name, graph, inputs, params)
+        assert_close(case, ours, expected, tolerance_kind(case, group))
 
 
 @pytest.mark.parametrize("case", ["softmax_odd", "layer_norm_affine", "sum_dim0", "argmax_middle",
