@@ -83,6 +83,9 @@ def busy_share(fn: Callable[[], object], max_calls: int = BUSY_CALLS) -> dict:
             fn()
         _synchronize()
         wall_us = (perf_counter() - start) * 1e6
+    # Kineto runs the CUPTI teardown from a callback on the process's next CUDA call: make one now. A test
+    # process whose last CUDA work was this profiled pass hung at exit for minutes (H100, 2026-11-26).
+    _synchronize()
     intervals = device_intervals(prof.events())
     if not intervals:
         raise RuntimeError("the profiler recorded no GPU work")
