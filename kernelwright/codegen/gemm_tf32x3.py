@@ -7,6 +7,8 @@ three products are ONE TF32 GEMM of depth 3K over the operands concatenated alon
 
     [A_small | A_big | A_big] · [B_big ; B_small ; B_big]
 
+(each block zero-padded to a depth that is a multiple of 4: `padded_depth`).
+
 The tensor cores accumulate all 3K terms in FP32, so the result matches an FP32 GEMM's accuracy (better
 than cuBLAS's FP32 SIMT kernels at large K, measured in `bench/kernels/bench_gemm.py`) while running on the
 TF32 units: about 3x their FP32 rate / 3. The split is a bandwidth-bound kernel of ours (reads an operand
@@ -56,6 +58,12 @@ def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function
     ).lstrip()
 
 
+def padded_depth(k: int) -> int:
+    """K rounded up to a multiple of 4: the depth of each of the split's three blocks (zero-padded), so that
+    their leading dimension 3K and the blocks' starts are 16-byte aligned for cuBLAS's TF32 kernels."""
+    return -(-k // 4) * 4
+
+
 def has_epilogue(view: GemmView) -> bool:
     """Whether anything runs after the product (a bias, addmm's scaling, pointwise ops)."""
     if view.operands or view.epilogue:
@@ -79,29 +87,31 @@ def render_entry(name: str, launcher: str, group, view: GemmView,
     operands, lines, scratch = [], [], 0
     matrices = stored_matrices(view)
     # A row-major [M, K]: K along its columns; column-major (stored [K, M]): along its rows. B the opposite.
+    pad = padded_depth(view.k) - view.k
     for j, (node, along, smalls) in enumerate(((view.a, not view.a_col_major, SMALLS_A),
                                               (view.b, view.b_col_major, SMALLS_B))):
         batch, rows, cols = matrices[j]
         elements = batch * rows * cols
+        split = 3 * batch * (rows * (cols + pad) if along else (rows + pad) * cols)   # floats, K padded
         cache = None
         if node.op == "param":
-            cache = (3 * elements * 4, -(-elements // SPLIT_TILE),
+            cache = (split * 4, -(-elements // SPLIT_TILE),
                      (SPLIT_FORMAT, batch, rows, cols, int(along), smalls))
             target = f"static_cast<float*>(cached[{j}].data)"
         else:
             target = f"reinterpret_cast<float*>(static_cast<char*>(workspace) + {scratch})"
-            scratch += -(-3 * elements * 4 // SCRATCH_ALIGN) * SCRATCH_ALIGN
+            scratch += -(-split * 4 // SCRATCH_ALIGN) * SCRATCH_ALIGN
         operands.append((input_index(group, node), (("reshape", batch, rows, cols), ("inner_contiguous",)),
                          cache))
         var = "xy"[j]
         lines += [f"  float* {var} = {target};",
                   f"  error = {launcher}_split(static_cast<const float*>(in[{j}].data), "
                   f"{cols if rows == 1 else f'in[{j}].strides[1]'}, kw::batch_stride(in[{j}]), "
-                  f"{batch}, {rows}, {cols}, {int(along)}, {smalls}, {var}, cached[{j}].words, "
+                  f"{batch}, {rows}, {cols}, {int(along)}, {pad}, {smalls}, {var}, cached[{j}].words, "
                   f"cached[{j}].salt, stream);",
                   "  if (error != nullptr) return error;"]
     (a_batch, _, _), (b_batch, _, _) = matrices
-    m, n, k = view.m, view.n, view.k
+    m, n, k = view.m, view.n, view.k + pad
     lines.append(f"  error = {launcher}_gemm(x, {int(view.a_col_major)}, {0 if a_batch == 1 else 3 * m * k}, "
                  f"y, {int(view.b_col_major)}, {0 if b_batch == 1 else 3 * k * n}, "
                  f"static_cast<float*>(out[0]), "
