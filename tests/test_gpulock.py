@@ -184,15 +184,19 @@ def test_time_waiting_for_a_lock_is_counted_apart(monkeypatch, tmp_path: Path):
     machine = str(tmp_path / "machine.lock")
     monkeypatch.setenv(gpulock.MACHINE_ENV, machine)
     monkeypatch.delenv(gpulock.ENV, raising=False)
-    timer = _start("timing", 1.0, tmp_path / "log", tmp_path / "gpu.lock", machine)
-    time.sleep(0.4)  # the timer holds the machine's timing class by now
+    holder = ("import sys, time\nfrom kernelwright.gpulock import gpu_timing\nwith gpu_timing():\n"
+              "    print('held', flush=True)\n    time.sleep(0.8)\n")
+    timer = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True,
+                             env={"KERNELWRIGHT_MACHINE_LOCK": machine, "PATH": "/usr/bin:/bin",
+                                  "PYTHONPATH": str(Path(gpulock.__file__).parents[1])})
+    assert timer.stdout.readline().strip() == "held"  # the timer holds the machine's timing class now
     seconds: dict[str, float] = {}
     before = gpulock.waited_seconds()
     with _Stages(None, seconds).run("capture", cpu=True):
         time.sleep(0.2)  # the stage's own work
     assert timer.wait(timeout=20) == 0
     waited = gpulock.waited_seconds() - before
-    assert 0.3 <= waited <= 5
+    assert 0.3 <= waited <= 5     # most of the timer's 0.8 s
     assert seconds["waiting"] == pytest.approx(waited, abs=0.01)
     assert 0.15 <= seconds["capture"] < 0.3
     with _Stages(None, seconds).run("rewrite"):
