@@ -121,6 +121,10 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
         "softmax_4096x393216": (lambda: one("softmax", (4096, 393216), dim=1), None),
         "layernorm_4096x65536": (lambda: layer_norm((4096, 65536), 1, True), None),
     }.items()},
+    # the distillation rows again, uncached: one 1024-thread block per row reading it twice from HBM (2 x
+    # 5.4 GB) with every SM's blocks independent, against the cluster of 8 that reads it once but leaves HBM
+    # idle while it reduces (6.0 ms in level1/66, 2026-11-26)
+    "rows_kl_sums_8192x81920+uncached": (lambda: log_softmax_divergence((8192, 81920), row_sums=True), None),
     # pointwise chains >= 256 MB (the pointwise family, for the copy-bandwidth bar)
     "pointwise_gelu_affine_16384x16384": (lambda: _gelu_affine((16384, 16384)),
                                           lambda x, p: torch.nn.functional.gelu(x) * p["w"] + p["b"]),
@@ -145,6 +149,19 @@ def forced_split(group):
     return FusedGroup(group.family, group.nodes, group.inputs, group.outputs, (forced,))
 
 
+def forced_uncached(group):
+    """The group with its launch changed to one block of 1024 threads per row, no cluster and no row cache
+    (each pass reads the row from global memory), whatever the planner chose: the "+uncached" workloads."""
+    import dataclasses
+
+    from kernelwright.fuse.plan import FusedGroup
+
+    spec = group.config[0]
+    assert spec.layout == "row" and not spec.split, "forced uncached rows are for row-layout groups"
+    forced = dataclasses.replace(spec, threads=1024, warps_per_row=32, cluster=1, cache=False)
+    return FusedGroup(group.family, group.nodes, group.inputs, group.outputs, (forced,))
+
+
 def copy_bandwidth(flush: torch.Tensor) -> float:
     """GB/s of a 2 GiB device-to-device copy (read + write counted)."""
     src = torch.empty(2**29, device="cuda")
@@ -163,6 +180,8 @@ def build(graphs: dict[str, Graph]):
             group = forced_split(group)
         if name.endswith("+unrolled"):
             group = full_unroll(group)
+        if name.endswith("+uncached"):
+            group = forced_uncached(group)
         kernel = render_group(group)
         groups[name] = (kernel.name, group)
         if all(k.name != kernel.name for k in kernels):
