@@ -151,13 +151,13 @@ class _Stages:
         stage = self.prefix + stage
         detail = StageNote()
         self.callback(stage, "start", "", None)
-        start, waited = time.perf_counter(), waited_seconds()
+        start, waited_before = time.perf_counter(), waited_seconds()
         with cpu_work() if cpu else nullcontext():
             yield detail
         # Time spent waiting for other tasks' timings or builds (the machine and GPU locks) is the run's
         # "waiting", not this stage's (under `bench --jobs 4` on an H100 capture "took" 6-9 s; a capture
         # alone takes 1.3 s on a development CPU).
-        waited = waited_seconds() - waited
+        waited = waited_seconds() - waited_before
         own = time.perf_counter() - start - waited
         self.seconds[stage] = round(self.seconds.get(stage, 0.0) + own, 3)
         if waited >= 0.001:

@@ -109,27 +109,25 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
     # two log_softmaxes and the sum of their divergence per row (a distillation loss), rows cached in
     # clusters: one read of 5.4 GB is 1.8 ms at the copy bandwidth
     "rows_kl_sums_8192x81920": (lambda: log_softmax_divergence((8192, 81920), row_sums=True), None),
-    # the same kernels with their chunk loops unrolled whole (`ReductionSpec.full_unroll`: every load of a
-    # thread's share issued before the first use; SASS of the cosine form: 6 16-byte loads up front where
-    # the loop's remainder has 2, logsumexp over 4093-long rows 16 4-byte loads where the loop has 1)
-    **{f"{name}+unrolled": WORKLOAD for name, WORKLOAD in {
-        "sum_last_16384x10240": (lambda: one("sum", (16384, 10240), dims=(1,)), None),
-        "sum_last_20480x16384": (lambda: one("sum", (20480, 16384), dims=(1,)), None),
-        "rows_three_sums_16384x10240": (lambda: cosine_by_three_sums((16384, 10240)), None),
-        "logsumexp_32768x4093": (lambda: one("logsumexp", (32768, 4093), dims=(1,), keepdim=True), None),
-        "rows_kl_sums_8192x81920": (lambda: log_softmax_divergence((8192, 81920), row_sums=True), None),
-        "softmax_4096x393216": (lambda: one("softmax", (4096, 393216), dim=1), None),
-        "layernorm_4096x65536": (lambda: layer_norm((4096, 65536), 1, True), None),
-    }.items()},
-    # the distillation rows again, uncached: one 1024-thread block per row reading it twice from HBM (2 x
-    # 5.4 GB) with every SM's blocks independent, against the cluster of 8 that reads it once but leaves HBM
-    # idle while it reduces (6.0 ms in level1/66, 2026-11-26)
-    "rows_kl_sums_8192x81920+uncached": (lambda: log_softmax_divergence((8192, 81920), row_sums=True), None),
     # pointwise chains >= 256 MB (the pointwise family, for the copy-bandwidth bar)
     "pointwise_gelu_affine_16384x16384": (lambda: _gelu_affine((16384, 16384)),
                                           lambda x, p: torch.nn.functional.gelu(x) * p["w"] + p["b"]),
     "pointwise_sigmoid_mul_8192x16384": (lambda: _sigmoid_mul((8192, 16384)), None),
 }
+
+
+# The same graphs with the launch forced, beside the planner's: "+unrolled" with its chunk loops unrolled
+# whole (`ReductionSpec.full_unroll`: every load of a thread's share issued before the first use; SASS of
+# the cosine form: 6 16-byte loads up front where the loop's remainder has 2, logsumexp over 4093-long rows
+# 16 4-byte loads where the loop has 1); "+uncached": the distillation rows read twice by independent
+# 1024-thread blocks (2 x 5.4 GB, every SM's blocks independent) against the cluster of 8 that reads them
+# once but leaves HBM idle while it reduces (6.0 ms in level1/66, 2026-11-26).
+FORCED = {"+unrolled": ("sum_last_16384x10240", "sum_last_20480x16384", "rows_three_sums_16384x10240",
+                        "logsumexp_32768x4093", "rows_kl_sums_8192x81920", "softmax_4096x393216",
+                        "layernorm_4096x65536"),
+          "+uncached": ("rows_kl_sums_8192x81920",)}
+WORKLOADS.update({name + suffix: (WORKLOADS[name][0], None)
+                  for suffix, names in FORCED.items() for name in names})
 
 
 def forced_split(group):

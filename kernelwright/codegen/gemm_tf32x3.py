@@ -86,8 +86,8 @@ def render_entry(name: str, launcher: str, group, view: GemmView,
     epilogue, operand_args = epilogue_operands(group, view, ("contiguous",))
     operands, lines, scratch = [], [], 0
     matrices = stored_matrices(view)
-    # A row-major [M, K]: K along its columns; column-major (stored [K, M]): along its rows. B the opposite.
     pad = padded_depth(view.k) - view.k
+    # A row-major [M, K]: K along its columns; column-major (stored [K, M]): along its rows. B the opposite.
     for j, (node, along, smalls) in enumerate(((view.a, not view.a_col_major, SMALLS_A),
                                               (view.b, view.b_col_major, SMALLS_B))):
         batch, rows, cols = matrices[j]
