@@ -62,6 +62,7 @@ from kernelwright.codegen.registry import render_group
 from kernelwright.emit import EmitInfo, emit_fallback, emit_module
 from kernelwright.environment import cache_dir, nvcc_path
 from kernelwright.errors import CaptureError, EnvironmentFailure
+from kernelwright.fuse import launch_alternatives
 from kernelwright.fuse.plan import FusedGroup, FusionPlan, plan_fusion
 from kernelwright.gpulock import cpu_work, gpu_timing, gpu_work, waited_seconds
 from kernelwright.ir.graph import Graph, Node
@@ -130,6 +131,9 @@ class Variant:
     built: tuple[KernelSource, ...] = ()     # the kernels in the built extension (a superset of `kernels`)
     dropped: tuple[str, ...] = ()
     reports: tuple = ()
+    # other launches of some groups, measured against the planner's (fuse.launch_alternatives): (group,
+    # alternative group, its kernel), built into the same extension
+    alternatives: tuple[tuple[FusedGroup, FusedGroup, KernelSource], ...] = ()
     build: Built | None = None
     compile_check: CompileCheck | None = None
     replay: bool = False                     # the emitted forward replays a CUDA graph (emit/replay.py)
@@ -290,7 +294,18 @@ class _Pipeline:
             plan, kernels = _render(plan, dropped)
             note.append(f"{len(kernels)} kernel(s)")
         kernels = tuple(kernels)
-        return replace(variant, plan=plan, kernels=kernels, built=kernels, dropped=tuple(dropped))
+        return replace(variant, plan=plan, kernels=kernels, built=kernels, dropped=tuple(dropped),
+                       alternatives=tuple(self.alternatives(plan)))
+
+    def alternatives(self, plan: FusionPlan) -> Iterator[tuple[FusedGroup, FusedGroup, KernelSource]]:
+        """The other launches worth measuring, rendered (a renderer failure costs the alternative only)."""
+        for group in plan.groups:
+            for other in launch_alternatives(group):
+                try:
+                    yield group, other, render_group(other)
+                except Exception as exc:  # noqa: BLE001 - the planner's launch stays
+                    self.result.notes.append(f"{_group_label(other)}: alternative launch not rendered: "
+                                             f"{type(exc).__name__}: {exc}")
 
     # --------------------------------------------------------------------------------------- without GPU
 
@@ -391,9 +406,13 @@ class _Pipeline:
         """The variant with its extension built; kernels that do not compile dropped (nvcc alone is fast)."""
         if not variant.kernels:
             return variant
+        others = [kernel for _, _, kernel in variant.alternatives]
         try:
-            return replace(variant, build=_build(list(variant.kernels)))
+            kernels = list(variant.kernels) + others
+            return replace(variant, build=_build(kernels), built=tuple(kernels))
         except BuildError:
+            # the planner's launches alone, kernel by kernel where they fail
+            variant = replace(variant, alternatives=())
             dropped: list[str] = []
             plan, kernels, _ = _checked(variant.plan, list(variant.kernels), dropped)
             variant = replace(variant.keep(kernels, plan, dropped), built=tuple(kernels))
@@ -410,14 +429,23 @@ class _Pipeline:
         """Keep the groups whose kernel is correct and not slower than ATen; the extension stays as built."""
         from kernelwright.verify import measure_groups
 
+        alternatives: dict[int, list] = {}
+        for group, other, kernel in variant.alternatives:
+            alternatives.setdefault(id(group), []).append((other, kernel))
         try:
             reports = measure_groups(variant.plan, variant.kernels, variant.build.module, self.problem,
-                                     self.options.seeds)
+                                     self.options.seeds, alternatives=alternatives)
         except torch.OutOfMemoryError as exc:
             raise EnvironmentFailure(f"out of GPU memory while measuring the kernels: {_first_line(exc)}",
                                      cause="oom") from exc
         plan, kept, dropped = variant.plan, [], []
         for group, kernel, report in zip(list(variant.plan.groups), variant.kernels, reports, strict=True):
+            if report.choice:
+                other, kernel = alternatives[id(group)][report.choice - 1]
+                plan = plan.replace(group, [other])
+                group = other
+            if report.tried:
+                self.result.notes.append(f"{_group_label(group)}: {report.detail} (fastest: {report.kernel})")
             if report.keep:
                 kept.append(kernel)
                 continue

@@ -30,12 +30,12 @@ from kernel_variants import launched_variants  # noqa: E402
 from reduction_cases import (  # noqa: E402
     batch_norm_train,
     cosine_by_three_sums,
-    full_unroll,
     group_norm,
     layer_norm,
     log_softmax_divergence,
     one,
     rms_norm,
+    rolled,
 )
 
 from kernelwright.codegen.assemble import assemble  # noqa: E402
@@ -116,13 +116,13 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
 }
 
 
-# The same graphs with the launch forced, beside the planner's: "+unrolled" with its chunk loops unrolled
-# whole (`ReductionSpec.full_unroll`: every load of a thread's share issued before the first use; SASS of
-# the cosine form: 6 16-byte loads up front where the loop's remainder has 2, logsumexp over 4093-long rows
-# 16 4-byte loads where the loop has 1); "+uncached": the distillation rows read twice by independent
-# 1024-thread blocks (2 x 5.4 GB, every SM's blocks independent) against the cluster of 8 that reads them
-# once but leaves HBM idle while it reduces (6.0 ms in level1/66, 2026-11-26).
-FORCED = {"+unrolled": ("sum_last_16384x10240", "sum_last_20480x16384", "rows_three_sums_16384x10240",
+# The same graphs with the launch forced, beside the planner's: "+rolled" with the runtime chunk loop where
+# the planner unrolls it whole (`ReductionSpec.full_unroll`: every load of a thread's share issued before
+# the first use; SASS of the cosine form: 6 16-byte loads up front where the loop's remainder has 2,
+# logsumexp over 4093-long rows 16 4-byte loads where the loop has 1); "+uncached": the distillation rows
+# read twice by independent 1024-thread blocks (2 x 5.4 GB, every SM's blocks independent) against the
+# cluster of 8 that reads them once but leaves HBM idle while it reduces (6.0 ms in level1/66, 2026-11-26).
+FORCED = {"+rolled": ("sum_last_16384x10240", "sum_last_20480x16384", "rows_three_sums_16384x10240",
                         "logsumexp_32768x4093", "rows_kl_sums_8192x81920", "softmax_4096x393216",
                         "layernorm_4096x65536"),
           "+uncached": ("rows_kl_sums_8192x81920",)}
@@ -176,8 +176,8 @@ def build(graphs: dict[str, Graph]):
         (group,) = [g for g in plan.groups if g.family in ("reduction", "scan", "pointwise")]
         if name.endswith("+split"):
             group = forced_split(group)
-        if name.endswith("+unrolled"):
-            group = full_unroll(group)
+        if name.endswith("+rolled"):
+            group = rolled(group)
         if name.endswith("+uncached"):
             group = forced_uncached(group)
         kernel = render_group(group)

@@ -9,6 +9,16 @@ most of them work with (readers, outputs, claimed nodes, the convexity test).
 from kernelwright.fuse import gemm, pointwise, pool, reduction, scan
 from kernelwright.fuse.plan import AtenStep, FusedGroup, FusionPlan, Partition, make_group, plan_fusion
 
+# Family -> other launches of one of its groups, which the GPU measures against the planner's own.
+ALTERNATIVES = {"reduction": reduction.launch_alternatives}
+
+
+def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
+    """Other launches of `group` (same nodes, inputs and outputs; another config) worth measuring."""
+    find = ALTERNATIVES.get(group.family)
+    return find(group) if find else []
+
+
 MATCHERS = [
     gemm.match,
     reduction.match,
@@ -17,4 +27,5 @@ MATCHERS = [
     pointwise.match,
 ]
 
-__all__ = ["MATCHERS", "AtenStep", "FusedGroup", "FusionPlan", "Partition", "make_group", "plan_fusion"]
+__all__ = ["ALTERNATIVES", "MATCHERS", "AtenStep", "FusedGroup", "FusionPlan", "Partition",
+           "launch_alternatives", "make_group", "plan_fusion"]

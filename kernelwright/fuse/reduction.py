@@ -99,8 +99,11 @@ class ReductionSpec:
     accumulators back; the row is read twice, as an uncached row or column tile is anyway.
     `full_unroll` (row layout): the chunk loops run over their compile-time trip count when a thread takes
     at most a few chunks, each chunk predicated, so that all of a thread's loads are in flight at once;
-    off, a runtime loop unrolled by 4 (whose remainder runs one chunk at a time). Not chosen by the planner
-    yet: bench/kernels/bench_reductions.py measures it ("+unrolled" workloads) against the loop."""
+    off, a runtime loop unrolled by 4 (whose remainder runs one chunk at a time). The planner sets it for
+    every unsplit row launch (the kernel still takes the loop when the share is too large for registers):
+    on an H100, three sibling sums over 16384 rows of 10240 ran 0.460 ms against 0.651 ms with the loop,
+    logsumexp over 4093-long rows 0.399 against 0.461 ms, LayerNorm and a plain row sum within 3%
+    (bench/kernels/bench_reductions.py, "+rolled" workloads; 2026-11-26)."""
 
     space: Space
     levels: tuple[str, ...]      # per group node: "elem", "row" (keepdim form) or "rowsq" (squeezed form)
@@ -381,7 +384,9 @@ def reduction_passes(group: FusedGroup) -> dict[int, int]:
 
 
 def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
-                device: Device = DEVICE) -> ReductionSpec:
+                device: Device = DEVICE, allow_cache: bool = True) -> ReductionSpec:
+    """The launch of a reduction group; `allow_cache` False: rows read again by every pass instead of
+    cached in shared memory (`launch_alternatives`)."""
     domain, reduce = space.domain, space.reduce
     live = [d for d, s in enumerate(domain) if s != 1]
     innermost_reduced = not live or live[-1] in reduce
@@ -417,7 +422,9 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
     # Shared memory left after the reduction scratch; half of it lets two blocks share an SM, so one
     # block's loads overlap the other's reductions and stores.
     budget = device.smem_per_block - 8 * 1024
-    cache, cluster, one_per_sm = passes > 1, 1, False
+    cache, cluster, one_per_sm = passes > 1 and allow_cache, 1, False
+    if passes > 1 and not allow_cache:
+        cluster = _cluster_for_parallelism(rows, device)
     if cache and row_bytes * rows_per_block > budget // 2:
         rows_per_block = 1
         cluster = _smallest_cluster(row_bytes, budget // 2, device)
@@ -460,7 +467,23 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
         if cache and budget // max(row_bytes // cluster, 1) >= 3:
             warps = min(warps, 8)
     threads = 32 * warps * rows_per_block
-    return ReductionSpec(space, levels, "row", threads, warps, cluster, cache, passes, vec)
+    return ReductionSpec(space, levels, "row", threads, warps, cluster, cache, passes, vec, full_unroll=True)
+
+
+def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
+    """Other launches of `group` worth measuring against the planner's (verify.measure_groups keeps the
+    fastest): rows cached across a cluster, also read from global memory by every pass. The cluster reads
+    a row once but runs its passes, and the cluster-wide reductions between them, while HBM idles; which
+    wins depends on the work per element. Measured on an H100 (2026-11-26): the distillation KL's per-row
+    sums over 2 x 81,920 floats, 6.03 ms cached in clusters of 8 against 3.91 ms read twice; LayerNorm over
+    65,536-long rows, 0.87 ms cached (clusters of 4) at 82% of copy bandwidth."""
+    spec = group.config[0] if group.family == "reduction" and group.config else None
+    if spec is None or spec.layout != "row" or not spec.cache or spec.cluster == 1:
+        return []
+    other = plan_launch(spec.space, group, spec.levels, allow_cache=False)
+    if other == spec:
+        return []
+    return [FusedGroup(group.family, group.nodes, group.inputs, group.outputs, (other,))]
 
 
 def _split(rows: int, units: int, least: int, device: Device) -> int:

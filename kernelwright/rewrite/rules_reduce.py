@@ -8,41 +8,61 @@ from kernelwright.rewrite.engine import RewriteContext, Rule, rule
 from kernelwright.rewrite.match import binary_operands, is_float, is_number, reshape_to, scalar_value
 
 
-def _constant_along(c: Node, x: Node, dims: tuple[int, ...], keepdim: bool) -> bool:
-    """True when `c` (broadcast against `x`) has one value along every reduced dim, and still
-    broadcasts against the reduced result."""
-    if c.numel == 1:
-        return True
+def _constant_along(c: Node, x: Node, dims: tuple[int, ...]) -> bool:
+    """True when `c` (broadcast against `x`) has one value along every reduced dim."""
     offset = len(x.shape) - len(c.shape)
-    if offset < 0 or not keepdim:
-        return False
-    return all(d < offset or c.shape[d - offset] == 1 for d in dims)
+    return c.numel == 1 or (offset >= 0 and all(d < offset or c.shape[d - offset] == 1 for d in dims))
 
 
-@rule("sum", "mean", summary="sum(x*c) -> sum(x)*c for c constant along the reduced dims")
+def _scaled(node: Node, ctx: RewriteContext, dims: tuple[int, ...]) -> tuple[Node, Node, str] | None:
+    """(x, c, op) when `node` is the single-use `x * c`, `c * x` or `x / c` with `c` constant along `dims`
+    and `x` of node's shape and dtype."""
+    if node.op not in ("mul", "div") or not ctx.single_use(node):
+        return None
+    if node.op == "div" and node.attr("rounding_mode") is not None:
+        return None
+    for x, c in binary_operands(node, node.op == "mul"):
+        if x.shape == node.shape and x.dtype == node.dtype and _constant_along(c, x, dims):
+            return x, c, node.op
+    return None
+
+
+@rule("sum", "mean", summary="sum(x*c) -> sum(x)*c for c constant along the reduced dims "
+                            "(also a factor of a product: sum((x/c)*y) -> sum(x*y)/c)")
 def reduce_of_scaled(n: Node, ctx: RewriteContext) -> Node | None:
     # Linearity of the sum; each term loses one rounding and the total gains one: same error order.
-    # Not taken out of a product (sum((x/c)*y) -> sum(x*y)/c, cosine similarity's three sibling sums in
-    # one pass): on an H100 that single uncached pass over 16384 rows of 10240 (2.5 chunks a thread, fewer
-    # than the loop's unroll, so its loads are not in flight together) ran 0.639 ms against 0.578 ms for
-    # the two passes over the cached row it replaces (2026-11-26).
+    # Cosine similarity, sum((a/|a|) * (b/|b|)), becomes sum(a*b) / (|a|*|b|): three sums of the inputs,
+    # which one pass computes together: on an H100, 16384 rows of 10240, 0.460 ms (its chunk loops unrolled
+    # whole, `ReductionSpec.full_unroll`) against 0.578 ms for the norms then a second read (2026-11-26).
     inner = n.inputs[0]
-    if inner.op not in ("mul", "div", "neg") or not ctx.single_use(inner) or not is_float(n):
+    if not is_float(n) or not ctx.single_use(inner):
         return None
     dims, keepdim = n.attr("dims"), n.attr("keepdim")
     if inner.op == "neg":
         return make_node("neg", [make_node(n.op, [inner.inputs[0]], dims=dims, keepdim=keepdim)])
-    if inner.op == "div" and inner.attr("rounding_mode") is not None:
+    found = _scaled(inner, ctx, dims)
+    if found is not None:
+        rest, c, op = found
+    elif inner.op == "mul":
+        for factor, other in binary_operands(inner, True):
+            found = _scaled(factor, ctx, dims)
+            if found is not None and other.shape == inner.shape and other.dtype == inner.dtype:
+                x, c, op = found
+                rest = make_node("mul", [x, other])
+                break
+        else:
+            return None
+    else:
         return None
-    for x, c in binary_operands(inner, inner.op == "mul"):
-        if x.shape != inner.shape or x.dtype != inner.dtype or not _constant_along(c, x, dims, keepdim):
-            continue
-        if c.op != "const" and c.shape and not keepdim:
-            c = make_node("reshape", [c], shape=())
-        reduced = make_node(n.op, [x], dims=dims, keepdim=keepdim)
-        args = [reduced, c] if inner.inputs[0] is x else [c, reduced]
-        return make_node(inner.op, args)
-    return None
+    # A factor with a shape (one value per row) meets the reduction in its keepdim form, so that sibling
+    # reductions of one kernel keep one shape; a view gives the caller's shape.
+    keep = keepdim or c.numel > 1
+    reduced = make_node(n.op, [rest], dims=dims, keepdim=keep)
+    if c.numel == 1 and c.op != "const" and c.shape:
+        c = make_node("reshape", [c], shape=())
+    args = [c, reduced] if op == "mul" and inner.inputs[0] is c else [reduced, c]
+    result = reshape_to(make_node(op, args), n.shape)
+    return result if result.shape == n.shape and result.dtype == n.dtype else None
 
 
 def _monotone(f: Node) -> int:

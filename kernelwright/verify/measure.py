@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -26,11 +26,17 @@ NOISE = 0.03
 
 @dataclass(frozen=True)
 class GroupReport:
+    """The verdict on one group: `kernel` is the launch kept among those tried (the planner's first, then
+    its alternatives: `tried` holds each one's name and time, None when it was incorrect), `choice` its
+    position there."""
+
     kernel: str
     correct: bool
     detail: str
     kernel_ms: float | None = None
     aten_ms: float | None = None
+    choice: int = 0
+    tried: tuple[tuple[str, float | None], ...] = ()
 
     @property
     def keep(self) -> bool:
@@ -41,13 +47,24 @@ class GroupReport:
         return self.aten_ms / self.kernel_ms if self.kernel_ms else None
 
 
+Candidate = tuple[FusedGroup, KernelSource]
+
+
 def measure_groups(plan: FusionPlan, kernels: Sequence[KernelSource], module: object, problem: Problem,
-                   seeds: Sequence[int] = (0, 1, 2), tolerance: str = "default") -> list[GroupReport]:
-    """One report per group of `plan` (kernels in `plan.groups` order, built into `module`)."""
+                   seeds: Sequence[int] = (0, 1, 2), tolerance: str = "default",
+                   alternatives: Mapping[int, Sequence[Candidate]] | None = None) -> list[GroupReport]:
+    """One report per group of `plan` (kernels in `plan.groups` order, built into `module`).
+    `alternatives`: per group id, other launches of the same nodes (built into `module` too); each is
+    checked like the planner's, and the fastest correct one is kept (a choice the planner's model cannot
+    make: whether a cluster's row cache beats reading the row twice depends on how much work each pass does
+    while HBM idles)."""
     device = torch.device("cuda")
     groups = plan.groups
-    calls = {id(g): getattr(module, k.name) for g, k in zip(groups, kernels, strict=True)}
-    failures: dict[int, str] = {}
+    candidates = {id(g): [(g, k), *(alternatives or {}).get(id(g), ())]
+                  for g, k in zip(groups, kernels, strict=True)}
+    calls = {(id(g), i): getattr(module, kernel.name)
+             for g in groups for i, (_, kernel) in enumerate(candidates[id(g)])}
+    failures: dict[tuple[int, int], str] = {}
     last_inputs: dict[int, list] = {}
     for seed in seeds:
         model = problem.build_model(seed, device)
@@ -56,29 +73,50 @@ def measure_groups(plan: FusionPlan, kernels: Sequence[KernelSource], module: ob
             _, _, values = execute_plan(plan, inputs, model, device)
             _as_kernels_write(groups, values)
             for group in groups:
-                if id(group) in failures:
-                    continue
                 args = [values[id(i)] for i in group.inputs]
                 reference = [values[id(n)] for n in group.outputs]
-                try:
-                    result = list(calls[id(group)](args))
-                    torch.cuda.synchronize()
-                except RuntimeError as exc:
-                    failures[id(group)] = f"seed {seed}: {str(exc).splitlines()[0]}"
-                    continue
-                verdict = group_verdict(group, args, reference, result, tolerance, device)
-                if verdict["status"] != "correct":
-                    failures[id(group)] = f"seed {seed}: {verdict['status']}: {verdict['detail']}"
                 last_inputs[id(group)] = args
-    pairs = {id(g): (functools.partial(calls[id(g)], last_inputs[id(g)]),
-                     functools.partial(run_group_with_aten, g, last_inputs[id(g)], device))
-             for g in groups if id(g) not in failures}
+                for index, (candidate, _) in enumerate(candidates[id(group)]):
+                    key = (id(group), index)
+                    if key in failures:
+                        continue
+                    try:
+                        result = list(calls[key](args))
+                        torch.cuda.synchronize()
+                    except RuntimeError as exc:
+                        failures[key] = f"seed {seed}: {str(exc).splitlines()[0]}"
+                        continue
+                    verdict = group_verdict(candidate, args, reference, result, tolerance, device)
+                    if verdict["status"] != "correct":
+                        failures[key] = f"seed {seed}: {verdict['status']}: {verdict['detail']}"
+    pairs = {(id(g), i): (functools.partial(calls[id(g), i], last_inputs[id(g)]),
+                          functools.partial(run_group_with_aten, g, last_inputs[id(g)], device))
+             for g in groups for i in range(len(candidates[id(g)])) if (id(g), i) not in failures}
     times = time_pairs(pairs)
-    return [GroupReport(k.name, False, failures[id(g)]) if id(g) in failures
-            else GroupReport(k.name, True, "", *times[id(g)]) for g, k in zip(groups, kernels, strict=True)]
+    reports = []
+    for g in groups:
+        keys = [(id(g), i) for i in range(len(candidates[id(g)]))]
+        reports.append(_report(candidates[id(g)], [failures.get(k) for k in keys],
+                               [times.get(k) for k in keys]))
+    return reports
 
 
-def time_pairs(pairs: dict[int, tuple[Callable[[], object], Callable[[], object]]]) -> dict[int, tuple]:
+def _report(candidates: list[Candidate], failures: list[str | None],
+            times: list[tuple | None]) -> GroupReport:
+    """The report of one group: its fastest correct launch, or the planner's failure when none is."""
+    names = [kernel.name for _, kernel in candidates]
+    tried = tuple((name, t[0] if t else None) for name, t in zip(names, times, strict=True))
+    correct = [i for i, t in enumerate(times) if t is not None]
+    if not correct:
+        return GroupReport(names[0], False, failures[0] or "", tried=tried if len(names) > 1 else ())
+    best = min(correct, key=lambda i: times[i][0])
+    detail = "" if len(names) == 1 else "launches tried: " + ", ".join(
+        f"{name} {'incorrect' if ms is None else f'{ms:.3f} ms'}" for name, ms in tried)
+    return GroupReport(names[best], True, detail, *times[best], choice=best,
+                       tried=tried if len(names) > 1 else ())
+
+
+def time_pairs(pairs: dict[object, tuple[Callable[[], object], Callable[[], object]]]) -> dict[object, tuple]:
     """(ours ms, ATen ms) per key, all timed under ONE hold of the exclusive GPU lock: each acquisition
     first waits for every other process's GPU work in flight (a judge trial can take seconds), so a lock per
     group made a 30-group network wait 30 times under `bench --jobs N`."""

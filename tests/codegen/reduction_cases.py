@@ -306,14 +306,15 @@ CASES: dict[str, Callable[[], Graph]] = {
 }
 
 
-def full_unroll(group: FusedGroup) -> FusedGroup | None:
-    """A row-layout reduction group with its chunk loops unrolled whole (`ReductionSpec.full_unroll`), or
-    None for other groups: the loop form the GPU tests check and bench_reductions measures."""
+def rolled(group: FusedGroup) -> FusedGroup | None:
+    """A reduction group the planner gave chunk loops unrolled whole (`ReductionSpec.full_unroll`), with
+    the runtime loop instead, or None for other groups: the form the GPU tests also check and
+    bench_reductions measures ("+rolled")."""
     spec = group.config[0] if group.family == "reduction" and group.config else None
-    if spec is None or spec.layout != "row":
+    if spec is None or not spec.full_unroll:
         return None
     return FusedGroup(group.family, group.nodes, group.inputs, group.outputs,
-                      (dataclasses.replace(spec, full_unroll=True),))
+                      (dataclasses.replace(spec, full_unroll=False),))
 
 
 def random_inputs(graph: Graph, device: str, seed: int = 0) -> tuple[list, dict[str, torch.Tensor]]:

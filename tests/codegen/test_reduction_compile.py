@@ -1,6 +1,6 @@
 """Every reduction/softmax/norm/scan case renders, and all of their kernels compile together with nvcc
-(compile-only, sm_90a: the cluster variants are real code there), row-layout ones also with their chunk loops
-unrolled whole."""
+(compile-only, sm_90a: the cluster variants are real code there), those whose chunk loops the planner unrolled
+whole also with the runtime loop."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import shutil
 import subprocess
 
 import pytest
-from reduction_cases import CASES, full_unroll, x_in
+from reduction_cases import CASES, rolled, x_in
 
 from kernelwright.codegen.assemble import assemble
 from kernelwright.codegen.registry import render_group
@@ -28,14 +28,14 @@ def rendered_kernels():
     return kernels
 
 
-def unrolled_kernels():
-    """Every row-layout case again with its chunk loops unrolled whole (`ReductionSpec.full_unroll`)."""
-    groups = [full_unroll(g) for build in CASES.values() for g in plan_fusion(build()).groups]
+def rolled_kernels():
+    """Every case the planner unrolled whole (`ReductionSpec.full_unroll`) again with the runtime loop."""
+    groups = [rolled(g) for build in CASES.values() for g in plan_fusion(build()).groups]
     return [render_group(g) for g in groups if g is not None]
 
 
 def test_every_case_renders_an_entry_per_kernel():
-    kernels = rendered_kernels() + unrolled_kernels()
+    kernels = rendered_kernels() + rolled_kernels()
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     for kernel in kernels:
@@ -45,7 +45,7 @@ def test_every_case_renders_an_entry_per_kernel():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_all_variants_compile_with_nvcc(tmp_path):
-    sources = assemble(rendered_kernels() + unrolled_kernels())
+    sources = assemble(rendered_kernels() + rolled_kernels())
     cu = tmp_path / "reductions.cu"
     cu.write_text(sources.cuda_text)
     result = subprocess.run(

@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 from kernel_variants import launched_variants
-from reduction_cases import CASES, full_unroll, one, random_inputs
+from reduction_cases import CASES, one, random_inputs, rolled
 from side_streams import alternate_on_side_streams
 
 from kernelwright.codegen.assemble import assemble
@@ -94,23 +94,28 @@ def test_case_matches_pytorch(built, case):
     assert_close(case, ours, expected, tolerance_kind(case, group))
 
 
-UNROLLED_CASES = sorted(name for name, make in CASES.items()
-                        if any(full_unroll(g) for g in plan_fusion(make()).groups))
+ROLLED_CASES = sorted(name for name, make in CASES.items()
+                      if any(rolled(g) for g in plan_fusion(make()).groups))
 
 
 @pytest.fixture(scope="module")
-def built_unrolled():
-    """The row-layout cases with their chunk loops unrolled whole (`ReductionSpec.full_unroll`)."""
-    graphs = {name: CASES[name]() for name in UNROLLED_CASES}
-    module, groups = build(graphs, change=full_unroll)
+def built_rolled():
+    """The row-layout cases with the runtime chunk loop instead of the planner's full unroll."""
+    graphs = {name: CASES[name]() for name in ROLLED_CASES}
+    module, groups = build(graphs, change=rolled)
     return module, {name: (graphs[name], *groups[name]) for name in graphs}
 
 
-@pytest.mark.parametrize("case", UNROLLED_CASES)
-def test_full_unroll_matches_pytorch(built_unrolled, case):
-    module, cases = built_unrolled
-    graph, group, kernel_name = cases[case]
-    assert group.config[0].full_unroll
+@pytest.mark.parametrize("case", ROLLED_CASES)
+def test_both_chunk_loops_match_pytorch(built, built_rolled, case):
+    """The planner's launch (chunk loops unrolled whole where a thread's share fits registers) and the
+    runtime loop, on aligned and misaligned inputs."""
+    for module, cases in (built, built_rolled):
+        _check_aligned_and_not(module, cases[case], case)
+
+
+def _check_aligned_and_not(module, case_entry, case):
+    graph, group, kernel_name = case_entry
     for seed, aligned in ((1, True), (3, False)):
         inputs, params = random_inputs(graph, "cuda", seed=seed)
         if not aligned:  # one element in: the 4-byte-load instantiation (a thread takes 4x the chunks)

@@ -89,6 +89,33 @@ def test_reduce_of_scaled_negative():
     check(make_node("sum", [reciprocal], dims=(1,)), reduce_of_scaled, fires=False)
 
 
+@pytest.mark.parametrize("keepdim", [True, False])
+def test_reduce_of_scaled_takes_a_factor_out_of_a_product(keepdim):
+    """Cosine similarity: sum((x / |x|) * (y / |y|)) -> sum(x * y) / |x| / |y|, the per-row factors met in
+    keepdim form (one shape for the sibling sums of one kernel), then viewed as the caller's shape."""
+    x, y = x_in((5, 7)), x_in((5, 7), 1)
+
+    def unit(v):
+        norm = make_node("sqrt", [make_node("sum", [make_node("mul", [v, v])], dims=(1,), keepdim=True)])
+        return make_node("div", [v, make_node("clamp", [norm], min=1e-8, max=None)])
+
+    dot = make_node("sum", [make_node("mul", [unit(x), unit(y)])], dims=(1,), keepdim=keepdim)
+    after = check(dot, reduce_of_scaled, fires=True, kinds=KINDS)
+    sums = [n for n in after.nodes() if n.op == "sum"]
+    assert len(sums) == 3 and all(n.attr("keepdim") for n in sums)
+    assert {n.inputs[0].op for n in sums} == {"mul"} and all(n.inputs[0].inputs[0].is_leaf for n in sums)
+    assert after.outputs[0].shape == dot.shape
+
+
+def test_reduce_of_scaled_keeps_a_factor_that_varies_or_is_shared():
+    x, y = x_in((5, 7)), x_in((5, 7), 1)
+    varying = make_node("div", [x, x_in((1, 7), 2)])
+    check(make_node("sum", [make_node("mul", [varying, y])], dims=(1,)), reduce_of_scaled, fires=False)
+    shared = make_node("div", [x, x_in((5, 1), 2)])
+    product = make_node("mul", [shared, y])
+    check(make_node("sum", [product], dims=(1,)), reduce_of_scaled, fires=False, extra=[shared])
+
+
 def _log_softmax_divergence(shape):
     s, t = x_in(shape), x_in(shape, 1)
     ls = make_node("log_softmax", [make_node("div", [s, const_node(2.0)])], dim=len(shape) - 1)
