@@ -100,6 +100,11 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
     # 10240-long rows on 1024 threads are 2.5 chunks a thread (level1/40's one-pass cosine form ran 0.639 ms
     # where its two passes over a cached row ran 0.578, 2026-11-26); the 16384-long sum is the control
     "sum_last_16384x10240": (lambda: one("sum", (16384, 10240), dims=(1,)), lambda x, p: x.sum(1)),
+    # a row one block caches (48 KB): 1024 threads of 64 registers fill an SM's register file, so one block
+    # (one row) per SM loads, reduces, then writes with nothing beside it (level1/23 ran 1.43 ms against
+    # ATen's 0.64, 2026-11-26); "+w8"/"+w16" force 8/16 warps a row (4/2 blocks per SM)
+    "softmax_16384x12288": (lambda: one("softmax", (16384, 12288), dim=1),
+                            lambda x, p: torch.softmax(x, dim=1)),
     "rows_three_sums_16384x10240": (lambda: cosine_by_three_sums((16384, 10240)), None),
     # rows that start off 16-byte boundaries (4093 floats: cross entropy's logsumexp) against aligned ones
     "logsumexp_32768x4093": (lambda: one("logsumexp", (32768, 4093), dims=(1,), keepdim=True),
@@ -125,7 +130,11 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
 FORCED = {"+rolled": ("sum_last_16384x10240", "sum_last_20480x16384", "rows_three_sums_16384x10240",
                         "logsumexp_32768x4093", "rows_kl_sums_8192x81920", "softmax_4096x393216",
                         "layernorm_4096x65536"),
-          "+uncached": ("rows_kl_sums_8192x81920",)}
+          "+uncached": ("rows_kl_sums_8192x81920",),
+          "+w8": ("softmax_16384x12288", "sum_last_16384x10240", "sum_last_20480x16384",
+                  "rows_three_sums_16384x10240"),
+          "+w16": ("softmax_16384x12288", "sum_last_16384x10240", "sum_last_20480x16384",
+                   "rows_three_sums_16384x10240", "layernorm_4096x65536")}
 WORKLOADS.update({name + suffix: (WORKLOADS[name][0], None)
                   for suffix, names in FORCED.items() for name in names})
 
@@ -160,6 +169,19 @@ def forced_uncached(group):
     return FusedGroup(group.family, group.nodes, group.inputs, group.outputs, (forced,))
 
 
+def forced_warps(group, warps: int):
+    """The group with one row per block of `warps` warps, whatever the planner chose: the "+wN" workloads
+    (kernels cap their registers at 64 a thread, so 1024 / (32 * warps) blocks share an SM)."""
+    import dataclasses
+
+    from kernelwright.fuse.plan import FusedGroup
+
+    spec = group.config[0]
+    assert spec.layout == "row" and not spec.split, "forced warps are for unsplit row-layout groups"
+    forced = dataclasses.replace(spec, threads=32 * warps, warps_per_row=warps)
+    return FusedGroup(group.family, group.nodes, group.inputs, group.outputs, (forced,))
+
+
 def copy_bandwidth(flush: torch.Tensor) -> float:
     """GB/s of a 2 GiB device-to-device copy (read + write counted)."""
     src = torch.empty(2**29, device="cuda")
@@ -180,6 +202,8 @@ def build(graphs: dict[str, Graph]):
             group = rolled(group)
         if name.endswith("+uncached"):
             group = forced_uncached(group)
+        if name.endswith(("+w8", "+w16")):
+            group = forced_warps(group, int(name.rsplit("+w", 1)[1]))
         kernel = render_group(group)
         groups[name] = (kernel.name, group)
         if all(k.name != kernel.name for k in kernels):
