@@ -154,11 +154,14 @@ class CandidateWorker:
         return reply
 
     def _trial(self, command: dict) -> dict:
-        inputs = self._reuse_storage(tensorfile.load(command["inputs"]))
+        # The loaded inputs stay as they were drawn (forward gets copies): they are what an input is checked
+        # against after forward, with no clone of our own (shared ones are the reference's memory).
+        loaded = tensorfile.load(command["inputs"])
+        inputs = self._reuse_storage(loaded)
         # On CUDA the reference gives buffers in its memory for the outputs (no trip through the host),
         # taken now so that they are released with this call whichever way it ends.
         given = tensorfile.load(command["output_buffers"]) if command.get("output_buffers") else {}
-        originals = [t.clone() if isinstance(t, torch.Tensor) else None for t in inputs]
+        originals = [t if isinstance(t, torch.Tensor) else None for t in loaded]
         threads = live_threads()
         calls_before, errors_before = self.recorder.calls, len(self.recorder.errors)
         tracer = SwallowedExceptions(self.source_file)
@@ -170,7 +173,7 @@ class CandidateWorker:
         if why:
             self.violations.append(f"forward returned {why}")
             return {"ok": True, **self._state()}
-        returned = map_leaves(outputs, lambda t: t.detach().clone())
+        returned = tensorfile.snapshot(outputs, given)
         for thread in live_threads() - threads:
             thread.join(timeout=1.0)
         self._settle()
@@ -203,6 +206,7 @@ class CandidateWorker:
         del given
         tensorfile.save(result, command["outputs"])
         self.last_output_sizes = [t.numel() * t.element_size() for t in tensor_leaves(returned)]
+        del outputs, originals, loaded, result  # the rerun's outputs take their place
         if command["determinism"]:
             reply["nondeterministic"] = self._rerun_differs(inputs, returned)
         return {**reply, "peak_memory_bytes": self._peak_memory(), **self._state()}

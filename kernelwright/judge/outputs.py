@@ -92,6 +92,7 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.numel() == 0:
         return True
+    b = b.to(a.device)
     # contiguous() first: reshape(-1) of a strided 1-D view (the non-contiguous trial) is that same view,
     # which cannot be reinterpreted as bytes
     def as_bytes(t: torch.Tensor) -> torch.Tensor:

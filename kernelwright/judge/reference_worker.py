@@ -30,6 +30,10 @@ class ReferenceWorker:
         self.timing_inputs: list | None = None
         self.share = False  # CUDA tensors go to the candidate as IPC handles (tensorfile.py)
         self.pool = None  # the private memory pool of everything shared
+        # The shared tensors, by (shape, stride, dtype, device): made once, refilled trial after trial
+        # (`slot`), so that what is shared never grows with the trials.
+        self.slots: dict[tuple, list[torch.Tensor]] = {}
+        self.slots_taken: dict[tuple, int] = {}
 
     def handle(self, command: dict) -> dict:
         return getattr(self, f"op_{command['op']}")(command)
@@ -69,6 +73,24 @@ class ReferenceWorker:
         torch.cuda.ipc_collect()  # back to the pool: what the candidate has released since the last share
         return torch.cuda.use_mem_pool(self.pool)
 
+    def slot(self, shape: torch.Size, stride: tuple[int, ...], dtype: torch.dtype,
+             device: torch.device) -> torch.Tensor:
+        """A shared tensor of this layout not yet taken in this round (`new_round`): the same memory as
+        the previous round's, else a new one in the private pool. Each trial used to share new copies
+        and output buffers; the candidate's IPC mappings kept the old ones from returning to the pool,
+        and a 6 GiB softmax's reference grew 6 GiB a trial until it ran out of memory (H100, 2026-11-26)."""
+        key = (tuple(shape), tuple(stride), dtype, torch.device(device))
+        taken, made = self.slots_taken.get(key, 0), self.slots.setdefault(key, [])
+        if taken == len(made):
+            with self.shareable():
+                made.append(torch.empty_strided(shape, stride, dtype=dtype, device=device))
+        self.slots_taken[key] = taken + 1
+        return made[taken]
+
+    def new_round(self) -> None:
+        """Every shared tensor free to be refilled: the candidate is done with the previous trial's."""
+        self.slots_taken.clear()
+
     def send_inputs(self, inputs: list, path: Path) -> None:
         """The file of `inputs` for the candidate: shared copies (drawn once, copied into the pool before the
         Model runs, so the candidate gets them as drawn and the Model computes from memory it cannot reach),
@@ -77,10 +99,9 @@ class ReferenceWorker:
             tensorfile.save(inputs, path)
             return
         def copy(t: torch.Tensor) -> torch.Tensor:
-            return tensorfile.copy_keep_layout(t, t.device) if t.is_cuda else t
+            return self.slot(t.shape, t.stride(), t.dtype, t.device).copy_(t) if t.is_cuda else t
 
-        with self.shareable():
-            copies = map_leaves(inputs, copy)
+        copies = map_leaves(inputs, copy)
         tensorfile.save(copies, path, share=True)
 
     def op_trial(self, command: dict) -> dict:
@@ -97,6 +118,7 @@ class ReferenceWorker:
             tensorfile.save(state, state_path)
         inputs = self.trial_inputs(trial)
         path = self.workdir / f"inputs_{trial.index}.pt"
+        self.new_round()
         self.send_inputs(inputs, path)
         buffers = dict(model.named_buffers())
         versions = {name: b._version for name, b in buffers.items()}
@@ -108,8 +130,7 @@ class ReferenceWorker:
         mutates = any(isinstance(t, torch.Tensor) and t._version != v for t, v in pairs)
         output_buffers, buffers_path = {}, None
         if self.share:
-            with self.shareable():
-                output_buffers = tensorfile.output_buffers(outputs)
+            output_buffers = tensorfile.output_buffers(outputs, self.slot)
             if output_buffers:
                 buffers_path = self.workdir / f"output_buffers_{trial.index}.pt"
                 tensorfile.save(output_buffers, buffers_path, share=True)
@@ -129,6 +150,7 @@ class ReferenceWorker:
         """A file of the timing inputs (the first trial's) for the candidate's timing rounds: a fresh draw
         sent once (the candidate copies it), so that nothing the candidate does reaches eager's own."""
         path = self.workdir / "timing_inputs.pt"
+        self.new_round()
         self.send_inputs(self.trial_inputs(self.plan[0]), path)
         return {"ok": True, "inputs": str(path)}
 

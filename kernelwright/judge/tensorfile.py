@@ -12,14 +12,17 @@ Two forms, read by the same `load`:
 Only the trusted side shares. A handle maps the sender's whole cudaMalloc segment, readable and writable,
 so the reference worker shares nothing but copies made for the candidate in a private memory pool: the
 trial's inputs (the reference runs its Model on its own draw) and empty output buffers, which the candidate
-fills (`fill_output_buffers`) and names in its plain outputs file (`restore_output_buffers`). The reference
-never opens a handle the candidate made (`load(..., accept_shared=False)`). Each shared file is loaded
-exactly once (a second load would release the sender's reference count twice).
+fills (`fill_output_buffers`) and names in its plain outputs file (`restore_output_buffers`). These are
+made once per layout and refilled every trial (`ReferenceWorker.slot`): what is shared stays the size of one
+trial's inputs and outputs however many trials run. The reference never opens a handle the candidate made
+(`load(..., accept_shared=False)`). Each shared file is loaded exactly once (a second load would release the
+sender's reference count twice).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,36 +64,73 @@ def load(path: str | Path, map_location: str | torch.device | None = None,
     return value
 
 
-def output_buffers(outputs: Any) -> dict[str, torch.Tensor]:
-    """{path: empty tensor} for every non-empty CUDA tensor leaf of `outputs` (paths as `outputs.flatten`
-    names them), same shape and dtype (allocated wherever the caller's allocation context says: the
-    reference's private pool)."""
-    return {path: torch.empty(leaf.shape, dtype=leaf.dtype, device=leaf.device)
+def output_buffers(outputs: Any,
+                   allocate: Callable[..., torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """{path: dense tensor} for every non-empty CUDA tensor leaf of `outputs` (paths as `outputs.flatten`
+    names them), same shape and dtype, from `allocate(shape, stride, dtype, device)` (the reference's
+    shared slots; by default a new tensor)."""
+    allocate = allocate or _new_tensor
+    return {path: allocate(leaf.shape, _dense_strides(leaf.shape), leaf.dtype, leaf.device)
             for path, leaf in flatten(outputs)
             if isinstance(leaf, torch.Tensor) and leaf.is_cuda and leaf.numel() > 0}
 
 
+def _new_tensor(shape: torch.Size, stride: tuple[int, ...], dtype: torch.dtype,
+                device: torch.device) -> torch.Tensor:
+    return torch.empty_strided(shape, stride, dtype=dtype, device=device)
+
+
+def _dense_strides(shape: torch.Size) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def snapshot(outputs: Any, buffers: dict[str, torch.Tensor]) -> Any:
+    """`outputs` copied now: each tensor whose path has a buffer of its shape, dtype and device copied into
+    that buffer (the reference's memory: no second copy of a large output here), every other one cloned."""
+    def copy(value: torch.Tensor, path: str) -> torch.Tensor:
+        buffer = _buffer_for(value, path, buffers)
+        return value.detach().clone() if buffer is None else buffer.copy_(value.detach())
+
+    return _map_with_paths(outputs, copy)
+
+
 def fill_output_buffers(outputs: Any, buffers: dict[str, torch.Tensor]) -> Any:
     """`outputs` for a plain file: each tensor whose path has a buffer of its shape, dtype and device is
-    copied into it (and waited for) and replaced by a marker; every other tensor goes to the CPU."""
-    def move(value: Any, path: str) -> Any:
-        if isinstance(value, (list, tuple)):
-            return type(value)(move(v, f"{path}[{i}]") for i, v in enumerate(value))
-        if isinstance(value, dict):
-            return {k: move(v, f"{path}[{k!r}]") for k, v in value.items()}
-        if not isinstance(value, torch.Tensor):
-            return value
-        buffer = buffers.get(path)
-        if (buffer is not None and buffer.shape == value.shape and buffer.dtype == value.dtype
-                and buffer.device == value.device):
+    copied into it (unless it is that buffer: a `snapshot`), waited for, and replaced by a marker; every other
+    tensor goes to the CPU."""
+    def move(value: torch.Tensor, path: str) -> Any:
+        buffer = _buffer_for(value, path, buffers)
+        if buffer is None:
+            return value.detach().cpu()
+        if value is not buffer:
             buffer.copy_(value.detach())
-            return {BUFFER_MARKER: path}
-        return value.detach().cpu()
+        return {BUFFER_MARKER: path}
 
-    moved = move(outputs, "output")
+    moved = _map_with_paths(outputs, move)
     if any(buffer.is_cuda for buffer in buffers.values()):
         torch.cuda.synchronize()  # the copies are complete before the reply
     return moved
+
+
+def _buffer_for(value: torch.Tensor, path: str, buffers: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    buffer = buffers.get(path)
+    if (buffer is not None and buffer.shape == value.shape and buffer.dtype == value.dtype
+            and buffer.device == value.device):
+        return buffer
+    return None
+
+
+def _map_with_paths(value: Any, fn: Callable[[torch.Tensor, str], Any], path: str = "output") -> Any:
+    """`value` with `fn(tensor, path)` applied to every tensor leaf, paths as `outputs.flatten` names them."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map_with_paths(v, fn, f"{path}[{i}]") for i, v in enumerate(value))
+    if isinstance(value, dict):
+        return {k: _map_with_paths(v, fn, f"{path}[{k!r}]") for k, v in value.items()}
+    return fn(value, path) if isinstance(value, torch.Tensor) else value
 
 
 def restore_output_buffers(value: Any, buffers: dict[str, torch.Tensor]) -> Any:
