@@ -66,7 +66,8 @@ def emit_module(problem_source: str, info: EmitInfo, plan: FusionPlan, sources: 
     header = _header(info, [
         f"fused: {len(groups)} kernel(s), {sum(isinstance(s, AtenStep) for s in plan.steps)} ATen step(s)",
         *(f"  {k.name}: {' -> '.join(n.op for n in g.nodes)}" for g, k in zip(groups, called, strict=True)),
-        *([f"built but not called (measured no faster than ATen): {', '.join(uncalled)}"]
+        *([f"built but not called (measured slower than ATen or than another launch of its group): "
+            f"{', '.join(uncalled)}"]
           if uncalled else []),
         *([f"derived weights: {len(plan.derived)} value(s) from "
            f"{', '.join(_derived_sources(plan)) or 'constants'}, computed by ATen on every call"]
