@@ -89,12 +89,22 @@ def render_entry(name: str, launcher: str, group, view: GemmView,
     operands, lines, scratch = [], [], 0
     matrices = stored_matrices(view)
     pad = padded_depth(view.k) - view.k
+    # The product's rows 16-byte aligned: with N not a multiple of 4 the product goes to the workspace in
+    # rows of N' = N rounded up, and the epilogue pass (an identity copy when there is nothing to apply)
+    # writes the output's N columns. cuBLAS also computes the N' - N extra columns when B's split is stored
+    # [N, 3K'] (an nn.Linear weight): they read the slack after the split, whatever it holds, and are never
+    # read back; an N of 4093 made cuBLAS take an Ampere kernel for 4-byte alignment, 3.37 ms against 1.97
+    # for N = 4096 and ATen's FP32 2.65 (H100). Only the ldc was padded for B stored [3K', N] (its ld is N).
+    ld = padded_depth(view.n)
+    n_gemm = ld if view.b_col_major else view.n
     # A row-major [M, K]: K along its columns; column-major (stored [K, M]): along its rows. B the opposite.
     for j, (node, along, smalls) in enumerate(((view.a, not view.a_col_major, SMALLS_A),
                                               (view.b, view.b_col_major, SMALLS_B))):
         batch, rows, cols = matrices[j]
         elements = batch * rows * cols
         split = 3 * batch * (rows * (cols + pad) if along else (rows + pad) * cols)   # floats, K padded
+        if j == 1:
+            split += (n_gemm - view.n) * 3 * (view.k + pad)     # the extra columns' slack
         cache = None
         if node.op == "param":
             cache = (split * 4, -(-elements // SPLIT_TILE),
@@ -114,10 +124,6 @@ def render_entry(name: str, launcher: str, group, view: GemmView,
                   "  if (error != nullptr) return error;"]
     (a_batch, _, _), (b_batch, _, _) = matrices
     m, n, k = view.m, view.n, view.k + pad
-    # Rows of the product 16-byte aligned: with N not a multiple of 4 the product goes to the workspace
-    # with padded rows, and the epilogue pass (an identity copy when there is nothing to apply) writes the
-    # output. cuBLAS's TF32 kernels on ldc = 4093 ran 4.3 ms where ATen's FP32 took 2.8 (level2/05).
-    ld = padded_depth(n)
     product = "static_cast<float*>(out[0])"
     if ld != n:
         product = f"reinterpret_cast<float*>(static_cast<char*>(workspace) + {scratch})"
@@ -126,7 +132,7 @@ def render_entry(name: str, launcher: str, group, view: GemmView,
         product = "product"
     lines.append(f"  error = {launcher}_gemm(x, {int(view.a_col_major)}, {0 if a_batch == 1 else 3 * m * k}, "
                  f"y, {int(view.b_col_major)}, {0 if b_batch == 1 else 3 * k * n}, {product}, {ld}, "
-                 f"{view.batch}, {m}, {n}, {3 * k}, {config.split_k}, stream);")
+                 f"{view.batch}, {m}, {n_gemm}, {3 * k}, {config.split_k}, stream);")
     if has_epilogue(view) or ld != n:
         lines += ["  if (error != nullptr) return error;",
                   f"  error = {launcher}_finish(static_cast<float*>(out[0]), {product}, {ld}, {operand_args} "

@@ -191,6 +191,11 @@ CASES: dict[str, Case] = {
     "x3_mm_k1": (lambda: _mm(64, 96, 1), X3, None),
     "x3_mm_transposed_operands": (_mm_transposed, X3, None),
     "x3_linear_bias": (lambda: _linear((512, 256), 384), X3, None),
+    # N not a multiple of 4 with B stored [N, K]: the product in padded rows, cuBLAS computing N' columns
+    # from the weight split's slack; and batched, the slack being the next batch's rows
+    "x3_linear_odd_width": (lambda: _linear((96, 67), 101), X3, None),
+    "x3_linear_odd_width_no_bias": (lambda: _linear((33, 64), 7, bias=False), X3, None),
+    "x3_bmm_transposed_odd_width": (lambda: _bmm(3, 50, 61, 36, transpose_b=True), X3, None),
     "x3_linear_rank3_residual": (_linear_residual, X3, None),
     "x3_bmm_transposed_epilogue": (lambda: _bmm(8, 100, 72, 64, transpose_b=True, epilogue=True), X3, None),
     "x3_addmm_scaled": (lambda: _addmm(0.5, 2.0), X3, None),

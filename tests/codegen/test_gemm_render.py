@@ -226,20 +226,22 @@ def test_tf32x3_pads_an_odd_depth_and_width_to_multiples_of_4():
     """K = 4099: each of the split's three blocks is 4100 deep (zero pad), so the GEMM's depth 3K' and
     leading dimensions stay 16-byte aligned for cuBLAS's TF32 kernels (unaligned, 3.98 ms vs ATen's
     2.83 ms on an H100); the workspace and the kept weight split are sized for it. N = 4093: the product
-    goes to the workspace in rows of 4096, which the epilogue reads (K padded alone still ran 4.3 ms)."""
+    goes to the workspace in rows of 4096, which the epilogue reads (K padded alone still ran 4.3 ms), and
+    cuBLAS computes all 4096 columns (an N of 4093 took an Ampere kernel for 4-byte alignment): the weight's
+    split has the slack the 3 extra columns read."""
     x, w, b = input_node("x", 0, (4096, 4099)), param_node("w", (4093, 4099)), param_node("b", (4093,))
     group = group_of(make_node("relu", [make_node("linear", [x, w, b])]), inputs=(x,), params=(w, b))
     assert group.config.kernel == "tf32x3"
     source = render(group)
     _, entry = _launcher_and_entry(source)
-    assert "_gemm(x, 0, 0, y, 1, 0, product, 4096, 1, 4096, 4093, 12300," in entry
+    assert "_gemm(x, 0, 0, y, 1, 0, product, 4096, 1, 4096, 4096, 12300," in entry
     assert ", 1, 4096, 4099, 1, 1, 1, x, cached[0].words" in entry    # batch, rows, cols, along, pad, smalls
-    product_at = 3 * 4096 * 4100 * 4
-    assert f"float* product = reinterpret_cast<float*>(static_cast<char*>(workspace) + {product_at});" in entry
-    assert f"kw_workspace_{source.name}() {{ return {product_at + 4096 * 4096 * 4}; }}" in entry
+    at = 3 * 4096 * 4100 * 4
+    assert f"float* product = reinterpret_cast<float*>(static_cast<char*>(workspace) + {at});" in entry
+    assert f"kw_workspace_{source.name}() {{ return {at + 4096 * 4096 * 4}; }}" in entry
     assert "_finish(static_cast<float*>(out[0]), product, 4096, " in entry
     (_, _, w_cache) = source.spec.operands[1]
-    assert w_cache[0] == 3 * 4093 * 4100 * 4 and w_cache[1] == -(-4093 * 4099 // 4096)
+    assert w_cache[0] == 3 * 4096 * 4100 * 4 and w_cache[1] == -(-4093 * 4099 // 4096)
 
 
 def test_tf32x3_source_compiles():
