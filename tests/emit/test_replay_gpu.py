@@ -92,6 +92,33 @@ def test_outputs_are_fresh_and_inputs_are_read_anew(state_heavy):
     assert len(pointers) == 2 * (len(first) if isinstance(first, tuple) else 1)
 
 
+def test_arguments_that_settle_elsewhere_get_the_direct_graph_again(state_heavy):
+    """The second call in a row at new addresses runs eagerly and moves the direct graph there (a timing
+    loop on other tensors than the first calls' stops paying the copy); addresses that keep moving use the
+    copying graph, and at most _KW_RECAPTURES captures are made per key."""
+    problem, module = state_heavy
+    model = problem.build_model(0, "cuda")
+    new = problem.build_model(0, "cuda", model_class=module.ModelNew)
+    a, b = problem.inputs(1, "cuda"), problem.inputs(2, "cuda")
+    with torch.no_grad():
+        want_a, want_b = model(*a), model(*b)
+        new(*a), new(*a)
+        (entry,) = module._kw_runner(new).entries.values()
+        assert_same(new(*b), want_b, "first call elsewhere (copying graph)")
+        assert entry.copying is not None and entry.recaptures == 0
+        assert_same(new(*b), want_b, "second call there (eager, then the direct graph moves)")
+        assert entry.recaptures == 1 and entry.pointers == tuple(t.data_ptr() for t in b
+                                                                 if isinstance(t, torch.Tensor))
+        assert_same(new(*b), want_b, "replayed where the arguments settled")
+        assert_same(new(*a), want_a, "back at the first addresses: copying graph")
+        for round_ in range(2 * module._KW_RECAPTURES):
+            batch, want = (a, want_a) if round_ % 2 else (b, want_b)
+            assert_same(new(*batch), want, f"settling round {round_}")
+            assert_same(new(*batch), want, f"settling round {round_}, again")
+        assert entry.recaptures == module._KW_RECAPTURES
+    assert replayed(module, new)
+
+
 def test_two_instances_on_two_streams(state_heavy):
     problem, module = state_heavy
     model = problem.build_model(0, "cuda")
