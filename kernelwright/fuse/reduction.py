@@ -33,6 +33,7 @@ import torch
 from kernelwright.fuse.plan import FusedGroup, Matching, make_group
 from kernelwright.fuse.pointwise import POINTWISE_OPS
 from kernelwright.ir.graph import Graph, Node
+from kernelwright.ir.ops import row_op_dims
 
 REDUCE_OPS = frozenset({"sum", "mean", "amax", "amin", "prod", "var", "std", "logsumexp", "argmax", "argmin"})
 ELEM_ANCHORS = frozenset({"softmax", "log_softmax", "layer_norm", "group_norm", "batch_norm"})
@@ -132,10 +133,8 @@ def space_of(node: Node) -> Space | None:
     elif node.op in ARG_OPS:
         dim = node.attr("dim")
         dims = tuple(range(rank)) if dim is None else (dim,)
-    elif node.op in ("softmax", "log_softmax"):
-        dims = (node.attr("dim"),)
-    elif node.op == "layer_norm":
-        dims = tuple(range(rank - node.attr("normalized_ndim"), rank))
+    elif (rows := row_op_dims(node)) is not None:
+        dims = rows
     elif node.op == "batch_norm" and node.attr("training") and rank >= 2:
         channel = node.attr("channel_dim", 1)
         dims = tuple(d for d in range(rank) if d != channel)

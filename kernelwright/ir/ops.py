@@ -253,6 +253,17 @@ def _conv(a: Sequence[str], k: Mapping[str, Any]) -> str:
     return call
 
 
+def row_op_dims(node: Node) -> tuple[int, ...] | None:
+    """The dims a row-wise op normalizes over (softmax, log_softmax: its dim; layer_norm: its last
+    normalized_ndim dims), its result keeping the input's shape; None for any other op."""
+    if node.op in ("softmax", "log_softmax"):
+        return (node.attr("dim"),)
+    if node.op == "layer_norm":
+        rank = len(node.inputs[0].shape)
+        return tuple(range(rank - node.attr("normalized_ndim"), rank))
+    return None
+
+
 def channels_last_dims(rank: int) -> tuple[int, ...]:
     """The permutation taking [N, C, *spatial] to [N, *spatial, C]."""
     return (0, *range(2, rank), 1)

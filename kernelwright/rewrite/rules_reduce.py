@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kernelwright.ir.graph import Node
-from kernelwright.ir.ops import category, const_node, make_node
+from kernelwright.ir.ops import category, const_node, make_node, row_op_dims
 from kernelwright.rewrite.engine import RewriteContext, Rule, rule
 from kernelwright.rewrite.match import binary_operands, is_float, is_number, reshape_to, scalar_value
 
@@ -131,16 +131,6 @@ def reduce_of_expand(n: Node, ctx: RewriteContext) -> Node | None:
     return reshape_to(value, n.shape)
 
 
-def _row_dims(node: Node) -> tuple[int, ...] | None:
-    """The dims a row-wise op normalizes over (its result keeps the input's shape), else None."""
-    rank = len(node.shape)
-    if node.op in ("softmax", "log_softmax"):
-        return (node.attr("dim"),)
-    if node.op == "layer_norm":
-        return tuple(range(rank - node.attr("normalized_ndim"), rank))
-    return None
-
-
 def _rows_computed_in(x: Node, dims: tuple[int, ...], limit: int = 64) -> tuple[int, ...] | None:
     """The row dims (a strict subset of `dims`) of a row-wise op that `x` is computed from through
     pointwise ops of x's shape: a softmax/log_softmax/layer_norm, or a keepdim reduction broadcast back."""
@@ -150,7 +140,7 @@ def _rows_computed_in(x: Node, dims: tuple[int, ...], limit: int = 64) -> tuple[
         if id(node) in seen:
             continue
         seen.add(id(node))
-        rows = _row_dims(node)
+        rows = row_op_dims(node)
         if rows is None and node is not x and node.op in ("sum", "mean", "amax", "amin", "logsumexp") \
                 and node.attr("keepdim") and len(node.shape) == len(x.shape):
             rows = tuple(node.attr("dims"))
