@@ -589,9 +589,7 @@ def _maybe_unused(line: str) -> str:
 def _digest(group: FusedGroup) -> str:
     import hashlib
 
-    # a launch choice at its default leaves the name as it was before the choice existed (cached builds)
-    config = repr(group.config).replace(", full_unroll=False", "")
-    text = "|".join(f"{n.op}{n.shape}{n.attrs}" for n in group.nodes) + config
+    text = "|".join(f"{n.op}{n.shape}{n.attrs}" for n in group.nodes) + repr(group.config)
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
