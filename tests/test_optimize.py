@@ -157,3 +157,39 @@ def test_output_paths_are_checked_before_any_work(tmp_path):
     # a folder that cannot be made although its parent looks writable (root may write /proc, not mkdir in it)
     result = optimize_cli("--output-dir", "/proc/kernelwright_out")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_measured_launch_alternative_replaces_the_planners_launch(monkeypatch):
+    """lower() renders the planner's launch of a cluster-cached reduction and its uncached alternative;
+    measure() keeps the one the measurement says is fastest: the plan's group, the called kernel and a note
+    change together, and the losing kernel stays built (the verified extension)."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from kernelwright import compiler, verify
+    from kernelwright.verify.measure import GroupReport
+
+    sys.path.insert(0, str(Path(__file__).parent / "codegen"))
+    from reduction_cases import log_softmax_divergence
+
+    graph = log_softmax_divergence((64, 81920), row_sums=True)
+    pipeline = compiler._Pipeline(SimpleNamespace(), compiler.DEFAULT_OPTIONS, None)
+    variant = pipeline.lower(compiler.Variant("nchw", graph))
+    ((group, other, other_kernel),) = variant.alternatives
+    assert group.config[0].cache and not other.config[0].cache
+    (kernel,) = [k for g, k in zip(variant.plan.groups, variant.kernels, strict=True) if g is group]
+    variant = compiler.replace(variant, built=(*variant.kernels, other_kernel),
+                               build=SimpleNamespace(module=None))
+
+    def measured(plan, kernels, module, problem, seeds, alternatives):
+        assert alternatives == {id(group): [(other, other_kernel)]}
+        return [GroupReport(other_kernel.name, True, "launches tried: ...", 3.9, 18.0, choice=1,
+                            tried=((kernel.name, 6.0), (other_kernel.name, 3.9)))
+                if g is group else GroupReport(k.name, True, "", 1.0, 2.0)
+                for g, k in zip(plan.groups, kernels, strict=True)]
+
+    monkeypatch.setattr(verify, "measure_groups", measured)
+    kept = pipeline.measure(variant)
+    assert other in kept.plan.groups and group not in kept.plan.groups
+    assert other_kernel in kept.kernels and kernel not in kept.kernels and kernel in kept.built
+    assert any(other_kernel.name in note and "fastest" in note for note in pipeline.result.notes)
