@@ -76,3 +76,43 @@ def test_the_reference_refuses_shared_files_and_unknown_buffers(tmp_path):
         tensorfile.load(path, accept_shared=False)
     with pytest.raises(ValueError, match="not given"):
         tensorfile.restore_output_buffers([{tensorfile.BUFFER_MARKER: "output[9]"}], {})
+
+
+def test_a_snapshot_lands_in_the_buffers_and_is_not_copied_twice(tmp_path):
+    """The candidate's snapshot of forward's outputs goes straight into the reference's buffers where one
+    fits (no second copy of a large output), the rest is cloned; filling the file then marks the buffers
+    without copying them onto themselves."""
+    from kernelwright.judge.outputs import flatten
+
+    outputs = (torch.arange(6.0).reshape(2, 3), {"w": torch.ones(4)})
+    buffers = {"output[0]": torch.zeros(2, 3)}
+    snap = tensorfile.snapshot(outputs, buffers)
+    assert snap[0] is buffers["output[0]"] and torch.equal(snap[0], outputs[0])
+    assert snap[1]["w"] is not outputs[1]["w"] and torch.equal(snap[1]["w"], outputs[1]["w"])
+    outputs[0].fill_(7.0)                    # later writes to forward's outputs do not reach the snapshot
+    assert torch.equal(buffers["output[0]"], torch.arange(6.0).reshape(2, 3))
+    moved = tensorfile.fill_output_buffers(snap, buffers)
+    assert moved[0] == {tensorfile.BUFFER_MARKER: "output[0]"} and torch.equal(moved[1]["w"], torch.ones(4))
+    assert [path for path, _ in flatten(snap)] == ["output[0]", "output[1]['w']"]
+
+
+def test_the_reference_refills_the_same_shared_tensors_every_trial(monkeypatch):
+    """ReferenceWorker.slot: one tensor per layout and use within a trial, the same ones the next trial
+    (what is shared never grows with the trials); a new layout (the non-contiguous trial) adds its own."""
+    import contextlib
+
+    from kernelwright.judge.reference_worker import ReferenceWorker
+
+    worker = ReferenceWorker()
+    monkeypatch.setattr(worker, "shareable", contextlib.nullcontext)   # the CUDA pool, on the CPU here
+    cpu = torch.device("cpu")
+
+    def trial():
+        worker.new_round()
+        return [worker.slot((4, 3), (3, 1), torch.float32, cpu) for _ in range(2)]
+
+    first, second = trial(), trial()
+    assert first[0] is not first[1] and all(a is b for a, b in zip(first, second, strict=True))
+    other = worker.slot((4, 3), (1, 4), torch.float32, cpu)
+    assert other.stride() == (1, 4) and all(other is not t for t in first)
+    assert sum(len(made) for made in worker.slots.values()) == 3
