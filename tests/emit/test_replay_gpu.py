@@ -67,7 +67,8 @@ def test_every_call_and_every_update_path(state_heavy):
         check(f"after {how}")
 
 
-def test_outputs_are_fresh_and_inputs_are_read_anew(state_heavy):
+def warmed_up(state_heavy):
+    """(module, a ModelNew whose direct graph reads batch a, batch a, batch b, Model's answers on a and b)."""
     problem, module = state_heavy
     model = problem.build_model(0, "cuda")
     new = problem.build_model(0, "cuda", model_class=module.ModelNew)
@@ -75,6 +76,12 @@ def test_outputs_are_fresh_and_inputs_are_read_anew(state_heavy):
     with torch.no_grad():
         want_a, want_b = model(*a), model(*b)
         new(*a), new(*a)
+    return module, new, a, b, want_a, want_b
+
+
+def test_outputs_are_fresh_and_inputs_are_read_anew(state_heavy):
+    module, new, a, b, want_a, want_b = warmed_up(state_heavy)
+    with torch.no_grad():
         first = new(*a)
         for x, y in zip(a, b, strict=True):       # the same storage, new values
             if isinstance(x, torch.Tensor):
@@ -96,13 +103,8 @@ def test_arguments_that_settle_elsewhere_get_the_direct_graph_again(state_heavy)
     """The second call in a row at new addresses runs eagerly and moves the direct graph there (a timing
     loop on other tensors than the first calls' stops paying the copy); addresses that keep moving use the
     copying graph, and at most _KW_RECAPTURES captures are made per key."""
-    problem, module = state_heavy
-    model = problem.build_model(0, "cuda")
-    new = problem.build_model(0, "cuda", model_class=module.ModelNew)
-    a, b = problem.inputs(1, "cuda"), problem.inputs(2, "cuda")
+    module, new, a, b, want_a, want_b = warmed_up(state_heavy)
     with torch.no_grad():
-        want_a, want_b = model(*a), model(*b)
-        new(*a), new(*a)
         (entry,) = module._kw_runner(new).entries.values()
         assert_same(new(*b), want_b, "first call elsewhere (copying graph)")
         assert entry.copying is not None and entry.recaptures == 0
