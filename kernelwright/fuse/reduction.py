@@ -421,10 +421,8 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
     # Shared memory left after the reduction scratch; half of it lets two blocks share an SM, so one
     # block's loads overlap the other's reductions and stores.
     budget = device.smem_per_block - 8 * 1024
-    cache, cluster, one_per_sm = passes > 1 and allow_cache, 1, False
-    if passes > 1 and not allow_cache:
-        cluster = _cluster_for_parallelism(rows, device)
-    if cache and row_bytes * rows_per_block > budget // 2:
+    cache, cluster, one_per_sm = passes > 1, 1, False
+    if cache and allow_cache and row_bytes * rows_per_block > budget // 2:
         rows_per_block = 1
         cluster = _smallest_cluster(row_bytes, budget // 2, device)
         if cluster is None or cluster > PACKED_CLUSTER:
@@ -435,9 +433,9 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
             single = _smallest_cluster(row_bytes, budget, device)
             if single is not None and single <= PACKED_CLUSTER:
                 cluster, one_per_sm = single, True
-        if cluster is None:
-            cache = False
-            cluster = _cluster_for_parallelism(rows, device)
+    if cache and (cluster is None or not allow_cache):
+        # the row read again by every pass (too long for a cluster's shared memory, or not allowed)
+        cache, cluster = False, _cluster_for_parallelism(rows, device)
     if rows < device.sms and chunks >= 8192:
         # few long rows: more blocks per row so that every SM has work (the row cache, if any, shrinks)
         rows_per_block = 1
