@@ -67,18 +67,27 @@ def measure_groups(plan: FusionPlan, kernels: Sequence[KernelSource], module: ob
     failures: dict[tuple[int, int], str] = {}
     last_inputs: dict[int, list] = {}
     for seed in seeds:
-        # the previous seed's values go first: with them alive, a 6 GiB softmax's measuring held 36 GiB
+        # the previous seed's values go first (its inputs and every group's outputs: at a 6 GiB softmax,
+        # 12 GiB more while the next seed's are computed)
         last_inputs.clear()
         last_inputs.update(_check_seed(problem, plan, seed, candidates, calls, failures, tolerance, device))
-    pairs = {(id(g), i): (functools.partial(calls[id(g), i], last_inputs[id(g)]),
-                          functools.partial(run_group_with_aten, g, last_inputs[id(g)], device))
-             for g in groups for i in range(len(candidates[id(g)])) if (id(g), i) not in failures}
+    # every correct launch timed, ATen once per group (beside its first correct launch)
+    pairs, first = {}, {}
+    for g in groups:
+        for i in range(len(candidates[id(g)])):
+            if (id(g), i) in failures:
+                continue
+            aten = None if id(g) in first else functools.partial(run_group_with_aten, g, last_inputs[id(g)],
+                                                                 device)
+            first.setdefault(id(g), i)
+            pairs[id(g), i] = (functools.partial(calls[id(g), i], last_inputs[id(g)]), aten)
     times = time_pairs(pairs)
     reports = []
     for g in groups:
         keys = [(id(g), i) for i in range(len(candidates[id(g)]))]
+        aten_ms = times[id(g), first[id(g)]][1] if id(g) in first else None
         reports.append(_report(candidates[id(g)], [failures.get(k) for k in keys],
-                               [times.get(k) for k in keys]))
+                               [times[k][0] if k in times else None for k in keys], aten_ms))
     return reports
 
 
@@ -114,29 +123,33 @@ def _check_seed(problem: Problem, plan: FusionPlan, seed: int, candidates: dict[
     return arguments
 
 
-def _report(candidates: list[Candidate], failures: list[str | None],
-            times: list[tuple | None]) -> GroupReport:
-    """The report of one group: its fastest correct launch, or the planner's failure when none is."""
+def _report(candidates: list[Candidate], failures: list[str | None], times: list[float | None],
+            aten_ms: float | None) -> GroupReport:
+    """The report of one group from each launch's time (None: incorrect) and ATen's: its fastest correct
+    launch, or the planner's failure when none is."""
     names = [kernel.name for _, kernel in candidates]
-    tried = tuple((name, t[0] if t else None) for name, t in zip(names, times, strict=True))
+    tried = tuple(zip(names, times, strict=True))
     correct = [i for i, t in enumerate(times) if t is not None]
     if not correct:
         return GroupReport(names[0], False, failures[0] or "", tried=tried if len(names) > 1 else ())
-    best = min(correct, key=lambda i: times[i][0])
+    best = min(correct, key=lambda i: times[i])
     detail = "" if len(names) == 1 else "launches tried: " + ", ".join(
         f"{name} {'incorrect' if ms is None else f'{ms:.3f} ms'}" for name, ms in tried)
-    return GroupReport(names[best], True, detail, *times[best], choice=best,
+    return GroupReport(names[best], True, detail, times[best], aten_ms, choice=best,
                        tried=tried if len(names) > 1 else ())
 
 
-def time_pairs(pairs: dict[object, tuple[Callable[[], object], Callable[[], object]]]) -> dict[object, tuple]:
-    """(ours ms, ATen ms) per key, all timed under ONE hold of the exclusive GPU lock: each acquisition
-    first waits for every other process's GPU work in flight (a judge trial can take seconds), so a lock per
-    group made a 30-group network wait 30 times under `bench --jobs N`."""
+def time_pairs(pairs: dict[object, tuple[Callable[[], object], Callable[[], object] | None]]
+               ) -> dict[object, tuple]:
+    """(ours ms, ATen ms; None where no ATen call is given) per key, all timed under ONE hold of the
+    exclusive GPU lock: each acquisition first waits for every other process's GPU work in flight (a judge
+    trial can take seconds), so a lock per group made a 30-group network wait 30 times under
+    `bench --jobs N`."""
     if not pairs:
         return {}
     with torch.no_grad(), gpu_timing():
-        return {key: (time_ms(ours), time_ms(aten)) for key, (ours, aten) in pairs.items()}
+        return {key: (time_ms(ours), None if aten is None else time_ms(aten))
+                for key, (ours, aten) in pairs.items()}
 
 
 def _as_kernels_write(groups: Sequence[FusedGroup], values: dict[int, object]) -> None:

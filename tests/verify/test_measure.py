@@ -86,6 +86,10 @@ def test_every_group_is_timed_under_one_hold_of_the_timing_lock(monkeypatch):
     assert measure.time_pairs(pairs) == {k: (1.0, 2.0) for k in range(5)}
     assert holds == ["held"] and len(order) == 10
     assert measure.time_pairs({}) == {} and holds == ["held"]
+    # a group's further launches are timed without ATen again (measure_groups times it once per group)
+    order.clear()
+    assert measure.time_pairs({0: (lambda: order.append("ours") or 1.0, None)}) == {0: (1.0, None)}
+    assert order == ["ours"]
 
 
 def test_the_fastest_correct_launch_of_a_group_is_kept():
@@ -96,11 +100,11 @@ def test_the_fastest_correct_launch_of_a_group_is_kept():
     from kernelwright.verify.measure import _report
 
     launches = [(None, SimpleNamespace(name=name)) for name in ("cached", "uncached", "split")]
-    report = _report(launches, [None, None, "seed 0: mismatch"], [(6.0, 18.0), (3.9, 18.0), None])
+    report = _report(launches, [None, None, "seed 0: mismatch"], [6.0, 3.9, None], 18.0)
     assert (report.kernel, report.choice, report.kernel_ms, report.aten_ms) == ("uncached", 1, 3.9, 18.0)
     assert report.keep and report.tried == (("cached", 6.0), ("uncached", 3.9), ("split", None))
     assert "cached 6.000 ms" in report.detail and "split incorrect" in report.detail
-    failed = _report(launches[:2], ["seed 1: nan", "seed 0: mismatch"], [None, None])
+    failed = _report(launches[:2], ["seed 1: nan", "seed 0: mismatch"], [None, None], None)
     assert not failed.correct and failed.kernel == "cached" and failed.detail == "seed 1: nan"
-    alone = _report(launches[:1], [None], [(1.0, 2.0)])
+    alone = _report(launches[:1], [None], [1.0], 2.0)
     assert alone.choice == 0 and alone.tried == () and alone.detail == ""
