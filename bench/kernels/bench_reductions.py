@@ -15,6 +15,7 @@ an interrupted run keeps what it measured.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -139,47 +140,41 @@ WORKLOADS.update({name + suffix: (WORKLOADS[name][0], None)
                   for suffix, names in FORCED.items() for name in names})
 
 
-def forced_split(group):
-    """The group with its launch changed to split statistics (row layout: 512 threads, independent blocks
-    for about four per SM, at least two per row, no row cache), whatever the planner chose: the comparison
-    the "+split" workloads make."""
-    import dataclasses
+def forced(group, **launch):
+    """`group` with its row-layout launch changed (`ReductionSpec` fields), whatever the planner chose."""
+    spec = group.config[0]
+    assert spec.layout == "row", "forced launches are for row-layout groups"
+    return dataclasses.replace(group, config=(dataclasses.replace(spec, **launch),))
 
-    from kernelwright.fuse.plan import FusedGroup
+
+def forced_split(group):
+    """Split statistics (512 threads, independent blocks for about four per SM, at least two per row, no
+    row cache): the comparison the "+split" workloads make."""
     from kernelwright.fuse.reduction import Device, _split
 
-    spec = group.config[0]
-    assert spec.layout == "row", "forced splits are for row-layout groups"
+    space = group.config[0].space
     device = Device(sms=torch.cuda.get_device_properties(0).multi_processor_count)
-    split = max(_split(spec.space.rows, spec.space.row_length, 1, device), 2)
-    forced = dataclasses.replace(spec, threads=512, warps_per_row=16, cluster=split, cache=False, split=True)
-    return FusedGroup(group.family, group.nodes, group.inputs, group.outputs, (forced,))
+    split = max(_split(space.rows, space.row_length, 1, device), 2)
+    return forced(group, threads=512, warps_per_row=16, cluster=split, cache=False, split=True)
 
 
 def forced_uncached(group):
-    """The group with its launch changed to one block of 1024 threads per row, no cluster and no row cache
-    (each pass reads the row from global memory), whatever the planner chose: the "+uncached" workloads."""
-    import dataclasses
-
-    from kernelwright.fuse.plan import FusedGroup
-
-    spec = group.config[0]
-    assert spec.layout == "row" and not spec.split, "forced uncached rows are for row-layout groups"
-    forced = dataclasses.replace(spec, threads=1024, warps_per_row=32, cluster=1, cache=False)
-    return FusedGroup(group.family, group.nodes, group.inputs, group.outputs, (forced,))
+    """One block of 1024 threads per row, no cluster and no row cache (each pass reads the row from global
+    memory): the "+uncached" workloads."""
+    assert not group.config[0].split, "forced uncached rows are for unsplit groups"
+    return forced(group, threads=1024, warps_per_row=32, cluster=1, cache=False)
 
 
 def forced_warps(group, warps: int):
-    """The group with one row per block of `warps` warps, whatever the planner chose: the "+wN" workloads
-    (kernels cap their registers at 64 a thread, so 1024 / (32 * warps) blocks share an SM)."""
-    import dataclasses
+    """One row per block of `warps` warps: the "+wN" workloads (kernels cap their registers at 64 a
+    thread, so 1024 / (32 * warps) blocks share an SM)."""
+    assert not group.config[0].split, "forced warps are for unsplit groups"
+    return forced(group, threads=32 * warps, warps_per_row=warps)
 
-    from kernelwright.fuse.plan import FusedGroup
 
-    spec = group.config[0]
-    assert spec.layout == "row" and not spec.split, "forced warps are for unsplit row-layout groups"
-    forced = dataclasses.replace(spec, threads=32 * warps, warps_per_row=warps)
-    return FusedGroup(group.family, group.nodes, group.inputs, group.outputs, (forced,))
+# workload name suffix -> the launch it forces
+FORCINGS = {"+split": forced_split, "+rolled": rolled, "+uncached": forced_uncached,
+            "+w8": lambda group: forced_warps(group, 8), "+w16": lambda group: forced_warps(group, 16)}
 
 
 def copy_bandwidth(flush: torch.Tensor) -> float:
@@ -196,14 +191,9 @@ def build(graphs: dict[str, Graph]):
     for name, graph in graphs.items():
         plan = plan_fusion(graph)
         (group,) = [g for g in plan.groups if g.family in ("reduction", "scan", "pointwise")]
-        if name.endswith("+split"):
-            group = forced_split(group)
-        if name.endswith("+rolled"):
-            group = rolled(group)
-        if name.endswith("+uncached"):
-            group = forced_uncached(group)
-        if name.endswith(("+w8", "+w16")):
-            group = forced_warps(group, int(name.rsplit("+w", 1)[1]))
+        for suffix, force in FORCINGS.items():
+            if name.endswith(suffix):
+                group = force(group)
         kernel = render_group(group)
         groups[name] = (kernel.name, group)
         if all(k.name != kernel.name for k in kernels):

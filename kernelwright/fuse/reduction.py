@@ -25,6 +25,7 @@ for an H100-class device (`DEVICE`); the generated launcher re-checks cluster su
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -481,9 +482,7 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     if spec is None or spec.layout != "row" or not spec.cache or spec.cluster == 1:
         return []
     other = plan_launch(spec.space, group, spec.levels, allow_cache=False)
-    if other == spec:
-        return []
-    return [FusedGroup(group.family, group.nodes, group.inputs, group.outputs, (other,))]
+    return [] if other == spec else [dataclasses.replace(group, config=(other,))]
 
 
 def _split(rows: int, units: int, least: int, device: Device) -> int:

@@ -313,8 +313,7 @@ def rolled(group: FusedGroup) -> FusedGroup | None:
     spec = group.config[0] if group.family == "reduction" and group.config else None
     if spec is None or not spec.full_unroll:
         return None
-    return FusedGroup(group.family, group.nodes, group.inputs, group.outputs,
-                      (dataclasses.replace(spec, full_unroll=False),))
+    return dataclasses.replace(group, config=(dataclasses.replace(spec, full_unroll=False),))
 
 
 def random_inputs(graph: Graph, device: str, seed: int = 0) -> tuple[list, dict[str, torch.Tensor]]:
