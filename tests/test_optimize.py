@@ -160,9 +160,9 @@ def test_output_paths_are_checked_before_any_work(tmp_path):
 
 
 def test_a_measured_launch_alternative_replaces_the_planners_launch(monkeypatch):
-    """lower() renders the planner's launch of a cluster-cached reduction and its uncached alternative;
-    measure() keeps the one the measurement says is fastest: the plan's group, the called kernel and a note
-    change together, and the losing kernel stays built (the verified extension)."""
+    """lower() renders the planner's launch of a cluster-cached reduction and its alternatives (uncached,
+    persistent); measure() keeps the one the measurement says is fastest: the plan's group, the called
+    kernel and a note change together, and the losing kernels stay built (the verified extension)."""
     from pathlib import Path
     from types import SimpleNamespace
 
@@ -175,14 +175,15 @@ def test_a_measured_launch_alternative_replaces_the_planners_launch(monkeypatch)
     graph = log_softmax_divergence((64, 81920), row_sums=True)
     pipeline = compiler._Pipeline(SimpleNamespace(), compiler.DEFAULT_OPTIONS, None)
     variant = pipeline.lower(compiler.Variant("nchw", graph))
-    ((group, other, other_kernel),) = variant.alternatives
+    ((group, other, other_kernel), (same, walking, _)) = variant.alternatives
     assert group.config[0].cache and not other.config[0].cache
+    assert same is group and walking.config[0].persistent
     (kernel,) = [k for g, k in zip(variant.plan.groups, variant.kernels, strict=True) if g is group]
     variant = compiler.replace(variant, built=(*variant.kernels, other_kernel),
                                build=SimpleNamespace(module=None))
 
     def measured(plan, kernels, module, problem, seeds, alternatives):
-        assert alternatives == {id(group): [(other, other_kernel)]}
+        assert [alternative for alternative, _ in alternatives[id(group)]] == [other, walking]
         return [GroupReport(other_kernel.name, True, "launches tried: ...", 3.9, 18.0, choice=1,
                             tried=((kernel.name, 6.0), (other_kernel.name, 3.9)))
                 if g is group else GroupReport(k.name, True, "", 1.0, 2.0)

@@ -35,6 +35,7 @@ from reduction_cases import (  # noqa: E402
     layer_norm,
     log_softmax_divergence,
     one,
+    persistent,
     rms_norm,
     rolled,
 )
@@ -128,10 +129,14 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
 # logsumexp over 4093-long rows 16 4-byte loads where the loop has 1); "+uncached": the distillation rows
 # read twice by independent 1024-thread blocks (2 x 5.4 GB, every SM's blocks independent) against the
 # cluster of 8 that reads them once but leaves HBM idle while it reduces (6.0 ms in level1/66, 2026-11-26).
+# "+persist": rows cached across a cluster, with as many clusters as fit walking the rows and the final pass
+# prefetching the next row (`ReductionSpec.persistent`).
 FORCED = {"+rolled": ("sum_last_16384x10240", "sum_last_20480x16384", "rows_three_sums_16384x10240",
                         "logsumexp_32768x4093", "rows_kl_sums_8192x81920", "softmax_4096x393216",
                         "layernorm_4096x65536"),
           "+uncached": ("rows_kl_sums_8192x81920",),
+          "+persist": ("softmax_4096x393216", "softmax_768x262144", "layernorm_4096x65536",
+                       "rmsnorm_4096x65536", "rows_kl_sums_8192x81920"),
           "+w8": ("softmax_16384x12288", "sum_last_16384x10240", "sum_last_20480x16384",
                   "rows_three_sums_16384x10240"),
           "+w16": ("softmax_16384x12288", "sum_last_16384x10240", "sum_last_20480x16384",
@@ -173,7 +178,7 @@ def forced_warps(group, warps: int):
 
 
 # workload name suffix -> the launch it forces
-FORCINGS = {"+split": forced_split, "+rolled": rolled, "+uncached": forced_uncached,
+FORCINGS = {"+split": forced_split, "+rolled": rolled, "+uncached": forced_uncached, "+persist": persistent,
             "+w8": lambda group: forced_warps(group, 8), "+w16": lambda group: forced_warps(group, 16)}
 
 

@@ -88,6 +88,9 @@ class _RowKernel:
         self.cached = [k for k in cached_inputs(group, space) if len(self.readers[k]) > 1
                        and sum(key[0] == k for key in self.access_keys) == 1] if spec.cache else []
         self.shares = self._shared_accumulators()
+        # persistent: clusters walk their rows, the final pass refilling the cache with the next row's chunks
+        self.persistent = bool(spec.persistent and self.cached and spec.layout == "row" and not spec.split)
+        self.final_pass = self.reduction_passes if self.elem_outputs else self.reduction_passes - 1
         extents = [space.rows * space.row_length] + [i.numel for i in group.inputs]
         self.idx_t = index_type(*extents)
 
@@ -168,7 +171,10 @@ class _RowKernel:
             else f"{spec.warps_per_row} warp(s)",
             idx_t=self.idx_t, rows=space.rows, length=space.row_length, threads=spec.threads,
             warps=spec.warps_per_row, rows_per_block=rows_per_block, cached=max(1, len(self.cached)),
-            structs="\n\n".join(structs), params=", ".join(params), block_order=_block_order(spec.split),
+            structs="\n\n".join(structs), params=", ".join(params),
+            persistent="true" if self.persistent else "false",
+            block_order=_PERSISTENT_ROWS if self.persistent else _block_order(spec.split),
+            rows_close="  prefetched = next_live;\n  }" if self.persistent else "",
             mapping=self._mapping(column), row_offsets="\n".join(self._row_offsets()),
             body="\n".join(body), vec=self.vec, **self._launcher(params, rows_per_block),
         )
@@ -245,6 +251,15 @@ class _RowKernel:
         for a, strides in enumerate(layout.accesses):
             lines.append(f"  const idx_t kb{a} = {offset(layout.kept_dims, strides, 'kd')};")
             lines.append(f"  (void)kb{a};")
+        if self.persistent:
+            lines += ["  // the next row this block takes (the final pass prefetches its cached inputs)",
+                      "  const idx_t nrow = (block_row + row_step) * ROWS_PER_BLOCK + slot;",
+                      "  const bool next_live = PERSIST && nrow < ROWS;",
+                      "  const idx_t nkrow = next_live ? nrow : 0;",
+                      "  (void)nkrow;"]
+            lines += ["  " + s for s in decompose("nkrow", layout.kept_dims, layout.sizes, "nkd", "idx_t")]
+            for a in self._fills():
+                lines.append(f"  const idx_t nkb{a} = {offset(layout.kept_dims, layout.accesses[a], 'nkd')};")
         return lines
 
     def _struct(self, p: int) -> str:
@@ -268,11 +283,18 @@ class _RowKernel:
         wait = []
         if env.p == 0 and self._fill_overlaps_pass0():
             wait.append("if (CACHE) kw::copy_async_wait_pending(--fill_pending);  // chunk c landed")
+        prefetch = self.persistent and env.p == self.final_pass
         coords = decompose("p0", layout.reduced_dims, layout.sizes, "rd", "idx_t") \
-            if env.loads or env.stores else []
+            if env.loads or env.stores or prefetch else []
         rest = list(decls) + ["#pragma unroll", "for (int j = 0; j < VEC; ++j) {"]
         rest += ["  " + s for s in env.lines + inner]
         rest += ["}"] + list(after)
+        if prefetch:
+            # every read of this chunk's cache slots is done (loaded above): refill them with the next row's
+            rest += ["if (next_live) {   // the next row's chunk c, into the slots just read",
+                     *(f"  kw::copy_async<VEC>({self._cache_slot(a)}, {self._address(a, 'nkb')});"
+                       for a in self._fills()),
+                     "  kw::copy_async_commit();", "  ++fill_pending;", "}"]
         loads = [(f"x{a}", self._load_value(a)) for a in env.loads]
         return ["  if (live) {"] + self._chunk_loop(head, wait, coords, loads, rest) + ["  }"]
 
@@ -315,9 +337,13 @@ class _RowKernel:
         slot = self.cached.index(self.access_keys[a][0])
         return f"cache + ({slot} * PER_BLOCK + (c - c_begin)) * VEC"
 
-    def _address(self, a: int) -> str:
+    def _address(self, a: int, row_offset: str = "kb") -> str:
         along = offset(self.layout.reduced_dims, self.layout.accesses[a], "rd")
-        return f"in{self.access_keys[a][0]} + kb{a} + {along}"
+        return f"in{self.access_keys[a][0]} + {row_offset}{a} + {along}"
+
+    def _fills(self) -> list[int]:
+        """The accesses the row cache holds (one per cached input)."""
+        return [a for a, (position, _, _) in enumerate(self.access_keys) if position in self.cached]
 
     def _load_value(self, a: int) -> str:
         """The expression loading access `a`'s chunk (from the row cache when the input is cached)."""
@@ -340,17 +366,24 @@ class _RowKernel:
         chunk's group just before using it, so its work overlaps the copies still in flight. Each thread
         reads back only what it copied itself."""
         layout = self.layout
-        fills = [a for a, (position, _, _) in enumerate(self.access_keys) if position in self.cached]
         overlap = self._fill_overlaps_pass0()
         lines = ["  // row cache fill: this thread's whole share of the row in flight at once (cp.async),",
-                 "  // then every pass reads it from shared memory; HBM sees one read of the row",
-                 "  int fill_pending = 0;   // cp.async groups this thread committed, one per chunk",
-                 "  (void)fill_pending;",
-                 "  if (CACHE && live) {"]
+                 "  // then every pass reads it from shared memory; HBM sees one read of the row"]
+        if self.persistent:
+            lines.append("  if (CACHE && live && !prefetched) {   // else the last row prefetched it")
+        else:
+            lines += ["  int fill_pending = 0;   // cp.async groups this thread committed, one per chunk",
+                      "  (void)fill_pending;",
+                      "  if (CACHE && live) {"]
         coords = decompose("p0", layout.reduced_dims, layout.sizes, "rd", "idx_t")
-        copies = [f"kw::copy_async<VEC>({self._cache_slot(a)}, {self._address(a)});" for a in fills]
+        copies = [f"kw::copy_async<VEC>({self._cache_slot(a)}, {self._address(a)});" for a in self._fills()]
         lines += self._chunk_loop(["const idx_t p0 = c * VEC;"], [], coords, [],
                                   copies + ["kw::copy_async_commit();", "++fill_pending;"])
+        if self.persistent:
+            lines.append("  }")
+            if not overlap:
+                lines.append("  if (CACHE && live) kw::copy_async_wait_all();")
+            return lines
         if not overlap:
             lines.append("    kw::copy_async_wait_all();")
         lines.append("  }")
@@ -565,6 +598,18 @@ _ENTRY = source_template("kw_row_entry.cu.in", fragment=True)
 # counters are this launch's, in the workspace the runtime allocates on the current stream, so launches on
 # two streams never share them (device globals did: concurrent launches mixed their counts).
 _SPLIT_ENTRY = source_template("kw_row_split_entry.cu.in", fragment=True)
+
+
+# Persistent rows: each cluster walks rows block_row, block_row + row_step, ... (the launcher starts as many
+# clusters as fit at once); a launch without a cluster or cache (the fallbacks) takes each row once.
+_PERSISTENT_ROWS = """\
+  constexpr bool PERSIST = CACHE && CL > 1;
+  const int rank = static_cast<int>(blockIdx.x % CL);
+  const idx_t row_step = PERSIST ? static_cast<idx_t>(gridDim.x / CL) : ROW_BLOCKS;
+  int fill_pending = 0;      // cp.async groups this thread committed, one per chunk
+  bool prefetched = false;   // this row's cache already fetched by the previous row's final pass
+  (void)fill_pending;
+  for (idx_t block_row = blockIdx.x / CL; block_row < ROW_BLOCKS; block_row += row_step) {"""
 
 
 def _block_order(split: bool) -> str:

@@ -105,7 +105,11 @@ class ReductionSpec:
     every unsplit row launch (the kernel still takes the loop when the share is too large for registers):
     on an H100, three sibling sums over 16384 rows of 10240 ran 0.460 ms against 0.651 ms with the loop,
     logsumexp over 4093-long rows 0.399 against 0.461 ms, LayerNorm and a plain row sum within 3%
-    (bench/kernels/bench_reductions.py, "+rolled" workloads; 2026-11-26)."""
+    (bench/kernels/bench_reductions.py, "+rolled" workloads; 2026-11-26).
+    `persistent` (rows cached across a cluster): as many clusters as fit the GPU at once, each walking its
+    rows in turn; the last pass over a row refills each chunk's cache slot with the next row's chunk as
+    soon as it has read it, so that the next row's loads overlap this row's stores and nothing waits for
+    a cluster to exit and the next to start."""
 
     space: Space
     levels: tuple[str, ...]      # per group node: "elem", "row" (keepdim form) or "rowsq" (squeezed form)
@@ -118,6 +122,7 @@ class ReductionSpec:
     vec: int
     split: bool = False
     full_unroll: bool = False
+    persistent: bool = False
 
 
 def space_of(node: Node) -> Space | None:
@@ -473,16 +478,18 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
 
 def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     """Other launches of `group` worth measuring against the planner's (verify.measure_groups keeps the
-    fastest): rows cached across a cluster, also read from global memory by every pass. The cluster reads
-    a row once but runs its passes, and the cluster-wide reductions between them, while HBM idles; which
-    wins depends on the work per element. Measured on an H100 (2026-11-26): the distillation KL's per-row
-    sums over 2 x 81,920 floats, 6.03 ms cached in clusters of 8 against 3.91 ms read twice; LayerNorm over
-    65,536-long rows, 0.87 ms cached (clusters of 4) at 82% of copy bandwidth."""
+    fastest), for rows cached across a cluster: the same rows read from global memory by every pass, and
+    the cached cluster made persistent (`ReductionSpec.persistent`). The cluster reads a row once but runs
+    its passes, and the cluster-wide reductions between them, while HBM idles; which wins depends on the
+    work per element. Measured on an H100 (2026-11-26): the distillation KL's per-row sums over 2 x 81,920
+    floats, 6.03 ms cached in clusters of 8 against 3.91 ms read twice; LayerNorm over 65,536-long rows,
+    0.87 ms cached (clusters of 4) at 82% of copy bandwidth."""
     spec = group.config[0] if group.family == "reduction" and group.config else None
-    if spec is None or spec.layout != "row" or not spec.cache or spec.cluster == 1:
+    if spec is None or spec.layout != "row" or not spec.cache or spec.cluster == 1 or spec.split:
         return []
-    other = plan_launch(spec.space, group, spec.levels, allow_cache=False)
-    return [] if other == spec else [dataclasses.replace(group, config=(other,))]
+    others = [plan_launch(spec.space, group, spec.levels, allow_cache=False),
+              dataclasses.replace(spec, persistent=not spec.persistent)]
+    return [dataclasses.replace(group, config=(other,)) for other in others if other != spec]
 
 
 def _split(rows: int, units: int, least: int, device: Device) -> int:

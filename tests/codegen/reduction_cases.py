@@ -316,6 +316,15 @@ def rolled(group: FusedGroup) -> FusedGroup | None:
     return dataclasses.replace(group, config=(dataclasses.replace(spec, full_unroll=False),))
 
 
+def persistent(group: FusedGroup) -> FusedGroup | None:
+    """A reduction group whose rows a cluster caches, made persistent (`ReductionSpec.persistent`: clusters
+    walking rows, the final pass prefetching the next row), or None for other groups."""
+    spec = group.config[0] if group.family == "reduction" and group.config else None
+    if spec is None or not spec.cache or spec.cluster == 1 or spec.layout != "row" or spec.split:
+        return None
+    return dataclasses.replace(group, config=(dataclasses.replace(spec, persistent=True),))
+
+
 def random_inputs(graph: Graph, device: str, seed: int = 0) -> tuple[list, dict[str, torch.Tensor]]:
     generator = torch.Generator().manual_seed(seed)
 

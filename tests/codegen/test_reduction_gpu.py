@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 from kernel_variants import launched_variants
-from reduction_cases import CASES, one, random_inputs, rolled
+from reduction_cases import CASES, one, persistent, random_inputs, rolled
 from side_streams import alternate_on_side_streams
 
 from kernelwright.codegen.assemble import assemble
@@ -112,6 +112,29 @@ def test_both_chunk_loops_match_pytorch(built, built_rolled, case):
     runtime loop, on aligned and misaligned inputs."""
     for module, cases in (built, built_rolled):
         _check_aligned_and_not(module, cases[case], case)
+
+
+PERSISTENT_CASES = sorted(name for name, make in CASES.items()
+                          if any(persistent(g) for g in plan_fusion(make()).groups))
+
+
+@pytest.fixture(scope="module")
+def built_persistent():
+    """The cases whose rows a cluster caches, with persistent clusters (each walks several of the rows,
+    prefetching the next into the slots its final pass has read)."""
+    graphs = {name: CASES[name]() for name in PERSISTENT_CASES}
+    module, groups = build(graphs, change=persistent)
+    return module, {name: (graphs[name], *groups[name]) for name in graphs}
+
+
+@pytest.mark.parametrize("case", PERSISTENT_CASES)
+def test_persistent_clusters_match_pytorch(built_persistent, case):
+    """Persistent cached clusters, on aligned and misaligned inputs, twice in a row (the prefetch state of
+    one launch must not leak into the next)."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("thread-block clusters need sm_90")
+    for _ in range(2):
+        _check_aligned_and_not(built_persistent[0], built_persistent[1][case], case)
 
 
 def _check_aligned_and_not(module, case_entry, case):

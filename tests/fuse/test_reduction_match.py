@@ -3,6 +3,7 @@ and what stays out."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -135,22 +136,26 @@ def test_long_softmax_rows_use_a_cluster_holding_the_row_on_chip():
     assert 227 * 1024 // 2 < 393216 * 4 // spec.cluster <= 227 * 1024 - 8 * 1024
 
 
-def test_rows_cached_across_a_cluster_are_also_measured_read_twice():
+def test_rows_cached_across_a_cluster_are_also_measured_read_twice_and_persistent():
     """A cluster's row cache reads the row once but reduces while HBM idles: `launch_alternatives` offers
-    the uncached launch of the same nodes for the GPU to measure; other launches have no alternative."""
+    the uncached launch of the same nodes, and the cached one with persistent clusters, for the GPU to
+    measure; other launches have no alternative."""
     from kernelwright.fuse import launch_alternatives
 
     (group,) = groups_of(log_softmax_divergence((8192, 81920), row_sums=True), "reduction")
     spec = group.config[0]
-    assert spec.cache and spec.cluster == 8 and spec.full_unroll
-    (other,) = launch_alternatives(group)
-    assert (other.nodes, other.inputs, other.outputs) == (group.nodes, group.inputs, group.outputs)
+    assert spec.cache and spec.cluster == 8 and spec.full_unroll and not spec.persistent
+    other, walking = launch_alternatives(group)
+    for alternative in (other, walking):
+        assert (alternative.nodes, alternative.inputs, alternative.outputs) == \
+            (group.nodes, group.inputs, group.outputs)
     uncached = other.config[0]
     assert not uncached.cache and uncached.cluster == 1 and uncached.threads == 1024
     assert uncached.passes == spec.passes and uncached.levels == spec.levels
+    assert walking.config[0] == dataclasses.replace(spec, persistent=True)
     # few rows: a softmax read twice is split statistics (independent blocks share each row)
     (softmax,) = groups_of(CASES["softmax_few_rows"](), "reduction")
-    (split,) = launch_alternatives(softmax)
+    split, _ = launch_alternatives(softmax)
     assert split.config[0].split and not split.config[0].cache
     # rows one block caches (cluster 1), and rows never cached: the planner's launch only
     for graph in (layer_norm((64, 4096), 1, True), one("sum", (64, 4096), dims=(1,))):
