@@ -35,6 +35,7 @@ from reduction_cases import (  # noqa: E402
     layer_norm,
     log_softmax_divergence,
     one,
+    one_launch,
     persistent,
     rms_norm,
     rolled,
@@ -130,13 +131,18 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
 # read twice by independent 1024-thread blocks (2 x 5.4 GB, every SM's blocks independent) against the
 # cluster of 8 that reads them once but leaves HBM idle while it reduces (6.0 ms in level1/66, 2026-11-26).
 # "+persist": rows cached across a cluster, with as many clusters as fit walking the rows and the final pass
-# prefetching the next row (`ReductionSpec.persistent`).
+# prefetching the next row (`ReductionSpec.persistent`); "+one": split rows whose blocks wait for each other's
+# partials in one cooperative launch and re-read their share from L2 (`ReductionSpec.one_launch`).
 FORCED = {"+rolled": ("sum_last_16384x10240", "sum_last_20480x16384", "rows_three_sums_16384x10240",
                         "logsumexp_32768x4093", "rows_kl_sums_8192x81920", "softmax_4096x393216",
                         "layernorm_4096x65536"),
           "+uncached": ("rows_kl_sums_8192x81920",),
           "+persist": ("softmax_4096x393216", "softmax_768x262144", "layernorm_4096x65536",
                        "rmsnorm_4096x65536", "rows_kl_sums_8192x81920"),
+          "+one256": ("softmax_4096x393216", "layernorm_4096x65536", "batchnorm_train_32x128x112x112"),
+          "+one": ("softmax_4096x393216", "softmax_768x262144", "layernorm_4096x65536", "rmsnorm_4096x65536",
+                   "groupnorm_nhwc_64x126x126x128_g8", "batchnorm_train_32x128x112x112",
+                   "groupnorm_32x128x224x224_g8"),
           "+w8": ("softmax_16384x12288", "sum_last_16384x10240", "sum_last_20480x16384",
                   "rows_three_sums_16384x10240"),
           "+w16": ("softmax_16384x12288", "sum_last_16384x10240", "sum_last_20480x16384",
@@ -170,6 +176,16 @@ def forced_uncached(group):
     return forced(group, threads=1024, warps_per_row=32, cluster=1, cache=False)
 
 
+def forced_small_one_launch(group):
+    """Split rows in one launch with blocks of 256 threads, at most 8,192 floats each: the "+one256"
+    workloads (more, smaller blocks per SM than `ReductionSpec.one_launch`'s planned 512 x 16,384)."""
+    spec = one_launch(group).config[0]
+    split = spec.cluster
+    while spec.space.row_length > 8192 * split and split < 128:
+        split *= 2
+    return forced(one_launch(group), threads=256, warps_per_row=8, cluster=split)
+
+
 def forced_warps(group, warps: int):
     """One row per block of `warps` warps: the "+wN" workloads (kernels cap their registers at 64 a
     thread, so 1024 / (32 * warps) blocks share an SM)."""
@@ -179,6 +195,7 @@ def forced_warps(group, warps: int):
 
 # workload name suffix -> the launch it forces
 FORCINGS = {"+split": forced_split, "+rolled": rolled, "+uncached": forced_uncached, "+persist": persistent,
+            "+one": one_launch, "+one256": lambda group: forced_small_one_launch(group),
             "+w8": lambda group: forced_warps(group, 8), "+w16": lambda group: forced_warps(group, 16)}
 
 

@@ -91,6 +91,8 @@ class _RowKernel:
         # persistent: clusters walk their rows, the final pass refilling the cache with the next row's chunks
         self.persistent = bool(spec.persistent and self.cached and spec.layout == "row" and not spec.split)
         self.final_pass = self.reduction_passes if self.elem_outputs else self.reduction_passes - 1
+        # one launch: split rows whose blocks wait for each other's partials (row layout, elementwise outputs)
+        self.one_launch = bool(spec.one_launch and spec.split and self.elem_outputs and spec.layout == "row")
         extents = [space.rows * space.row_length] + [i.numel for i in group.inputs]
         self.idx_t = index_type(*extents)
 
@@ -173,8 +175,7 @@ class _RowKernel:
             warps=spec.warps_per_row, rows_per_block=rows_per_block, cached=max(1, len(self.cached)),
             structs="\n\n".join(structs), params=", ".join(params),
             persistent="true" if self.persistent else "false",
-            block_order=_PERSISTENT_ROWS if self.persistent else _block_order(spec.split),
-            rows_close="  prefetched = next_live;\n  }" if self.persistent else "",
+            block_order=self._block_order(), rows_close=self._rows_close(),
             mapping=self._mapping(column), row_offsets="\n".join(self._row_offsets()),
             body="\n".join(body), vec=self.vec, **self._launcher(params, rows_per_block),
         )
@@ -203,6 +204,8 @@ class _RowKernel:
         combined accumulator; with elementwise outputs, phase 1 (the next launch) reads it back in every
         block and writes that block's share of the outputs."""
         assert self.reduction_passes == 1, "split rows have one reduction pass"
+        if self.one_launch:
+            return self._one_launch_body()
         stats = _RowScalars(self)
         phase0 = (self._reduction_pass(0, column) + [_maybe_unused(line) for line in stats.after_pass(0)]
                   + self._row_writes(stats))
@@ -214,6 +217,46 @@ class _RowKernel:
                    "  // ---- phase 1: every block reads the row's combined statistics, then its share",
                    "  const Pass0 acc0 = live ? kw::load_cg(&combined[row]) : Pass0::init();"]
                 + [_maybe_unused(line) for line in apply.after_pass(0)] + self._output_pass())
+
+    def _block_order(self) -> str:
+        if self.persistent:
+            return _PERSISTENT_ROWS
+        return _ONE_LAUNCH_ROWS if self.one_launch else _block_order(self.spec.split)
+
+    def _rows_close(self) -> str:
+        """The end of the loop over rows that `_block_order` opened (persistent or one-launch kernels)."""
+        if self.persistent:
+            return "  prefetched = next_live;\n  }"
+        return "  }" if self.one_launch else ""
+
+    def _one_launch_body(self) -> list[str]:
+        """Split rows in one launch (phase 2; the body also runs phases 0 and 1 of the two-launch fallback):
+        each block accumulates its share, stores its partial and arrives; in phase 2 it then waits for the
+        row's other blocks and combines every partial itself (in rank order, as the last block of phase 0
+        does: all blocks get the same statistics), writes the row outputs (rank 0) and its share of the
+        elementwise outputs."""
+        stats, apply = _RowScalars(self), _RowScalars(self)
+        writes = [f"      out{self._out_pos(o)}[row] = {stats.value(o)};" for o in self.row_outputs]
+        phase0 = ([_maybe_unused(line) for line in stats.after_pass(0)]
+                  + (["    if (live && leader) {", *writes, "    }"] if writes else []))
+        return (["  Pass0 stats = Pass0::init();",
+                 "  if (phase != 1) {",
+                 *("  " + line for line in self._reduction_pass(0, column=False)),
+                 "    if (phase == 0) {   // the two-launch fallback: the last block to arrive is here",
+                 *("  " + line for line in phase0),
+                 "      if (live && leader) combined[row] = acc0;",
+                 "      continue;",
+                 "    }",
+                 "    stats = acc0;",
+                 "  } else {",
+                 "    stats = live ? kw::load_cg(&combined[row]) : Pass0::init();",
+                 "  }",
+                 "  const Pass0 acc0 = stats;"]
+                + [_maybe_unused(line) for line in apply.after_pass(0)]
+                + (["  if (phase == 2 && live && leader && rank == 0) {",
+                    *(f"    out{self._out_pos(o)}[row] = {apply.value(o)};" for o in self.row_outputs),
+                    "  }"] if self.row_outputs else [])
+                + self._output_pass())
 
     def _params(self) -> list[str]:
         ins = [f"const float* __restrict__ in{k}" for k in range(len(self.group.inputs))]
@@ -434,14 +477,24 @@ class _RowKernel:
         all of them in rank order (the result does not depend on which block is last); the others are
         done."""
         reduce, scratch = ("column_reduce", "THREADS") if column else ("group_reduce", "THREADS / 32")
+        if self.one_launch:
+            # phase 2: every block waits for the row's partials (a cooperative launch: all blocks resident)
+            arrive = ["    if (threadIdx.x == 0) {",
+                      "      last = atomicAdd(&arrivals[block_row], 1u) == CL - 1;",
+                      "      if (phase == 2) kw::wait_count(&arrivals[block_row], CL);",
+                      "    }",
+                      "    __syncthreads();",
+                      "    if (phase == 0 && !last) continue;"]
+        else:
+            arrive = ["    if (threadIdx.x == 0) last = atomicAdd(&arrivals[block_row], 1u) == CL - 1;",
+                      "    __syncthreads();",
+                      "    if (!last) return;"]
         return ["  {",
                 "    __shared__ bool last;",
                 f"    if (t == 0 && live) partials[row * CL + rank] = acc{p};",
                 "    __threadfence();",
                 "    __syncthreads();",
-                "    if (threadIdx.x == 0) last = atomicAdd(&arrivals[block_row], 1u) == CL - 1;",
-                "    __syncthreads();",
-                "    if (!last) return;",
+                *arrive,
                 "    __threadfence();",
                 f"    Pass{p} mine = Pass{p}::init();",
                 "    for (int i = t; live && i < CL; i += STEP)",
@@ -473,6 +526,7 @@ class _RowKernel:
         full_row = rows_per_block * max(1, len(self.cached)) * spec.space.row_length * 4
         entry_params = params[:-4] if spec.split else params      # the split's four are the launcher's
         fields = dict(name=self.name, params=", ".join(params), entry_params=", ".join(entry_params),
+                      one_launch="true" if self.one_launch else "false",
                       args=args, cluster=spec.cluster,
                       cache="true" if self.cached else "false",
                       split="true" if spec.split else "false",
@@ -610,6 +664,15 @@ _PERSISTENT_ROWS = """\
   bool prefetched = false;   // this row's cache already fetched by the previous row's final pass
   (void)fill_pending;
   for (idx_t block_row = blockIdx.x / CL; block_row < ROW_BLOCKS; block_row += row_step) {"""
+
+
+# Split rows in one launch: blocks walk items (a share of a row) in row order, so that a row's blocks run
+# together and their re-reads hit L2; the two-launch fallback (phases 0 and 1, one item per block) keeps the
+# side-by-side order of `_block_order`.
+_ONE_LAUNCH_ROWS = """\
+  for (idx_t item = blockIdx.x; item < ROW_BLOCKS * CL; item += gridDim.x) {
+  const int rank = static_cast<int>(phase == 2 ? item % CL : item / ROW_BLOCKS);
+  const idx_t block_row = phase == 2 ? item / CL : item % ROW_BLOCKS;"""
 
 
 def _block_order(split: bool) -> str:

@@ -109,7 +109,12 @@ class ReductionSpec:
     `persistent` (rows cached across a cluster): as many clusters as fit the GPU at once, each walking its
     rows in turn; the last pass over a row refills each chunk's cache slot with the next row's chunk as
     soon as it has read it, so that the next row's loads overlap this row's stores and nothing waits for
-    a cluster to exit and the next to start."""
+    a cluster to exit and the next to start.
+    `one_launch` (split rows with elementwise outputs): both phases in one cooperative launch of as many
+    blocks as fit at once, walking the rows' shares in row order; each block stores its partial, waits
+    for its row's other blocks, combines all partials and writes its share, re-reading it from L2 while
+    it is still there (the rows in flight are few MB) instead of from HBM in a second launch. The
+    launcher falls back to the two launches where a cooperative launch is refused."""
 
     space: Space
     levels: tuple[str, ...]      # per group node: "elem", "row" (keepdim form) or "rowsq" (squeezed form)
@@ -123,6 +128,7 @@ class ReductionSpec:
     split: bool = False
     full_unroll: bool = False
     persistent: bool = False
+    one_launch: bool = False
 
 
 def space_of(node: Node) -> Space | None:
@@ -478,17 +484,28 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
 
 def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     """Other launches of `group` worth measuring against the planner's (verify.measure_groups keeps the
-    fastest), for rows cached across a cluster: the same rows read from global memory by every pass, and
-    the cached cluster made persistent (`ReductionSpec.persistent`). The cluster reads a row once but runs
-    its passes, and the cluster-wide reductions between them, while HBM idles; which wins depends on the
-    work per element. Measured on an H100 (2026-11-26): the distillation KL's per-row sums over 2 x 81,920
-    floats, 6.03 ms cached in clusters of 8 against 3.91 ms read twice; LayerNorm over 65,536-long rows,
-    0.87 ms cached (clusters of 4) at 82% of copy bandwidth."""
+    fastest). Measured on an H100 (2026-11-26), in bench/kernels/bench_reductions.py:
+    - rows cached across a cluster: the same rows read from global memory by every pass (the cluster reads
+      a row once but runs its passes, and the cluster-wide reductions between them, while HBM idles; the
+      distillation KL's per-row sums over 2 x 81,920 floats: 6.03 ms cached in clusters of 8, 3.91 ms read
+      twice), and the cluster made persistent (`ReductionSpec.persistent`; softmax over 4096 x 393216
+      6.35 against 6.53 ms, RMSNorm over 4096 x 65536 0.862 against 0.833).
+    - split rows with elementwise outputs: both phases in one launch (`ReductionSpec.one_launch`; NCHW
+      training BatchNorm over 32x128x112x112 0.243 against 0.268 ms in two launches, channels-last
+      GroupNorm 0.770 against 0.671). Cached rows split in one launch never won (softmax 4096 x 393216
+      9.06 against 6.47 ms cached, LayerNorm 4096 x 65536 1.50 against 0.85), so they are not offered."""
     spec = group.config[0] if group.family == "reduction" and group.config else None
-    if spec is None or spec.layout != "row" or not spec.cache or spec.cluster == 1 or spec.split:
+    if spec is None or spec.layout != "row":
         return []
-    others = [plan_launch(spec.space, group, spec.levels, allow_cache=False),
-              dataclasses.replace(spec, persistent=not spec.persistent)]
+    if spec.split:
+        level_of = {id(n): lv for n, lv in zip(group.nodes, spec.levels, strict=True)}
+        elem_out = any(level_of[id(o)] == "elem" for o in group.outputs)
+        others = [dataclasses.replace(spec, one_launch=True)] if elem_out else []
+    elif spec.cache and spec.cluster > 1:
+        others = [plan_launch(spec.space, group, spec.levels, allow_cache=False),
+                  dataclasses.replace(spec, persistent=True)]
+    else:
+        others = []
     return [dataclasses.replace(group, config=(other,)) for other in others if other != spec]
 
 

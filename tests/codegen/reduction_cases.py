@@ -325,6 +325,30 @@ def persistent(group: FusedGroup) -> FusedGroup | None:
     return dataclasses.replace(group, config=(dataclasses.replace(spec, persistent=True),))
 
 
+def one_launch(group: FusedGroup) -> FusedGroup | None:
+    """Split rows with both phases in one cooperative launch (`ReductionSpec.one_launch`), or None: the
+    planner's split with the flag (what `launch_alternatives` offers), and, for the GPU tests and
+    bench_reductions only ("+one"), rows a cluster caches in one pass with elementwise outputs, split into
+    blocks of at most 16,384 floats."""
+    spec = group.config[0] if group.family == "reduction" and group.config else None
+    if spec is None or spec.layout != "row":
+        return None
+    level_of = {id(n): lv for n, lv in zip(group.nodes, spec.levels, strict=True)}
+    elem_out = any(level_of[id(o)] == "elem" for o in group.outputs)
+    if not elem_out:
+        return None
+    if spec.split:
+        return dataclasses.replace(group, config=(dataclasses.replace(spec, one_launch=True),))
+    if not spec.cache or spec.cluster == 1 or spec.passes != 2:
+        return None
+    split = 2
+    while spec.space.row_length > 16384 * split and split < 64:
+        split *= 2
+    together = dataclasses.replace(spec, threads=512, warps_per_row=16, cluster=split, cache=False,
+                                   split=True, full_unroll=True, one_launch=True)
+    return dataclasses.replace(group, config=(together,))
+
+
 def random_inputs(graph: Graph, device: str, seed: int = 0) -> tuple[list, dict[str, torch.Tensor]]:
     generator = torch.Generator().manual_seed(seed)
 

@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 from kernel_variants import launched_variants
-from reduction_cases import CASES, one, persistent, random_inputs, rolled
+from reduction_cases import CASES, one, one_launch, persistent, random_inputs, rolled
 from side_streams import alternate_on_side_streams
 
 from kernelwright.codegen.assemble import assemble
@@ -137,6 +137,32 @@ def test_persistent_clusters_match_pytorch(built_persistent, case):
         _check_aligned_and_not(built_persistent[0], built_persistent[1][case], case)
 
 
+ONE_LAUNCH_CASES = sorted(name for name, make in CASES.items()
+                          if any(one_launch(g) for g in plan_fusion(make()).groups))
+
+
+@pytest.fixture(scope="module")
+def built_one_launch():
+    """Split rows (planned, or instead of a cached cluster) in one cooperative launch."""
+    graphs = {name: CASES[name]() for name in ONE_LAUNCH_CASES}
+    module, groups = build(graphs, change=one_launch)
+    return module, {name: (graphs[name], *groups[name]) for name in graphs}
+
+
+@pytest.mark.parametrize("case", ONE_LAUNCH_CASES)
+def test_one_launch_split_matches_pytorch(built_one_launch, case):
+    """Both phases of split rows in one launch (blocks waiting for their row's partials), on aligned and
+    misaligned inputs, twice in a row (the arrival counters are the call's own)."""
+    module, cases = built_one_launch
+    graph, group, kernel_name = cases[case]
+    for _ in range(2):
+        _check_aligned_and_not(module, cases[case], case)
+    inputs, params = random_inputs(graph, "cuda", seed=6)
+    args = group_args(graph, group, inputs, params)
+    variants = launched_variants(lambda: getattr(module, kernel_name)(args))
+    assert len(variants) == 1, f"{case}: launched {variants}, not one cooperative launch"
+
+
 def _check_aligned_and_not(module, case_entry, case):
     graph, group, kernel_name = case_entry
     for seed, aligned in ((1, True), (3, False)):
@@ -247,7 +273,16 @@ def test_split_statistics_on_two_streams_and_in_a_cuda_graph(built, case):
     streams launching the same kernel alternately without waiting each get exactly their one-stream result
     (the combine is in rank order, so bitwise), and a captured CUDA graph (memset + both phases) replays
     on new input values."""
-    module, cases = built
+    _two_streams_and_a_graph(*built, case)
+
+
+@pytest.mark.parametrize("case", ["softmax_few_rows", "layer_norm_cluster8", "group_norm_3_4mb_rows"])
+def test_one_launch_split_on_two_streams_and_in_a_cuda_graph(built_one_launch, case):
+    """The same for split rows in one cooperative launch (captured as a cooperative kernel node)."""
+    _two_streams_and_a_graph(*built_one_launch, case)
+
+
+def _two_streams_and_a_graph(module, cases, case):
     graph, group, kernel_name = cases[case]
     kernel = getattr(module, kernel_name)
     args = [group_args(graph, group, *random_inputs(graph, "cuda", seed=seed)) for seed in (11, 12)]

@@ -157,6 +157,10 @@ def test_rows_cached_across_a_cluster_are_also_measured_read_twice_and_persisten
     (softmax,) = groups_of(CASES["softmax_few_rows"](), "reduction")
     split, _ = launch_alternatives(softmax)
     assert split.config[0].split and not split.config[0].cache
+    # split rows with elementwise outputs: the same in one launch
+    (planned_split,) = groups_of(CASES["group_norm_3_4mb_rows"](), "reduction")
+    assert [g.config[0] for g in launch_alternatives(planned_split)] == \
+        [dataclasses.replace(planned_split.config[0], one_launch=True)]
     # rows one block caches (cluster 1), and rows never cached: the planner's launch only
     for graph in (layer_norm((64, 4096), 1, True), one("sum", (64, 4096), dims=(1,))):
         assert all(launch_alternatives(g) == [] for g in groups_of(graph, "reduction"))

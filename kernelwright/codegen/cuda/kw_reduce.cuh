@@ -296,6 +296,18 @@ __device__ __forceinline__ Acc load_cg(const Acc* p) {
     return v;
 }
 
+// Wait until `*counter` (other blocks' atomicAdd after their __threadfence) reaches `target`: acquire loads
+// at GPU scope with a short sleep between them. Only where every block waited for is resident (a
+// cooperative launch), else it could wait forever.
+__device__ __forceinline__ void wait_count(const unsigned* counter, unsigned target) {
+    for (;;) {
+        unsigned seen;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+        if (seen >= target) return;
+        __nanosleep(32);
+    }
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // Merge per-block partials across a thread-block cluster through distributed shared memory.
 // `slots` (in this block's shared memory) holds SLOTS partials (1 per row or 32 per column tile),
