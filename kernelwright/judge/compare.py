@@ -137,8 +137,7 @@ def oracle_check(reference: Any, oracle: Any, candidate: Any) -> tuple[bool, str
     for (path, ref), (_, exact), (_, cand) in leaves:
         if not (isinstance(ref, torch.Tensor) and ref.is_floating_point()):
             continue
-        exact = exact.to(ref.device)
-        ref_err = _max_abs_diff(ref, exact)
+        ref_err = _max_abs_diff(ref, exact)   # `exact` may be on the CPU: moved a chunk at a time
         cand_err = _max_abs_diff(cand.to(ref.device), exact)
         if not cand_err <= ORACLE_FACTOR * ref_err:
             return False, f"{path}: error vs float64 {cand_err:.3g}, eager FP32's {ref_err:.3g}"
@@ -152,7 +151,7 @@ def _max_abs_diff(a: torch.Tensor, exact: torch.Tensor) -> float:
     flat_a, flat_exact = a.reshape(-1), exact.reshape(-1)
     for start in range(0, flat_a.numel(), CHUNK):
         x = flat_a[start : start + CHUNK].double()
-        e = flat_exact[start : start + CHUNK].double()
+        e = flat_exact[start : start + CHUNK].to(x.device, torch.float64)
         finite = torch.isfinite(e)
         if (finite & ~torch.isfinite(x)).any():
             return float("inf")

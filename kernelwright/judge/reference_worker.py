@@ -191,16 +191,37 @@ class ReferenceWorker:
     def float64_outputs(self, trial: Trial, model: torch.nn.Module) -> tuple[object, str]:
         """(`model` in float64 on this trial's inputs, "") — a copy: the judged model keeps its state — or
         (None, why) where the model cannot run in float64 (e.g. its forward makes float32 tensors that meet
-        the float64 ones) or the GPU has no room for the copy."""
+        the float64 ones). On the judged device; where it does not fit there (twice the trial's memory: a
+        5 GiB-input loss needed 58 GiB), on the CPU. Out of memory everywhere is raised: the machine's
+        state, never a verdict (before, the stricter rule then stood, and a correct candidate could be
+        judged a mismatch for want of memory)."""
         try:
+            return self._float64_run(trial, model, on_cpu=False), ""
+        except torch.OutOfMemoryError as exc:
+            out_of_memory = exc
+        except (RuntimeError, TypeError, ValueError) as exc:
+            return None, _not_float64(exc)
+        _release_cached(self.device)
+        try:
+            return self._float64_run(trial, model, on_cpu=True), ""
+        except (RuntimeError, TypeError, ValueError, MemoryError) as exc:
+            # e.g. a forward that makes CUDA tensors: whether it runs in float64 on the GPU is unknown
+            raise out_of_memory from exc
+
+    def _float64_run(self, trial: Trial, model: torch.nn.Module, on_cpu: bool) -> object:
+        inputs = self.trial_inputs(trial)   # drawn where the trial drew them: the same values
+        if not on_cpu:
             exact = copy.deepcopy(model).double()
             inputs = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-                      for t in self.trial_inputs(trial)]
-            with torch.no_grad():
-                return exact(*inputs), ""
-        except (RuntimeError, TypeError, ValueError) as exc:  # torch.OutOfMemoryError is a RuntimeError
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            return None, f"the model does not run in float64 ({type(exc).__name__}: {first[:200]})"
+                      for t in inputs]
+        else:
+            exact = self.problem.build_model(self.config["seed"], "cpu")
+            exact.load_state_dict(model.state_dict())
+            exact = exact.double()
+            inputs = [t.to("cpu", torch.float64 if t.is_floating_point() else t.dtype)
+                      if isinstance(t, torch.Tensor) else t for t in inputs]
+        with torch.no_grad():
+            return exact(*inputs)
 
     def op_time(self, command: dict) -> dict:
         """Time eager Model (or torch.compile(Model)) on the first trial's inputs. With `locked`, the judge
@@ -242,6 +263,11 @@ def _all_finite(outputs) -> bool:
         for _, leaf in flatten(outputs)
         if isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or leaf.is_complex())
     )
+
+
+def _not_float64(exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"the model does not run in float64 ({type(exc).__name__}: {first[:200]})"
 
 
 def _release_cached(device: str) -> None:

@@ -3,6 +3,7 @@ accepted; one that is less accurate is not."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kernelwright.judge.compare import compare_outputs, oracle_check
@@ -41,3 +42,99 @@ def test_non_finite_where_float64_is_finite_is_rejected():
     fp32 = torch.ones(4)
     candidate = torch.tensor([1.0, float("nan"), 1.0, 1.0])
     assert not oracle_check(fp32, exact, candidate)[0]
+
+
+def _worker_on(problem_text: str, tmp_path, device: str = "cpu"):
+    """A reference worker loaded with a problem on `device`, its model built."""
+    from kernelwright.judge.reference_worker import ReferenceWorker
+
+    path = tmp_path / "problem.py"
+    path.write_text(problem_text)
+    worker = ReferenceWorker()
+    worker.op_load({"device": device, "workdir": str(tmp_path), "problem": str(path), "seed": 0, "trials": 2,
+                    "extra_distributions": False})
+    worker.op_reset({})
+    return worker
+
+
+_SOFTMAX_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8) * scale)
+
+    def forward(self, x):
+        return torch.softmax(x * self.w, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(4, 8)]
+
+
+def get_init_inputs():
+    return [3.0]
+'''
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_float64_recheck_that_does_not_fit_the_gpu_runs_on_the_cpu(tmp_path, monkeypatch, device):
+    """Out of GPU memory in the float64 re-check: the same model (its current parameters) on the CPU, on
+    the trial's input values; out of memory there too is raised (the machine's state), never a verdict.
+    (On the CPU the first attempt is the CPU too: what is checked there is the fallback's logic.)"""
+    from kernelwright.judge import reference_worker as module
+
+    worker = _worker_on(_SOFTMAX_PROBLEM, tmp_path, device)
+    trial = worker.plan[0]
+    with torch.no_grad():
+        worker.model.w.mul_(2.0)   # state changed since construction: the CPU copy must carry it
+    expected, why = worker.float64_outputs(trial, worker.model)
+    assert why == "" and expected.dtype == torch.float64
+
+    real = module.ReferenceWorker._float64_run
+    tries = []
+
+    def gpu_full(self, trial, model, on_cpu):
+        tries.append(on_cpu)
+        if not on_cpu:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return real(self, trial, model, on_cpu)
+
+    monkeypatch.setattr(module.ReferenceWorker, "_float64_run", gpu_full)
+    exact, why = worker.float64_outputs(trial, worker.model)
+    assert tries == [False, True] and why == "" and exact.device.type == "cpu"
+    torch.testing.assert_close(exact, expected.cpu(), rtol=1e-12, atol=1e-15)
+    with torch.no_grad():
+        outputs = worker.model(*worker.trial_inputs(trial))
+    assert oracle_check(outputs, exact, outputs)[0]   # the float64 result read from the CPU
+
+    def nowhere(self, trial, model, on_cpu):
+        raise torch.OutOfMemoryError("out of memory") if not on_cpu else RuntimeError("tensors on cuda:0")
+
+    monkeypatch.setattr(module.ReferenceWorker, "_float64_run", nowhere)
+    try:
+        worker.float64_outputs(trial, worker.model)
+    except torch.OutOfMemoryError:
+        pass
+    else:
+        raise AssertionError("out of memory on both devices must be raised, not judged")
+
+
+def test_a_model_that_cannot_run_in_float64_says_why(tmp_path):
+    # a float32 tensor made inside forward meets the float64 ones
+    mixed = _SOFTMAX_PROBLEM.replace("dim=-1)", "dim=-1) @ torch.ones(8, 2)")
+    worker = _worker_on(mixed, tmp_path)
+    exact, why = worker.float64_outputs(worker.plan[0], worker.model)
+    assert exact is None and "does not run in float64" in why
+
+
+def test_the_oracle_reads_a_float64_result_kept_on_another_device():
+    """`oracle_check` moves the float64 result a chunk at a time (it may be on the CPU, too large for
+    the GPU); here both on the CPU, the exact values as a non-contiguous view."""
+    exact, fp32, _, _ = _softmax_of_large_logits()
+    candidate = (exact + (exact - fp32.double()) * 0.9).float()
+    accepted, _ = oracle_check(fp32, exact.t().contiguous().t(), candidate)
+    assert accepted
