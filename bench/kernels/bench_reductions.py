@@ -132,13 +132,16 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
 # cluster of 8 that reads them once but leaves HBM idle while it reduces (6.0 ms in level1/66, 2026-11-26).
 # "+persist": rows cached across a cluster, with as many clusters as fit walking the rows and the final pass
 # prefetching the next row (`ReductionSpec.persistent`); "+one": split rows whose blocks wait for each other's
-# partials in one cooperative launch and re-read their share from L2 (`ReductionSpec.one_launch`).
+# partials in one cooperative launch and re-read their share from L2 (`ReductionSpec.one_launch`);
+# "+vec1": rows whose length is not a multiple of 4 with 4-byte loads, against the planner's 16-byte chunks
+# from each row's first aligned element.
 FORCED = {"+rolled": ("sum_last_16384x10240", "sum_last_20480x16384", "rows_three_sums_16384x10240",
                         "logsumexp_32768x4093", "rows_kl_sums_8192x81920", "softmax_4096x393216",
                         "layernorm_4096x65536"),
           "+uncached": ("rows_kl_sums_8192x81920",),
           "+persist": ("softmax_4096x393216", "softmax_768x262144", "layernorm_4096x65536",
                        "rmsnorm_4096x65536", "rows_kl_sums_8192x81920"),
+          "+vec1": ("logsumexp_32768x4093", "rmsnorm_16x4096x3071"),
           "+one256": ("softmax_4096x393216", "layernorm_4096x65536", "batchnorm_train_32x128x112x112"),
           "+one": ("softmax_4096x393216", "softmax_768x262144", "layernorm_4096x65536", "rmsnorm_4096x65536",
                    "groupnorm_nhwc_64x126x126x128_g8", "batchnorm_train_32x128x112x112",
@@ -195,7 +198,8 @@ def forced_warps(group, warps: int):
 
 # workload name suffix -> the launch it forces
 FORCINGS = {"+split": forced_split, "+rolled": rolled, "+uncached": forced_uncached, "+persist": persistent,
-            "+one": one_launch, "+one256": lambda group: forced_small_one_launch(group),
+            "+one": one_launch, "+one256": forced_small_one_launch,
+            "+vec1": lambda group: forced(group, vec=1),
             "+w8": lambda group: forced_warps(group, 8), "+w16": lambda group: forced_warps(group, 16)}
 
 

@@ -13,6 +13,8 @@ every pass reads them from there.
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 from kernelwright.codegen.kernel import KernelSource, source_template
@@ -82,6 +84,13 @@ class _RowKernel:
         self.layout = merge_layout(space.domain, space.reduce, strides)
         vec_ok = all(self.layout.innermost_stride(a) in (0, 1) for a in range(len(strides)))
         self.vec = spec.vec if vec_ok else 1
+        # rows not a multiple of 4 long: 16-byte chunks from each row's first aligned element (`_anchor`)
+        self.anchor = None
+        reduced = self.layout.reduced_dims
+        if self.vec == 4 and reduced and self.layout.sizes[reduced[-1]] % 4:
+            self.anchor = self._anchor(spec)
+            if self.anchor is None:
+                self.vec = 1
         self.frozen = True      # every access is known: the layout above covers them all
         self.readers = {k: self._passes_reading(k) for k in range(len(group.inputs))}
         # one cache slot per input: an input addressed two ways (two views) is not cached
@@ -89,7 +98,9 @@ class _RowKernel:
                        and sum(key[0] == k for key in self.access_keys) == 1] if spec.cache else []
         self.shares = self._shared_accumulators()
         # persistent: clusters walk their rows, the final pass refilling the cache with the next row's chunks
-        self.persistent = bool(spec.persistent and self.cached and spec.layout == "row" and not spec.split)
+        # (not SHIFTED: the next row's chunks start elsewhere than this row's)
+        self.persistent = bool(spec.persistent and self.cached and spec.layout == "row" and not spec.split
+                               and self.anchor is None)
         self.final_pass = self.reduction_passes if self.elem_outputs else self.reduction_passes - 1
         # one launch: split rows whose blocks wait for each other's partials (row layout, elementwise outputs)
         self.one_launch = bool(spec.one_launch and spec.split and self.elem_outputs and spec.layout == "row")
@@ -97,6 +108,34 @@ class _RowKernel:
         self.idx_t = index_type(*extents)
 
     # ------------------------------------------------------------------ accesses and levels
+
+    def _anchor(self, spec: ReductionSpec) -> int | None:
+        """For rows whose length is not a multiple of 4: the access whose address decides where each row's
+        16-byte chunks start (`SHIFTED` kernels), or None when the row cannot be taken that way. It needs
+        the row layout with one reduced (merged) dim, innermost; every access that walks the row must do so
+        from the same row offset as the anchor (the same kept strides: the same alignment, given pointers
+        at the same phase, which the launcher checks), except inputs the same for every row (an affine
+        weight), which are read a value at a time."""
+        layout = self.layout
+        if spec.layout != "row" or layout.reduced_dims != [len(layout.sizes) - 1]:
+            return None
+        walking = [a for a in range(len(layout.accesses)) if layout.innermost_stride(a) == 1]
+        row_varying = [a for a in walking if any(layout.accesses[a][d] for d in layout.kept_dims)]
+        if not row_varying:
+            return None
+        anchor = row_varying[0]
+        kept = [layout.accesses[anchor][d] for d in layout.kept_dims]
+        for a in row_varying:
+            if [layout.accesses[a][d] for d in layout.kept_dims] != kept:
+                return None
+        return anchor
+
+    def _gathered(self, a: int) -> bool:
+        """Whether access `a` walks the row but is the same for every row (an affine weight): in a SHIFTED
+        kernel its chunks are not aligned, so it is read a value at a time."""
+        layout = self.layout
+        return (self.anchor is not None and layout.innermost_stride(a) == 1
+                and not any(layout.accesses[a][d] for d in layout.kept_dims))
 
     def _context(self, node: Node) -> str:
         if node.op in REDUCE_OPS or node.op in ELEM_ANCHORS:
@@ -177,7 +216,8 @@ class _RowKernel:
             persistent="true" if self.persistent else "false",
             block_order=self._block_order(), rows_close=self._rows_close(),
             mapping=self._mapping(column), row_offsets="\n".join(self._row_offsets()),
-            body="\n".join(body), vec=self.vec, **self._launcher(params, rows_per_block),
+            body="\n".join(body), vec=self.vec, shifted="true" if self.anchor is not None else "false",
+            **self._launcher(params, rows_per_block),
         )
         entry, kernel_spec = contiguous_entry(self.name, self.group.inputs, self.group.outputs,
                                        workspace=self.spec.split)
@@ -294,6 +334,18 @@ class _RowKernel:
         for a, strides in enumerate(layout.accesses):
             lines.append(f"  const idx_t kb{a} = {offset(layout.kept_dims, strides, 'kd')};")
             lines.append(f"  (void)kb{a};")
+        if self.anchor is not None:
+            pointer = self._pointer(self.anchor)
+            start = f"reinterpret_cast<uintptr_t>({pointer} + kb{self.anchor}) / 4"
+            lines += ["  // this row's 16-byte chunks start `shift` elements in (SHIFTED); `edges` elements",
+                      "  // before and after them are taken one at a time",
+                      "  const int shift = SHIFTED && VEC > 1 ? "
+                      f"static_cast<int>((VEC - {start} % VEC) % VEC) : 0;",
+                      "  const idx_t ROW_CHUNKS = SHIFTED && VEC > 1 ? (LEN - shift) / VEC : CHUNKS;",
+                      "  const int edges = static_cast<int>(LEN - ROW_CHUNKS * VEC);",
+                      "  (void)edges;"]
+        else:
+            lines.append("  constexpr idx_t ROW_CHUNKS = CHUNKS;")
         if self.persistent:
             lines += ["  // the next row this block takes (the final pass prefetches its cached inputs)",
                       "  const idx_t nrow = (block_row + row_step) * ROWS_PER_BLOCK + slot;",
@@ -322,7 +374,8 @@ class _RowKernel:
         """The chunk loop of one pass: coordinates, loads (from global or the row cache), `decls`, the
         per-element statements and `inner`, then `after` once per chunk."""
         layout = self.layout
-        head = ["const idx_t p0 = c * VEC;   // first element of this chunk, along the row", "(void)p0;"]
+        first = "shift + c * VEC" if self.anchor is not None else "c * VEC"
+        head = [f"const idx_t p0 = {first};   // first element of this chunk, along the row", "(void)p0;"]
         wait = []
         if env.p == 0 and self._fill_overlaps_pass0():
             wait.append("if (CACHE) kw::copy_async_wait_pending(--fill_pending);  // chunk c landed")
@@ -339,7 +392,25 @@ class _RowKernel:
                        for a in self._fills()),
                      "  kw::copy_async_commit();", "  ++fill_pending;", "}"]
         loads = [(f"x{a}", self._load_value(a)) for a in env.loads]
-        return ["  if (live) {"] + self._chunk_loop(head, wait, coords, loads, rest) + ["  }"]
+        edge_body = list(decls) + rest[len(decls):rest.index("}") + 1] + list(after)   # no prefetch
+        chunks = self._chunk_loop(head, wait, coords, loads, rest)
+        return ["  if (live) {", *chunks, *self._edges(env, edge_body), "  }"]
+
+    def _edges(self, env: _PassEnv, body: list[str]) -> list[str]:
+        """SHIFTED: the row's elements outside its aligned chunks (at most 3 before, 3 after), one each for
+        the first threads of the row's first block, with the pass's statements at width 1 (`body`: the
+        chunk's statements and updates without the prefetch); read from global memory, never the cache."""
+        if self.anchor is None:
+            return []
+        layout = self.layout
+        coords = decompose("p0", layout.reduced_dims, layout.sizes, "rd", "idx_t") \
+            if env.loads or env.stores else []
+        loads = [f"const kw::Vec<float, 1> x{a} = kw::load_vec<float, 1>({self._address(a)});"
+                 for a in env.loads]
+        lines = ["const idx_t p0 = t < shift ? t : ROW_CHUNKS * VEC + t;   // an edge element of the row",
+                 "(void)p0;", *coords, *loads, *(re.sub(r"\bVEC\b", "1", line) for line in body)]
+        edge = ["    if (SHIFTED && VEC > 1 && rank == 0 && t < edges) {"]
+        return edge + ["      " + line for line in lines] + ["    }"]
 
     def _chunk_loop(self, head: list[str], wait: list[str], coords: list[str], loads: list[tuple[str, str]],
                     rest: list[str]) -> list[str]:
@@ -382,7 +453,14 @@ class _RowKernel:
 
     def _address(self, a: int, row_offset: str = "kb") -> str:
         along = offset(self.layout.reduced_dims, self.layout.accesses[a], "rd")
-        return f"in{self.access_keys[a][0]} + {row_offset}{a} + {along}"
+        return f"{self._pointer(a)} + {row_offset}{a} + {along}"
+
+    def _pointer(self, a: int) -> str:
+        """The base pointer of access `a` (an input, or the elementwise outputs' first)."""
+        position = self.access_keys[a][0]
+        if position >= 0:
+            return f"in{position}"
+        return f"out{self._out_pos(self.elem_outputs[0])}"
 
     def _fills(self) -> list[int]:
         """The accesses the row cache holds (one per cached input)."""
@@ -393,6 +471,8 @@ class _RowKernel:
         vec = "kw::Vec<float, VEC>"
         if self.layout.innermost_stride(a) == 0 and self.layout.reduced and self.layout.reduced[-1]:
             load = f"kw::splat<float, VEC>(kw::load({self._address(a)}))"
+        elif self._gathered(a):
+            load = f"kw::load_each<float, VEC>({self._address(a)})"
         else:
             load = f"kw::load_vec<float, VEC>({self._address(a)})"
         if self.access_keys[a][0] not in self.cached:
@@ -420,7 +500,8 @@ class _RowKernel:
                       "  if (CACHE && live) {"]
         coords = decompose("p0", layout.reduced_dims, layout.sizes, "rd", "idx_t")
         copies = [f"kw::copy_async<VEC>({self._cache_slot(a)}, {self._address(a)});" for a in self._fills()]
-        lines += self._chunk_loop(["const idx_t p0 = c * VEC;"], [], coords, [],
+        first = "shift + c * VEC" if self.anchor is not None else "c * VEC"
+        lines += self._chunk_loop([f"const idx_t p0 = {first};"], [], coords, [],
                                   copies + ["kw::copy_async_commit();", "++fill_pending;"])
         if self.persistent:
             lines.append("  }")
@@ -523,6 +604,15 @@ class _RowKernel:
         pointers = [f"in{k}" for k in range(len(self.group.inputs))] + \
             [f"out{k}" for k in range(len(self.group.outputs))]
         aligned = " && ".join(f"kw::is_aligned<float4>({p})" for p in pointers) or "true"
+        if self.anchor is not None:
+            # SHIFTED: the pointers that walk the rows at the same phase as the anchor's (then every row's
+            # chunks align for all of them); the others are read a value at a time
+            anchor = self._pointer(self.anchor)
+            walking = {self._pointer(a) for a in range(len(self.layout.accesses))
+                       if self.layout.innermost_stride(a) == 1 and not self._gathered(a)}
+            walking |= {f"out{self._out_pos(n)}" for n in self.elem_outputs}
+            aligned = " && ".join(f"kw::same_phase16({p}, {anchor})" for p in sorted(walking - {anchor})) \
+                or "true"
         full_row = rows_per_block * max(1, len(self.cached)) * spec.space.row_length * 4
         entry_params = params[:-4] if spec.split else params      # the split's four are the launcher's
         fields = dict(name=self.name, params=", ".join(params), entry_params=", ".join(entry_params),

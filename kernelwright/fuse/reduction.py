@@ -421,7 +421,9 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
                 return ReductionSpec(space, levels, "column", 512, 16, split, False, passes, 1, split=True)
         return ReductionSpec(space, levels, "column", 32 * warps, warps, cluster, False, passes, 1)
 
-    vec = 4 if live and domain[live[-1]] % 4 == 0 else 1
+    # 16-byte loads; a row whose length is not a multiple of 4 takes them from its first aligned element,
+    # its edges (at most 3 elements each side) one at a time (the renderer's SHIFTED kernels)
+    vec = 4 if live and (domain[live[-1]] % 4 == 0 or length >= 128) else 1
     chunks = length // vec
     # at least 16 elements per thread (four 16-byte vectors): fewer leave the threads waiting on the
     # row's reduction barriers more than on memory (a 3071-long row on 1024 threads ran at half bandwidth)

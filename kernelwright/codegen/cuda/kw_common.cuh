@@ -166,6 +166,20 @@ __host__ __device__ __forceinline__ bool is_aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % sizeof(T) == 0;
 }
 
+// Whether `p` and `q` lie at the same offset within a 16-byte word (a row's chunks then align for both).
+__host__ __device__ __forceinline__ bool same_phase16(const void* p, const void* q) {
+  return (reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(q)) % 16 == 0;
+}
+
+// N consecutive values from an address of no particular alignment, one load each.
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> load_each(const T* p) {
+  Vec<T, N> out;
+#pragma unroll
+  for (int j = 0; j < N; ++j) out.v[j] = load<T>(p + j);
+  return out;
+}
+
 // Asynchronous global -> shared copy of N floats (cp.async, sm_80+; N = 1 or 4, `src` aligned to 4 * N
 // bytes). The data does not pass through registers, so one thread can have its whole share of a row in
 // flight at once instead of a few loads per loop iteration. Visible to the issuing thread after
