@@ -42,13 +42,24 @@ def build(graphs: dict[str, Graph], change=None):
     return module, groups
 
 
+def changed_cases(change) -> list[str]:
+    """The cases with a group that `change` applies to (it returns None for the others)."""
+    return sorted(name for name, make in CASES.items() if any(change(g) for g in plan_fusion(make()).groups))
+
+
+def build_changed(names: list[str], change):
+    """The module of cases `names` (with `change` applied to their groups), and per case its graph, group
+    and kernel name."""
+    graphs = {name: CASES[name]() for name in names}
+    module, groups = build(graphs, change=change)
+    return module, {name: (graphs[name], *groups[name]) for name in graphs}
+
+
 @pytest.fixture(scope="module")
 def built():
     """The module, and per case its graph, group and kernel name: groups hold the very node objects of
     the graph they were planned from, so tests must use that graph, not a rebuilt one."""
-    graphs = {name: make() for name, make in CASES.items()}
-    module, groups = build(graphs)
-    return module, {name: (graphs[name], *groups[name]) for name in graphs}
+    return build_changed(list(CASES), None)
 
 
 def group_args(graph, group, inputs, params) -> list:
@@ -94,16 +105,13 @@ def test_case_matches_pytorch(built, case):
     assert_close(case, ours, expected, tolerance_kind(case, group))
 
 
-ROLLED_CASES = sorted(name for name, make in CASES.items()
-                      if any(rolled(g) for g in plan_fusion(make()).groups))
+ROLLED_CASES = changed_cases(rolled)
 
 
 @pytest.fixture(scope="module")
 def built_rolled():
     """The row-layout cases with the runtime chunk loop instead of the planner's full unroll."""
-    graphs = {name: CASES[name]() for name in ROLLED_CASES}
-    module, groups = build(graphs, change=rolled)
-    return module, {name: (graphs[name], *groups[name]) for name in graphs}
+    return build_changed(ROLLED_CASES, rolled)
 
 
 @pytest.mark.parametrize("case", ROLLED_CASES)
@@ -114,17 +122,14 @@ def test_both_chunk_loops_match_pytorch(built, built_rolled, case):
         _check_aligned_and_not(module, cases[case], case)
 
 
-PERSISTENT_CASES = sorted(name for name, make in CASES.items()
-                          if any(persistent(g) for g in plan_fusion(make()).groups))
+PERSISTENT_CASES = changed_cases(persistent)
 
 
 @pytest.fixture(scope="module")
 def built_persistent():
     """The cases whose rows a cluster caches, with persistent clusters (each walks several of the rows,
     prefetching the next into the slots its final pass has read)."""
-    graphs = {name: CASES[name]() for name in PERSISTENT_CASES}
-    module, groups = build(graphs, change=persistent)
-    return module, {name: (graphs[name], *groups[name]) for name in graphs}
+    return build_changed(PERSISTENT_CASES, persistent)
 
 
 @pytest.mark.parametrize("case", PERSISTENT_CASES)
@@ -137,16 +142,13 @@ def test_persistent_clusters_match_pytorch(built_persistent, case):
         _check_aligned_and_not(built_persistent[0], built_persistent[1][case], case)
 
 
-ONE_LAUNCH_CASES = sorted(name for name, make in CASES.items()
-                          if any(one_launch(g) for g in plan_fusion(make()).groups))
+ONE_LAUNCH_CASES = changed_cases(one_launch)
 
 
 @pytest.fixture(scope="module")
 def built_one_launch():
     """Split rows (planned, or instead of a cached cluster) in one cooperative launch."""
-    graphs = {name: CASES[name]() for name in ONE_LAUNCH_CASES}
-    module, groups = build(graphs, change=one_launch)
-    return module, {name: (graphs[name], *groups[name]) for name in graphs}
+    return build_changed(ONE_LAUNCH_CASES, one_launch)
 
 
 @pytest.mark.parametrize("case", ONE_LAUNCH_CASES)
