@@ -504,8 +504,10 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
         elem_out = any(level_of[id(o)] == "elem" for o in group.outputs)
         others = [dataclasses.replace(spec, one_launch=True)] if elem_out else []
     elif spec.cache and spec.cluster > 1:
-        others = [plan_launch(spec.space, group, spec.levels, allow_cache=False),
-                  dataclasses.replace(spec, persistent=True)]
+        others = [plan_launch(spec.space, group, spec.levels, allow_cache=False)]
+        if spec.vec == 1 or spec.space.row_length % 4 == 0:
+            # (rows of other lengths take shifted chunks, which persistent clusters do not)
+            others.append(dataclasses.replace(spec, persistent=True))
     else:
         others = []
     return [dataclasses.replace(group, config=(other,)) for other in others if other != spec]

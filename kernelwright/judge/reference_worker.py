@@ -5,6 +5,9 @@ eager / torch.compile timings."""
 from __future__ import annotations
 
 import copy
+import gc
+import itertools
+import traceback
 from pathlib import Path
 
 import torch
@@ -198,28 +201,37 @@ class ReferenceWorker:
         try:
             return self._float64_run(trial, model, on_cpu=False), ""
         except torch.OutOfMemoryError as exc:
-            out_of_memory = exc
+            on_gpu = _first_line(exc)
+            # the failed attempt's float64 copies live in its frames: free them before trying again
+            traceback.clear_frames(exc.__traceback__)
         except (RuntimeError, TypeError, ValueError) as exc:
-            return None, _not_float64(exc)
+            return None, f"the model does not run in float64 ({type(exc).__name__}: {_first_line(exc)})"
+        gc.collect()
         _release_cached(self.device)
         try:
             return self._float64_run(trial, model, on_cpu=True), ""
         except (RuntimeError, TypeError, ValueError, MemoryError) as exc:
             # e.g. a forward that makes CUDA tensors: whether it runs in float64 on the GPU is unknown
-            raise out_of_memory from exc
+            raise torch.OutOfMemoryError(f"the float64 re-check fits neither the GPU ({on_gpu}) nor the "
+                                         f"CPU ({type(exc).__name__}: {_first_line(exc)})") from None
 
     def _float64_run(self, trial: Trial, model: torch.nn.Module, on_cpu: bool) -> object:
-        inputs = self.trial_inputs(trial)   # drawn where the trial drew them: the same values
-        if not on_cpu:
+        """`model` in float64 on the trial's inputs (drawn where the trial drew them: the same values), on
+        the judged device or on the CPU (the copy made there directly, the inputs moved one at a time)."""
+        inputs = self.trial_inputs(trial)
+        if on_cpu:
+            exact = _copy_to(model, torch.device("cpu"))
+            moved = []
+            while inputs:
+                t = inputs.pop(0)
+                moved.append(t.to("cpu", torch.float64 if t.is_floating_point() else t.dtype)
+                             if isinstance(t, torch.Tensor) else t)
+                del t
+            inputs = moved
+        else:
             exact = copy.deepcopy(model).double()
             inputs = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
                       for t in inputs]
-        else:
-            exact = self.problem.build_model(self.config["seed"], "cpu")
-            exact.load_state_dict(model.state_dict())
-            exact = exact.double()
-            inputs = [t.to("cpu", torch.float64 if t.is_floating_point() else t.dtype)
-                      if isinstance(t, torch.Tensor) else t for t in inputs]
         with torch.no_grad():
             return exact(*inputs)
 
@@ -265,9 +277,21 @@ def _all_finite(outputs) -> bool:
     )
 
 
-def _not_float64(exc: BaseException) -> str:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"the model does not run in float64 ({type(exc).__name__}: {first[:200]})"
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else ""
+
+
+def _copy_to(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """A float64 copy of `model` on `device` (the CPU), its parameters and buffers copied there directly
+    (no second copy on the GPU); everything else as `copy.deepcopy` copies it (non-persistent buffers,
+    attributes, the training flag)."""
+    memo: dict[int, object] = {}
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        moved = t.detach().to(device, torch.float64 if t.is_floating_point() else t.dtype)
+        memo[id(t)] = torch.nn.Parameter(moved, requires_grad=t.requires_grad) \
+            if isinstance(t, torch.nn.Parameter) else moved
+    return copy.deepcopy(model, memo).double()
 
 
 def _release_cached(device: str) -> None:

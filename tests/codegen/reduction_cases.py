@@ -283,6 +283,10 @@ CASES: dict[str, Callable[[], Graph]] = {
     "log_softmax_divergence_rows_long": lambda: log_softmax_divergence((3, 70001), row_sums=True),
     "cosine_by_three_sums": lambda: cosine_by_three_sums((33, 10241)),
     "picked_minus_logsumexp": lambda: picked_minus_logsumexp((129, 4093)),
+    # more rows than clusters fit at once: persistent clusters prefetch (one cached input and elementwise
+    # outputs; two cached inputs and a final pass that reduces)
+    "softmax_many_cluster_rows": lambda: one("softmax", (300, 65536), dim=1),
+    "kl_rows_many_cluster_rows": lambda: log_softmax_divergence((300, 70000), row_sums=True),
     "mean_center_dim0": lambda: mean_center((300, 41), (0,)),
     "instance_norm": lambda: instance_norm_by_hand((4, 6, 37, 29)),
     "group_norm": lambda: group_norm((4, 12, 9, 11), 3),
@@ -318,11 +322,10 @@ def rolled(group: FusedGroup) -> FusedGroup | None:
 
 def persistent(group: FusedGroup) -> FusedGroup | None:
     """A reduction group whose rows a cluster caches, made persistent (`ReductionSpec.persistent`: clusters
-    walking rows, the final pass prefetching the next row), or None for other groups."""
-    spec = group.config[0] if group.family == "reduction" and group.config else None
-    if spec is None or not spec.cache or spec.cluster == 1 or spec.layout != "row" or spec.split:
-        return None
-    return dataclasses.replace(group, config=(dataclasses.replace(spec, persistent=True),))
+    walking rows, the final pass prefetching the next row) as `launch_alternatives` offers it, or None."""
+    from kernelwright.fuse import launch_alternatives
+
+    return next((g for g in launch_alternatives(group) if g.config[0].persistent), None)
 
 
 def one_launch(group: FusedGroup) -> FusedGroup | None:
