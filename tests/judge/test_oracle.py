@@ -138,3 +138,23 @@ def test_the_oracle_reads_a_float64_result_kept_on_another_device():
     candidate = (exact + (exact - fp32.double()) * 0.9).float()
     accepted, _ = oracle_check(fp32, exact.t().contiguous().t(), candidate)
     assert accepted
+
+
+def test_the_cpu_float64_copy_keeps_what_a_rebuild_would_lose():
+    """The CPU copy of the float64 re-check is the judged model's, not a rebuilt one: parameters and
+    buffers as they are now (a non-persistent buffer included), shared parameters still shared, the
+    training flag kept; the original untouched."""
+    from kernelwright.judge.reference_worker import _copy_to
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3))
+    model[1].register_buffer("scratch", torch.full((3,), 7.0), persistent=False)
+    model.tied = model[0].weight           # the same Parameter reachable twice
+    model.eval()
+    with torch.no_grad():
+        model[0].weight.fill_(0.5)
+    copied = _copy_to(model, torch.device("cpu"))
+    assert not copied.training and copied[0].weight.dtype == torch.float64
+    assert torch.equal(copied[0].weight, torch.full((3, 3), 0.5, dtype=torch.float64))
+    assert torch.equal(copied[1].scratch, torch.full((3,), 7.0, dtype=torch.float64))
+    assert copied.tied is copied[0].weight and copied[0].weight is not model[0].weight
+    assert model[0].weight.dtype == torch.float32
