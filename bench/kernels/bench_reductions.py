@@ -30,6 +30,7 @@ from _timing import time_ms  # noqa: E402
 from kernel_variants import launched_variants  # noqa: E402
 from reduction_cases import (  # noqa: E402
     batch_norm_train,
+    blocks_per_row,
     cosine_by_three_sums,
     group_norm,
     layer_norm,
@@ -182,11 +183,10 @@ def forced_uncached(group):
 def forced_small_one_launch(group):
     """Split rows in one launch with blocks of 256 threads, at most 8,192 floats each: the "+one256"
     workloads (more, smaller blocks per SM than `ReductionSpec.one_launch`'s planned 512 x 16,384)."""
-    spec = one_launch(group).config[0]
-    split = spec.cluster
-    while spec.space.row_length > 8192 * split and split < 128:
-        split *= 2
-    return forced(one_launch(group), threads=256, warps_per_row=8, cluster=split)
+    together = one_launch(group)
+    spec = together.config[0]
+    split = blocks_per_row(spec.space.row_length, 8192, spec.cluster, 128)
+    return forced(together, threads=256, warps_per_row=8, cluster=split)
 
 
 def forced_warps(group, warps: int):

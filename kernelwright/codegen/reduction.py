@@ -214,7 +214,7 @@ class _RowKernel:
             warps=spec.warps_per_row, rows_per_block=rows_per_block, cached=max(1, len(self.cached)),
             structs="\n\n".join(structs), params=", ".join(params),
             persistent="true" if self.persistent else "false",
-            block_order=self._block_order(), rows_close=self._rows_close(),
+            block_order=self._rows_open(), rows_close=self._rows_close(),
             mapping=self._mapping(column), row_offsets="\n".join(self._row_offsets()),
             body="\n".join(body), vec=self.vec, shifted="true" if self.anchor is not None else "false",
             **self._launcher(params, rows_per_block),
@@ -258,13 +258,15 @@ class _RowKernel:
                    "  const Pass0 acc0 = live ? kw::load_cg(&combined[row]) : Pass0::init();"]
                 + [_maybe_unused(line) for line in apply.after_pass(0)] + self._output_pass())
 
-    def _block_order(self) -> str:
+    def _rows_open(self) -> str:
+        """Which rows a block takes: a loop over them (persistent or one-launch kernels), else
+        `_block_order`'s one share of one row per block."""
         if self.persistent:
             return _PERSISTENT_ROWS
         return _ONE_LAUNCH_ROWS if self.one_launch else _block_order(self.spec.split)
 
     def _rows_close(self) -> str:
-        """The end of the loop over rows that `_block_order` opened (persistent or one-launch kernels)."""
+        """The end of the loop over rows that `_rows_open` opened (persistent or one-launch kernels)."""
         if self.persistent:
             return "  prefetched = next_live;\n  }"
         return "  }" if self.one_launch else ""
@@ -276,9 +278,7 @@ class _RowKernel:
         does: all blocks get the same statistics), writes the row outputs (rank 0) and its share of the
         elementwise outputs."""
         stats, apply = _RowScalars(self), _RowScalars(self)
-        writes = [f"      out{self._out_pos(o)}[row] = {stats.value(o)};" for o in self.row_outputs]
-        phase0 = ([_maybe_unused(line) for line in stats.after_pass(0)]
-                  + (["    if (live && leader) {", *writes, "    }"] if writes else []))
+        phase0 = [_maybe_unused(line) for line in stats.after_pass(0)] + self._row_writes(stats)
         return (["  Pass0 stats = Pass0::init();",
                  "  if (phase != 1) {",
                  *("  " + line for line in self._reduction_pass(0, column=False)),
@@ -374,8 +374,8 @@ class _RowKernel:
         """The chunk loop of one pass: coordinates, loads (from global or the row cache), `decls`, the
         per-element statements and `inner`, then `after` once per chunk."""
         layout = self.layout
-        first = "shift + c * VEC" if self.anchor is not None else "c * VEC"
-        head = [f"const idx_t p0 = {first};   // first element of this chunk, along the row", "(void)p0;"]
+        head = [f"const idx_t p0 = {self._chunk_start()};   // first element of this chunk, along the row",
+                "(void)p0;"]
         wait = []
         if env.p == 0 and self._fill_overlaps_pass0():
             wait.append("if (CACHE) kw::copy_async_wait_pending(--fill_pending);  // chunk c landed")
@@ -395,6 +395,10 @@ class _RowKernel:
         edge_body = list(decls) + rest[len(decls):rest.index("}") + 1] + list(after)   # no prefetch
         chunks = self._chunk_loop(head, wait, coords, loads, rest)
         return ["  if (live) {", *chunks, *self._edges(env, edge_body), "  }"]
+
+    def _chunk_start(self) -> str:
+        """The row element where chunk `c` starts (SHIFTED: counted from the row's first aligned one)."""
+        return "shift + c * VEC" if self.anchor is not None else "c * VEC"
 
     def _edges(self, env: _PassEnv, body: list[str]) -> list[str]:
         """SHIFTED: the row's elements outside its aligned chunks (at most 3 before, 3 after), one each for
@@ -500,8 +504,7 @@ class _RowKernel:
                       "  if (CACHE && live) {"]
         coords = decompose("p0", layout.reduced_dims, layout.sizes, "rd", "idx_t")
         copies = [f"kw::copy_async<VEC>({self._cache_slot(a)}, {self._address(a)});" for a in self._fills()]
-        first = "shift + c * VEC" if self.anchor is not None else "c * VEC"
-        lines += self._chunk_loop([f"const idx_t p0 = {first};"], [], coords, [],
+        lines += self._chunk_loop([f"const idx_t p0 = {self._chunk_start()};"], [], coords, [],
                                   copies + ["kw::copy_async_commit();", "++fill_pending;"])
         if self.persistent:
             lines.append("  }")

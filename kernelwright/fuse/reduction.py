@@ -394,6 +394,13 @@ def reduction_passes(group: FusedGroup) -> dict[int, int]:
     return passes
 
 
+def has_elem_output(group: FusedGroup, levels: tuple[str, ...]) -> bool:
+    """Whether the group writes an elementwise output (a softmax's, a norm's) besides per-row values;
+    `levels` per group node, as in `ReductionSpec.levels`."""
+    level_of = {id(n): lv for n, lv in zip(group.nodes, levels, strict=True)}
+    return any(level_of[id(o)] == "elem" for o in group.outputs)
+
+
 def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
                 device: Device = DEVICE, allow_cache: bool = True) -> ReductionSpec:
     """The launch of a reduction group; `allow_cache` False: rows read again by every pass instead of
@@ -401,8 +408,7 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
     domain, reduce = space.domain, space.reduce
     live = [d for d, s in enumerate(domain) if s != 1]
     innermost_reduced = not live or live[-1] in reduce
-    level_of = {id(n): lv for n, lv in zip(group.nodes, levels, strict=True)}
-    has_elem_out = any(level_of[id(o)] == "elem" for o in group.outputs)
+    has_elem_out = has_elem_output(group, levels)
     passes = max(reduction_passes(group).values(), default=0) + 1 + (1 if has_elem_out else 0)
     rows, length = space.rows, space.row_length
     # one pass over the row accumulates everything (then, maybe, one more writes the elementwise outputs)
@@ -500,9 +506,7 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     if spec is None or spec.layout != "row":
         return []
     if spec.split:
-        level_of = {id(n): lv for n, lv in zip(group.nodes, spec.levels, strict=True)}
-        elem_out = any(level_of[id(o)] == "elem" for o in group.outputs)
-        others = [dataclasses.replace(spec, one_launch=True)] if elem_out else []
+        others = [dataclasses.replace(spec, one_launch=True)] if has_elem_output(group, spec.levels) else []
     elif spec.cache and spec.cluster > 1:
         others = [plan_launch(spec.space, group, spec.levels, allow_cache=False)]
         if spec.vec == 1 or spec.space.row_length % 4 == 0:

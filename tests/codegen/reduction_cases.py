@@ -333,23 +333,28 @@ def one_launch(group: FusedGroup) -> FusedGroup | None:
     planner's split with the flag (what `launch_alternatives` offers), and, for the GPU tests and
     bench_reductions only ("+one"), rows a cluster caches in one pass with elementwise outputs, split into
     blocks of at most 16,384 floats."""
+    from kernelwright.fuse.reduction import has_elem_output
+
     spec = group.config[0] if group.family == "reduction" and group.config else None
-    if spec is None or spec.layout != "row":
-        return None
-    level_of = {id(n): lv for n, lv in zip(group.nodes, spec.levels, strict=True)}
-    elem_out = any(level_of[id(o)] == "elem" for o in group.outputs)
-    if not elem_out:
+    if spec is None or spec.layout != "row" or not has_elem_output(group, spec.levels):
         return None
     if spec.split:
         return dataclasses.replace(group, config=(dataclasses.replace(spec, one_launch=True),))
     if not spec.cache or spec.cluster == 1 or spec.passes != 2:
         return None
-    split = 2
-    while spec.space.row_length > 16384 * split and split < 64:
-        split *= 2
+    split = blocks_per_row(spec.space.row_length, 16384, 2, 64)
     together = dataclasses.replace(spec, threads=512, warps_per_row=16, cluster=split, cache=False,
                                    split=True, full_unroll=True, one_launch=True)
     return dataclasses.replace(group, config=(together,))
+
+
+def blocks_per_row(length: int, floats: int, least: int, most: int) -> int:
+    """Split blocks for rows of `length` floats: the fewest (a power of two times `least`, at most `most`)
+    that take at most `floats` each."""
+    split = least
+    while length > floats * split and split < most:
+        split *= 2
+    return split
 
 
 def random_inputs(graph: Graph, device: str, seed: int = 0) -> tuple[list, dict[str, torch.Tensor]]:
