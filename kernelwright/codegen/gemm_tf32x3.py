@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 
+from kernelwright.codegen.assemble import HEADER_DIR
 from kernelwright.codegen.gemm_entry import epilogue_operands, gemm_inputs, input_index, stored_matrices
 from kernelwright.codegen.kernel import KernelSpec, entry_points, source_template, typed
 from kernelwright.fuse.gemm import GemmConfig, GemmView
@@ -74,10 +75,10 @@ def has_epilogue(view: GemmView) -> bool:
 
 # A split of [batch, rows, cols] floats: 3 copies (big and small parts); one fingerprint word per 4096-element
 # tile (the split kernel's kTile). The runtime keeps a parameter's split per process, for every model: its
-# key names the split's format (a hash of the kernels' source), so files of other kernelwright versions in
-# one process never read each other's splits.
+# key names the split's format (a hash of the split kernels' source, kw_gemm_x3.cuh), so files of other
+# kernelwright versions in one process never read each other's splits.
 SPLIT_TILE, SCRATCH_ALIGN = 4096, 256
-SPLIT_FORMAT = int(hashlib.sha1(_CUDA.template.encode()).hexdigest()[:12], 16)
+SPLIT_FORMAT = int(hashlib.sha1((HEADER_DIR / "kw_gemm_x3.cuh").read_bytes()).hexdigest()[:12], 16)
 
 
 def render_entry(name: str, launcher: str, group, view: GemmView,
@@ -117,7 +118,7 @@ def render_entry(name: str, launcher: str, group, view: GemmView,
                          cache))
         var = "xy"[j]
         lines += [f"  float* {var} = {target};",
-                  f"  error = {launcher}_split(static_cast<const float*>(in[{j}].data), "
+                  f"  error = kw_x3::split_matrix(static_cast<const float*>(in[{j}].data), "
                   f"{cols if rows == 1 else f'in[{j}].strides[1]'}, kw::batch_stride(in[{j}]), "
                   f"{batch}, {rows}, {cols}, {int(along)}, {pad}, {smalls}, {var}, cached[{j}].words, "
                   f"cached[{j}].salt, stream);",
@@ -130,7 +131,7 @@ def render_entry(name: str, launcher: str, group, view: GemmView,
         scratch += -(-view.batch * m * ld * 4 // SCRATCH_ALIGN) * SCRATCH_ALIGN
         lines.append(f"  float* product = {product};")
         product = "product"
-    lines.append(f"  error = {launcher}_gemm(x, {int(view.a_col_major)}, {0 if a_batch == 1 else 3 * m * k}, "
+    lines.append(f"  error = kw_x3::gemm(x, {int(view.a_col_major)}, {0 if a_batch == 1 else 3 * m * k}, "
                  f"y, {int(view.b_col_major)}, {0 if b_batch == 1 else 3 * k * n}, {product}, {ld}, "
                  f"{view.batch}, {m}, {n_gemm}, {3 * k}, {config.split_k}, stream);")
     if has_epilogue(view) or ld != n:

@@ -196,6 +196,12 @@ CASES: dict[str, Case] = {
     "x3_linear_odd_width": (lambda: _linear((96, 67), 101), X3, None),
     "x3_linear_odd_width_no_bias": (lambda: _linear((33, 64), 7, bias=False), X3, None),
     "x3_bmm_transposed_odd_width": (lambda: _bmm(3, 50, 61, 36, transpose_b=True), X3, None),
+    # K = 4099 and N = 1027: the weight read as one flat array across its unaligned rows (and its tiles
+    # written a value at a time), the product's padded rows read 16 bytes at a time by the epilogue
+    # (in the planner's chunks: one 3K-deep tensor-core pass is less accurate than FP32 at this depth)
+    "x3_linear_odd_depth_and_width": (lambda: _linear((130, 4099), 1027, epilogue=_relu_gelu),
+                                      GemmConfig(kernel="tf32x3", split_k=fuse_gemm.tf32x3_chunks(4099)),
+                                      None),
     "x3_linear_rank3_residual": (_linear_residual, X3, None),
     "x3_bmm_transposed_epilogue": (lambda: _bmm(8, 100, 72, 64, transpose_b=True, epilogue=True), X3, None),
     "x3_addmm_scaled": (lambda: _addmm(0.5, 2.0), X3, None),
@@ -311,10 +317,12 @@ def test_planner_picked_tf32x3_for_large_products(built):
         assert built[case][0].config.kernel == expected, case
 
 
-def test_tf32x3_weight_split_follows_the_parameter(built):
+@pytest.mark.parametrize("case", ["x3_linear_bias", "x3_linear_odd_depth_and_width"])
+def test_tf32x3_weight_split_follows_the_parameter(built, case):
     """The binding keeps a parameter's split: an in-place update, a write through `.data` to a few rows
-    (no version counter moves), or another tensor in its place, must be seen (no stale product)."""
-    group, fn, graph = built["x3_linear_bias"]
+    (no version counter moves), or another tensor in its place, must be seen (no stale product); with an
+    odd K too, whose split is checked and rewritten across unaligned rows."""
+    group, fn, graph = built[case]
     inputs, params = _values(graph, 3)
     inputs = [t.cuda() for t in inputs]
     params = {k: v.cuda() for k, v in params.items()}

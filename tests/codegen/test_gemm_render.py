@@ -234,7 +234,7 @@ def test_tf32x3_pads_an_odd_depth_and_width_to_multiples_of_4():
     assert group.config.kernel == "tf32x3"
     source = render(group)
     _, entry = _launcher_and_entry(source)
-    assert "_gemm(x, 0, 0, y, 1, 0, product, 4096, 1, 4096, 4096, 12300," in entry
+    assert "kw_x3::gemm(x, 0, 0, y, 1, 0, product, 4096, 1, 4096, 4096, 12300," in entry
     assert ", 1, 4096, 4099, 1, 1, 1, x, cached[0].words" in entry    # batch, rows, cols, along, pad, smalls
     at = 3 * 4096 * 4100 * 4
     assert f"float* product = reinterpret_cast<float*>(static_cast<char*>(workspace) + {at});" in entry
@@ -250,3 +250,22 @@ def test_tf32x3_source_compiles():
         pytest.skip("nvcc is not installed")
     group = dataclasses.replace(epilogue_group(), config=GemmConfig(kernel="tf32x3"))
     _compile(render(group).cuda, [])
+
+
+def test_tf32x3_gemms_of_one_model_share_one_split():
+    """The split kernels and the cuBLAS call do not depend on the GEMM (kw_gemm_x3.cuh): a library with two
+    3xTF32 GEMMs compiles them once (ptxas spent ~26 s on each copy), each GEMM adding only its epilogue."""
+    from kernelwright.codegen.assemble import assemble
+
+    x, w, b = input_node("x", 0, (2048, 1024)), param_node("w", (4096, 1024)), param_node("b", (4096,))
+    first = group_of(make_node("gelu", [make_node("linear", [x, w, b])], approximate="none"), inputs=(x,),
+                     params=(w, b))
+    second = group_of(make_node("relu", [make_node("linear", [x, w, b])]), inputs=(x,), params=(w, b))
+    sources = [render(first), render(second)]
+    assert all(s.config.kernel == "tf32x3" for s in (first, second)) and sources[0].name != sources[1].name
+    text = assemble(sources).cuda_text
+    assert text.count("namespace kw_x3 {") == 1
+    assert text.count("__launch_bounds__(kThreads) split_kernel(") == 1
+    assert all("split_kernel" not in s.cuda and "kw_x3::split_matrix(" in s.cuda for s in sources)
+    if nvcc_path() is not None:
+        _compile(text, [])
