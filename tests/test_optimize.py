@@ -194,3 +194,67 @@ def test_a_measured_launch_alternative_replaces_the_planners_launch(monkeypatch)
     assert other in kept.plan.groups and group not in kept.plan.groups
     assert other_kernel in kept.kernels and kernel not in kept.kernels and kernel in kept.built
     assert any(other_kernel.name in note and "fastest" in note for note in pipeline.result.notes)
+
+
+def _linear_softmax_variant(pipeline):
+    """A lowered variant with a GEMM group (linear + GELU) and a reduction group (softmax after it)."""
+    from kernelwright import compiler
+    from kernelwright.ir.graph import Graph
+    from kernelwright.ir.ops import input_node, make_node, param_node
+
+    x, w, b = input_node("x", 0, (1024, 1024)), param_node("w", (1024, 1024)), param_node("b", (1024,))
+    y = make_node("softmax", [make_node("gelu", [make_node("linear", [x, w, b])], approximate="none")],
+                  dim=-1)
+    variant = pipeline.lower(compiler.Variant("nchw", Graph(inputs=(x,), params=(w, b), outputs=(y,))))
+    assert {g.family for g in variant.plan.groups} == {"gemm", "reduction"}
+    return variant
+
+
+def test_a_mismatch_is_retried_with_atens_gemms_before_the_whole_model_fallback(monkeypatch):
+    """The judge rejects the file with our GEMM (mismatch): the same plan with ATen's GEMM is judged next and
+    emitted, its header naming the dropped GEMM kernel and the rejection; a file without our GEMM that the
+    judge also rejects, or a rejection that is not a mismatch, gives the whole-model fallback."""
+    import threading
+    from types import SimpleNamespace
+
+    from kernelwright import compiler
+
+    def run(verdict_of):
+        pipeline = compiler._Pipeline(SimpleNamespace(), compiler.DEFAULT_OPTIONS, None)
+        variant = _linear_softmax_variant(pipeline)
+        judged, emitted = [], []
+        monkeypatch.setattr(pipeline, "build_all", lambda variants: variants)
+        monkeypatch.setattr(pipeline, "replay", lambda v: v)
+
+        def judge(v):
+            judged.append(v)
+            return verdict_of(v)
+
+        monkeypatch.setattr(pipeline, "judge", judge)
+        monkeypatch.setattr(pipeline, "emit", lambda v, verification: emitted.append(v) or pipeline.result)
+        monkeypatch.setattr(pipeline, "fallback", lambda reason, v=None: ("fallback", reason))
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "GPU")
+        starting = threading.Thread(target=lambda: None)
+        starting.start()
+        return pipeline, variant, judged, emitted, pipeline.judged([variant], starting)
+
+    mismatch = {"status": "mismatch", "detail": "trial 5 (scale1000): 5 values off"}
+    correct = {"status": "correct", "detail": "", "speedup_vs_eager": 1.2}
+
+    def without_gemm_passes(v):
+        return mismatch if any(g.family == "gemm" for g in v.plan.groups) else correct
+
+    pipeline, variant, judged, emitted, result = run(without_gemm_passes)
+    assert result is pipeline.result and len(judged) == 2 and emitted == [judged[1]]
+    (kept,) = emitted
+    assert [g.family for g in kept.plan.groups] == ["reduction"] and len(kept.kernels) == 1
+    (gemm_kernel,) = [k for g, k in zip(variant.plan.groups, variant.kernels, strict=True)
+                      if g.family == "gemm"]
+    assert any(d.startswith(gemm_kernel.name) and "mismatch" in d for d in kept.dropped)
+    assert any("retried with ATen's GEMMs" in note and "scale1000" in note for note in pipeline.result.notes)
+
+    _, _, judged, emitted, result = run(lambda v: mismatch)
+    assert result[0] == "fallback" and len(judged) == 2 and not emitted and result[1].count("mismatch") == 2
+
+    _, _, judged, emitted, result = run(lambda v: {"status": "error", "detail": "CUDA error"})
+    assert result[0] == "fallback" and len(judged) == 1 and not emitted
