@@ -361,21 +361,25 @@ class _Pipeline:
         if len(live) > 1:
             live = self.rank(live)
         failures: list[tuple[str, str]] = []      # (verdict status, why), one per rejected file
+        rejected: list[Variant] = []               # the variants whose files the judge found wrong
         for variant in live:
+            tried = len(failures)
             done = self.judge_tries(variant, failures)
             if done is not None:
                 return done
-        # A mismatch under the judge's trials (rescaled inputs ill-condition a softmax after a GEMM, say)
-        # is most likely our GEMMs': they reassociate the K sums on tensor cores (3xTF32's error is about
-        # 1.5x FP32's). The same plan with ATen's GEMMs gets one more try before the whole-model fallback.
-        if any(status == "mismatch" for status, _ in failures):
-            exact = _without_gemms(live[0])
-            if exact is not None:
-                first = next(why for status, why in failures if status == "mismatch")
-                self.result.notes.append(f"retried with ATen's GEMMs after: {first}")
-                done = self.judge_tries(exact, failures)
-                if done is not None:
-                    return done
+            if any(status in WRONG_VALUES for status, _ in failures[tried:]):
+                rejected.append(variant)
+        # Wrong values under the judge's trials (rescaled inputs ill-condition a softmax after a GEMM, say)
+        # are most likely our GEMMs': they reassociate the K sums on tensor cores (3xTF32's error is about
+        # 1.5x FP32's). The first such plan with ATen's GEMMs gets one more try before the whole-model
+        # fallback.
+        exact = next(filter(None, map(_without_gemms, rejected)), None)
+        if exact is not None:
+            first = next(why for status, why in failures if status in WRONG_VALUES)
+            self.result.notes.append(f"retried with ATen's GEMMs after: {first}")
+            done = self.judge_tries(exact, failures)
+            if done is not None:
+                return done
         return self.fallback("; ".join(why for _, why in failures), live[0])
 
     def judge_tries(self, variant: Variant, failures: list[tuple[str, str]]) -> OptimizeResult | None:
@@ -570,18 +574,23 @@ class _Pipeline:
 # ------------------------------------------------------------------------------------------- helpers
 
 
+# Verdicts that say the values are wrong (not the shapes, the build or the environment).
+WRONG_VALUES = frozenset({"mismatch", "nan"})
+
+
 def _without_gemms(variant: Variant) -> Variant | None:
     """`variant` with its GEMM groups left to ATen (their kernels stay built, uncalled), or None when it has
     none, or nothing of ours would be left."""
-    gemms = [(g, k) for g, k in zip(variant.plan.groups, variant.kernels, strict=True) if g.family == "gemm"]
+    gemms = [k.name for g, k in zip(variant.plan.groups, variant.kernels, strict=True) if g.family == "gemm"]
     if not gemms or (len(gemms) == len(variant.kernels) and not variant.plan.derived):
         return None
     plan = variant.plan
-    for group, _ in gemms:
+    for group in [g for g in variant.plan.groups if g.family == "gemm"]:
         plan = plan.without(group)
-    kept = [k for g, k in zip(variant.plan.groups, variant.kernels, strict=True) if g.family != "gemm"]
-    why = "the judge's trials rejected the file with it (mismatch)"
-    return replace(variant.keep(kept, plan, [f"{k.name}: {why}" for _, k in gemms]), replay=False)
+    kept = [k for k in variant.kernels if k.name not in gemms]
+    why = "the judge's trials found wrong values in the file with it"
+    return replace(variant.keep(kept, plan, [f"{name}: {why}" for name in gemms]), replay=False,
+                   reports=tuple(r for r in variant.reports if r.kernel not in gemms))
 
 
 def _rewrite(graph: Graph) -> tuple[Graph, Any, list[Node]]:

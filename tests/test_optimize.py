@@ -213,17 +213,19 @@ def _linear_softmax_variant(pipeline):
 def test_a_mismatch_is_retried_with_atens_gemms_before_the_whole_model_fallback(monkeypatch):
     """The judge rejects the file with our GEMM (mismatch): the same plan with ATen's GEMM is judged next and
     emitted, its header naming the dropped GEMM kernel and the rejection; a file without our GEMM that the
-    judge also rejects, or a rejection that is not a mismatch, gives the whole-model fallback."""
+    judge also rejects, or a rejection that is not about values, gives the whole-model fallback. With two
+    variants, the retry is of the one whose values were wrong (the other was merely slower)."""
     import threading
     from types import SimpleNamespace
 
     from kernelwright import compiler
 
-    def run(verdict_of):
+    def run(verdict_of, layouts=("nchw",)):
         pipeline = compiler._Pipeline(SimpleNamespace(), compiler.DEFAULT_OPTIONS, None)
-        variant = _linear_softmax_variant(pipeline)
+        variants = [compiler.replace(_linear_softmax_variant(pipeline), layout=layout) for layout in layouts]
         judged, emitted = [], []
         monkeypatch.setattr(pipeline, "build_all", lambda variants: variants)
+        monkeypatch.setattr(pipeline, "rank", lambda variants: variants)
         monkeypatch.setattr(pipeline, "replay", lambda v: v)
 
         def judge(v):
@@ -236,7 +238,7 @@ def test_a_mismatch_is_retried_with_atens_gemms_before_the_whole_model_fallback(
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "GPU")
         starting = threading.Thread(target=lambda: None)
         starting.start()
-        return pipeline, variant, judged, emitted, pipeline.judged([variant], starting)
+        return pipeline, variants[0], judged, emitted, pipeline.judged(variants, starting)
 
     mismatch = {"status": "mismatch", "detail": "trial 5 (scale1000): 5 values off"}
     correct = {"status": "correct", "detail": "", "speedup_vs_eager": 1.2}
@@ -250,7 +252,8 @@ def test_a_mismatch_is_retried_with_atens_gemms_before_the_whole_model_fallback(
     assert [g.family for g in kept.plan.groups] == ["reduction"] and len(kept.kernels) == 1
     (gemm_kernel,) = [k for g, k in zip(variant.plan.groups, variant.kernels, strict=True)
                       if g.family == "gemm"]
-    assert any(d.startswith(gemm_kernel.name) and "mismatch" in d for d in kept.dropped)
+    assert any(d.startswith(gemm_kernel.name) and "wrong values" in d for d in kept.dropped)
+    assert gemm_kernel in kept.built and not kept.replay
     assert any("retried with ATen's GEMMs" in note and "scale1000" in note for note in pipeline.result.notes)
 
     _, _, judged, emitted, result = run(lambda v: mismatch)
@@ -258,3 +261,15 @@ def test_a_mismatch_is_retried_with_atens_gemms_before_the_whole_model_fallback(
 
     _, _, judged, emitted, result = run(lambda v: {"status": "error", "detail": "CUDA error"})
     assert result[0] == "fallback" and len(judged) == 1 and not emitted
+
+    slow = {"status": "correct", "detail": "", "speedup_vs_eager": 0.5}
+
+    def first_slow_second_wrong(v):
+        if v.layout == "nchw":
+            return slow
+        has_gemm = any(g.family == "gemm" for g in v.plan.groups)
+        return {"status": "nan", "detail": "inf"} if has_gemm else correct
+
+    _, _, judged, emitted, result = run(first_slow_second_wrong, ("nchw", "channels_last"))
+    assert [v.layout for v in judged] == ["nchw", "channels_last", "channels_last"]
+    assert emitted == [judged[2]] and [g.family for g in judged[2].plan.groups] == ["reduction"]

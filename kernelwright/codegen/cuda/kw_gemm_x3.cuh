@@ -8,7 +8,11 @@
 #include <mutex>
 #include "kw_common.cuh"
 
+// Everything in a namespace of its own per translation unit: nothing here is exported from the library, so
+// two kernel libraries in one process (of two kernelwright versions, say) never share an object, the cuBLAS
+// handles of `cublas()` included (an inline function's static would be one process-wide GNU-unique symbol).
 namespace kw_x3 {
+namespace {
 
 
 // x == big + small exactly: big is x rounded to the nearest TF32 value, small the (FP32-exact) rest.
@@ -96,7 +100,7 @@ __device__ __forceinline__ void locate(const Origin& o, unsigned j, int rows, in
 // below), with the zero pad that follows it when it ends a row of K. Not inlined: the 4-byte stores are the
 // slow path (unaligned rows, or a kept split's tile that changed), and 16 inlined copies per kernel made
 // most of ptxas's time for the GEMM library.
-static __device__ __noinline__ void split_one(float x, long long l, long long r, long long c, int rows, int cols,
+__device__ __noinline__ void split_one(float x, long long l, long long r, long long c, int rows, int cols,
                                           long long kp, int along_cols, int pad, int smalls, float* dst) {
   float parts[2];
   split(x, parts[0], parts[1]);
@@ -305,9 +309,9 @@ inline Cublas& cublas() {
 // tile's pad entries are written with it, on the split's first call at the latest). `pad`: K's entries to
 // 4-alignment (0-3).
 inline const char* split_matrix(const float* src, long long ld, long long bs, int batch, int rows, int cols,
-                          int along_cols, int pad, int smalls, float* dst, unsigned long long* fingerprints,
-                          unsigned long long salt, cudaStream_t stream) {
-    const bool wide = cols % 4 == 0 && ld % 4 == 0 && bs % 4 == 0 &&
+                                int along_cols, int pad, int smalls, float* dst, unsigned long long* fingerprints,
+                                unsigned long long salt, cudaStream_t stream) {
+  const bool wide = cols % 4 == 0 && ld % 4 == 0 && bs % 4 == 0 &&
                     reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
                     reinterpret_cast<uintptr_t>(dst) % 16 == 0;
   const long long elements = static_cast<long long>(batch) * rows * cols;
@@ -345,8 +349,8 @@ inline const char* split_matrix(const float* src, long long ld, long long bs, in
 // FP32 FMAs (measured: 3-9x cuBLAS FP32's error over one 3K-deep pass), so the accumulation of the large
 // terms is kept short; the corrections are 2^-11 of the product and need no such care.
 inline const char* gemm(const float* x, int x_t, long long x_bs, const float* y, int y_t, long long y_bs,
-                         float* d, int ld_d, int batch, int m, int n, int k3, int chunks, cudaStream_t stream) {
-    Cublas& api = cublas();
+                        float* d, int ld_d, int batch, int m, int n, int k3, int chunks, cudaStream_t stream) {
+  Cublas& api = cublas();
   if (api.create == nullptr || api.set_stream == nullptr || api.gemm == nullptr)
     return "cuBLAS is not loaded in this process (cublasGemmStridedBatchedEx not found)";
   int device = 0;
@@ -387,4 +391,5 @@ inline const char* gemm(const float* x, int x_t, long long x_bs, const float* y,
 }
 
 
+}  // namespace
 }  // namespace kw_x3
