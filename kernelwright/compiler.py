@@ -581,15 +581,17 @@ WRONG_VALUES = frozenset({"mismatch", "nan"})
 def _without_gemms(variant: Variant) -> Variant | None:
     """`variant` with its GEMM groups left to ATen (their kernels stay built, uncalled), or None when it has
     none, or nothing of ours would be left."""
-    gemms = [k.name for g, k in zip(variant.plan.groups, variant.kernels, strict=True) if g.family == "gemm"]
-    if not gemms or (len(gemms) == len(variant.kernels) and not variant.plan.derived):
+    plan, kept, gemms = variant.plan, [], []
+    for group, kernel in zip(variant.plan.groups, variant.kernels, strict=True):
+        if group.family == "gemm":
+            plan = plan.without(group)
+            gemms.append(kernel.name)
+        else:
+            kept.append(kernel)
+    if not gemms or not (kept or plan.derived):
         return None
-    plan = variant.plan
-    for group in [g for g in variant.plan.groups if g.family == "gemm"]:
-        plan = plan.without(group)
-    kept = [k for k in variant.kernels if k.name not in gemms]
     why = "the judge's trials found wrong values in the file with it"
-    return replace(variant.keep(kept, plan, [f"{name}: {why}" for name in gemms]), replay=False,
+    return replace(variant.keep(kept, plan, [f"{name}: {why}" for name in gemms]),
                    reports=tuple(r for r in variant.reports if r.kernel not in gemms))
 
 

@@ -101,7 +101,7 @@ __device__ __forceinline__ void locate(const Origin& o, unsigned j, int rows, in
 // slow path (unaligned rows, or a kept split's tile that changed), and 16 inlined copies per kernel made
 // most of ptxas's time for the GEMM library.
 __device__ __noinline__ void split_one(float x, long long l, long long r, long long c, int rows, int cols,
-                                          long long kp, int along_cols, int pad, int smalls, float* dst) {
+                                      long long kp, int along_cols, int pad, int smalls, float* dst) {
   float parts[2];
   split(x, parts[0], parts[1]);
 #pragma unroll
