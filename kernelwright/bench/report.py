@@ -193,11 +193,16 @@ def _optimize_time_section(rows: list[dict]) -> list[str]:
 def _problem_table(rows: list[dict]) -> list[str]:
     # The GPU busy share only where the judge measured it (on CUDA, in runs since it does).
     busy = any(row.get("gpu_busy_share") is not None for row in rows)
+    graphs = any("speedup_vs_compile_reduce_overhead" in row for row in rows)  # bench --reduce-overhead
     head = ["problem", "category", "system", "verdict", "time ms", "eager ms", "compile ms", "×eager",
-            "×compile", *(["GPU busy"] if busy else []), "device", "note"]
+            "×compile", *(["×reduce-overhead"] if graphs else []), *(["GPU busy"] if busy else []), "device",
+            "note"]
     lines = ["GPU busy: the share of a forward's wall time in which the GPU ran the system's work "
              "(profiled over a few forwards after timing); a low share means launch-bound: the time "
              "goes to Python and kernel launches.", ""] if busy else []
+    if graphs:
+        lines += ['×reduce-overhead: the candidate against torch.compile(mode="reduce-overhead") (CUDA '
+                  "graphs), timed in the same judge (`bench --reduce-overhead`).", ""]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     order = {s: i for i, s in enumerate(ordered_systems(rows))}
     for row in sorted(rows, key=lambda r: (r["problem"], order[r["system"]])):
@@ -206,7 +211,9 @@ def _problem_table(rows: list[dict]) -> list[str]:
         mark = "" if credited else NOT_CREDITED
         credit = "" if credited else f"not credited: measured {fmt_speedup(row['measured_speedup_vs_eager'])}"
         note = "; ".join(filter(None, [credit, *flag_notes(row.get("flags") or {}), note]))
-        speedups = [fmt_speedup(row[key]) + mark for key in ("speedup_vs_eager", "speedup_vs_compile")]
+        keys = ("speedup_vs_eager", "speedup_vs_compile",
+                *(["speedup_vs_compile_reduce_overhead"] if graphs else []))
+        speedups = [fmt_speedup(row.get(key)) + mark for key in keys]
         share = [fmt_fraction(row.get("gpu_busy_share"))] if busy else []
         cells = [row["problem"], row["category"], row["system"], row["status"], fmt_ms(row["time_ms"]),
                  fmt_ms(row["eager_ms"]), fmt_ms(row["compile_ms"]), *speedups, *share, row["device"] or "-",

@@ -89,9 +89,16 @@ def candidate_row(task: BenchTask, run: SystemRun, verdict: dict) -> dict[str, A
         build_seconds=verdict.get("build_seconds"), flags=dict(verdict.get("flags") or {}),
         verdict={k: v for k, v in verdict.items() if k != "env"},
     )
+    reduce_overhead = (verdict.get("options") or {}).get("reduce_overhead")
+    if reduce_overhead:  # `--reduce-overhead`: torch.compile with CUDA graphs, timed beside the default mode
+        row.update(compile_reduce_overhead_ms=_timing(verdict, "compile_reduce_overhead").get("median_ms"),
+                   speedup_vs_compile_reduce_overhead=verdict.get("speedup_vs_compile_reduce_overhead"))
     if row["flags"].get("no_custom_kernel") and run.kind != "copy":
         row.update(credited=False, speedup_vs_eager=1.0 if row["speedup_vs_eager"] is not None else None,
                    speedup_vs_compile=_ratio(row["compile_ms"], row["eager_ms"]))
+        if reduce_overhead:
+            row["speedup_vs_compile_reduce_overhead"] = _ratio(row["compile_reduce_overhead_ms"],
+                                                               row["eager_ms"])
     return row
 
 

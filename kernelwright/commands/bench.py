@@ -35,6 +35,9 @@ def register(subparsers) -> None:
                              "is refused unless --resume")
     parser.add_argument("--resume", action="store_true", help="skip (problem, system) pairs already in --out")
     parser.add_argument("--shrink", action="store_true", help="judge shrunk problems (fast CPU runs, tests)")
+    parser.add_argument("--reduce-overhead", action="store_true",
+                        help='also time torch.compile(Model, mode="reduce-overhead") (CUDA graphs) and '
+                             "report each candidate's speedup against it")
     defaults = JudgeOptions()
     parser.add_argument("--trials", type=int, default=defaults.trials,
                         help="correctness trials (default: %(default)s)")
@@ -73,6 +76,7 @@ def run(args) -> int:
         check_output_dir(args.out)
     options = JudgeOptions(device=args.device, trials=args.trials, min_runs=args.min_runs,
                            min_time_s=args.min_time, shrink=args.shrink, run_timeout_s=args.timeout,
+                           reduce_overhead=args.reduce_overhead,
                            build_timeout_s=args.build_timeout)
     config = BenchConfig(suite=args.suite, systems=args.systems, level=args.level, pattern=args.filter,
                          device=args.device, gpus=args.gpus, jobs=args.jobs, out=args.out, resume=args.resume,

@@ -94,15 +94,24 @@ class RewriteContext:
         self.training = graph.training
         self.assume_finite = assume_finite
         self._uses: dict[int, int] = {}
+        self._users: dict[int, list[Node]] = {}
         for node in graph.nodes():
             for inp in node.inputs:
                 self._uses[id(inp)] = self._uses.get(id(inp), 0) + 1
+                users = self._users.setdefault(id(inp), [])
+                if not users or users[-1] is not node:
+                    users.append(node)
         for root in graph.roots():
             self._uses[id(root)] = self._uses.get(id(root), 0) + 1
         self._param_only: dict[int, bool] = {}
 
     def uses(self, node: Node) -> int:
         return self._uses.get(id(node), UNKNOWN_USES)
+
+    def users(self, node: Node) -> tuple[Node, ...]:
+        """The nodes reading `node` in the graph as this pass began (none for a node built in this pass:
+        a rule that needs them fires on the next pass)."""
+        return tuple(self._users.get(id(node), ()))
 
     def single_use(self, node: Node) -> bool:
         return self.uses(node) == 1

@@ -161,7 +161,33 @@ def compose_linear_maps(n: Node, ctx: RewriteContext) -> Node | None:
     return linear_node(x, make_node("mm", [w2, w1]), bias)
 
 
+@rule("linear", summary="linear of every slice x[..., i, ..., :] with one weight -> one linear of x, sliced")
+def linear_of_every_select(n: Node, ctx: RewriteContext) -> Node | None:
+    # linear(select(x, d, i), W, b) == select(linear(x, W, b), d, i) for d not the contracted (last) dim:
+    # each output row is the same dot products. When every i along d meets the same W and b (the input
+    # projection of an unrolled RNN: x[:, t] for each step t), the T GEMMs of B rows become one of B*T
+    # rows (CSE merges the T copies of linear(x, W, b)): the same FLOPs in one launch with full waves.
+    sel = n.inputs[0]
+    if sel.op != "select":
+        return None
+    x, dim = sel.inputs[0], sel.attr("dim")
+    if dim >= len(x.shape) - 1 or x.shape[dim] < 2:
+        return None
+    weights = tuple(id(t) for t in n.inputs[1:])
+    covered: set[int] = set()
+    for user in ctx.users(x):
+        if user.op == "select" and user.attr("dim") == dim and any(
+                u.op == "linear" and u.inputs[0] is user and tuple(id(t) for t in u.inputs[1:]) == weights
+                for u in ctx.users(user)):
+            covered.add(user.attr("index"))
+    if len(covered) < x.shape[dim]:
+        return None
+    w, *bias = n.inputs[1:]
+    whole = linear_node(x, w, bias[0] if bias else None)
+    return make_node("select", [whole], dim=dim, index=sel.attr("index"))
+
+
 RULES: tuple[Rule, ...] = (
-    reduce_of_matmul, reduce_rows_of_matmul, fold_scale_after_matmul, fold_scale_before_matmul,
-    fold_shift_into_bias, compose_linear_maps,
+    linear_of_every_select, reduce_of_matmul, reduce_rows_of_matmul, fold_scale_after_matmul,
+    fold_scale_before_matmul, fold_shift_into_bias, compose_linear_maps,
 )

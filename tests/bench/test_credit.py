@@ -52,6 +52,27 @@ def test_a_candidate_without_custom_kernels_is_credited_as_eager():
     assert derived["measured_speedup_vs_compile"] == pytest.approx(1.0)
 
 
+def test_reduce_overhead_timing_reaches_the_row_and_the_report():
+    """`bench --reduce-overhead`: the CUDA-graph torch.compile time and the speedup against it, per row."""
+    timed = verdict(2.0, 0.5, 1.5, True)
+    timed["timings"]["compile_reduce_overhead"] = {"median_ms": 0.25}
+    timed.update(options={"reduce_overhead": True}, speedup_vs_compile_reduce_overhead=0.5)
+    row = candidate_row(TASK, OURS, timed)
+    assert row["compile_reduce_overhead_ms"] == 0.25 and row["speedup_vs_compile_reduce_overhead"] == 0.5
+    fallback = verdict(2.0, 1.9, 1.5, False)
+    fallback["timings"]["compile_reduce_overhead"] = {"median_ms": 0.25}
+    fallback["options"] = {"reduce_overhead": True}
+    assert candidate_row(TASK, OURS, fallback)["speedup_vs_compile_reduce_overhead"] == pytest.approx(0.125)
+    plain = candidate_row(TASK, OURS, verdict(2.0, 0.5, 1.5, True))  # not asked for: no such fields
+    assert "speedup_vs_compile_reduce_overhead" not in plain
+
+    from kernelwright.bench.report import _problem_table
+    row.update(device="gpu", category="activation")
+    table = "\n".join(_problem_table([row]))
+    assert "×reduce-overhead" in table and "0.50×" in table
+    assert "reduce-overhead" not in "\n".join(_problem_table([{**plain, "device": "gpu", "category": "x"}]))
+
+
 class NoKernelJudge(FakeJudge):
     """The ReLU candidate runs no custom kernel (a compiler's fallback to the Model)."""
 

@@ -14,6 +14,7 @@ from kernelwright.rewrite.rules_linear import (
     fold_scale_after_matmul,
     fold_scale_before_matmul,
     fold_shift_into_bias,
+    linear_of_every_select,
     reduce_of_matmul,
     reduce_rows_of_matmul,
 )
@@ -190,3 +191,31 @@ def test_zero_matmul_assuming_finite():
     lin = make_node("linear", [make_node("full", [], shape=(4, 5), value=0.0, dtype=torch.float32),
                                p("w", (3, 5)), p("b", (3,))], has_bias=True)
     assert check(lin, zero_matmul, fires=True, assume_finite=True).outputs[0].op == "expand"
+
+
+def _steps(x, dim: int, weights, indices=None):
+    """One linear per select of `x` along `dim` (an unrolled RNN's input projection), stacked."""
+    indices = range(x.shape[dim]) if indices is None else indices
+    steps = [make_node("linear", [make_node("select", [x], dim=dim, index=i), *weights],
+                       has_bias=len(weights) == 2) for i in indices]
+    return make_node("cat", steps, dim=0) if len(steps) > 1 else steps[0]
+
+
+@pytest.mark.parametrize("shape,dim,bias",
+                         [((3, 4, 5), 1, True), ((4, 5), 0, False), ((2, 3, 2, 6), 0, True)])
+def test_linear_of_every_select_becomes_one_linear(shape, dim, bias):
+    weights = [p("w", (7, shape[-1]))] + ([p("b", (7,))] if bias else [])
+    after = check(_steps(x_in(shape), dim, weights), linear_of_every_select, fires=True)
+    linears = [n for n in after.nodes() if n.op == "linear"]
+    assert len(linears) == 1 and linears[0].inputs[0].op == "input"  # one GEMM over all of x
+
+
+def test_linear_of_every_select_negative():
+    x, w, b = x_in((3, 4, 5)), p("w", (7, 5)), p("b", (7,))
+    check(_steps(x, 1, [w, b], indices=[0, 1, 3]), linear_of_every_select, fires=False)  # index 2 unused
+    # Every index, but one step with another weight: hoisting would compute that step twice.
+    mixed = make_node("cat", [_steps(x, 1, [w, b], indices=[0, 1, 2]),
+                                _steps(x, 1, [p("w2", (7, 5)), b], indices=[3])], dim=0)
+    check(mixed, linear_of_every_select, fires=False)
+    single = x_in((1, 4, 5))  # a dim of one: nothing to batch
+    check(_steps(single, 0, [w, b]), linear_of_every_select, fires=False)
