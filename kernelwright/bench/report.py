@@ -94,7 +94,7 @@ def _gpu_text(gpu: dict) -> str:
 
 def _options_text(options: dict) -> str:
     keys = ("device", "trials", "min_runs", "min_time_s", "shrink", "run_timeout_s", "build_timeout_s",
-            "systems")
+            "reduce_overhead", "systems")
     return ", ".join(f"{k}={options[k]}" for k in keys if k in options) or "-"
 
 
