@@ -273,3 +273,9 @@ def test_a_mismatch_is_retried_with_atens_gemms_before_the_whole_model_fallback(
     _, _, judged, emitted, result = run(first_slow_second_wrong, ("nchw", "channels_last"))
     assert [v.layout for v in judged] == ["nchw", "channels_last", "channels_last"]
     assert emitted == [judged[2]] and [g.family for g in judged[2].plan.groups] == ["reduction"]
+
+    # A slower file's rejection (the fallback header's reason) shows the two times it was judged on.
+    slow["timings"] = {"candidate": {"median_ms": 2.0}, "eager": {"median_ms": 1.0}}
+    _, _, _, _, result = run(lambda v: slow)
+    assert result == ("fallback",
+                      "the compiled file was slower than eager: 0.50x vs eager (2.000 ms vs 1.000 ms)")
