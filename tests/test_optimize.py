@@ -279,3 +279,7 @@ def test_a_mismatch_is_retried_with_atens_gemms_before_the_whole_model_fallback(
     _, _, _, _, result = run(lambda v: slow)
     assert result == ("fallback",
                       "the compiled file was slower than eager: 0.50x vs eager (2.000 ms vs 1.000 ms)")
+    slow["timings"]["candidate"]["wall_median_ms"] = 2.5  # events and wall clock disagree: the wall counts
+    slow.update(flags={"timing_disagreement": True}, speedup_vs_eager=0.4)
+    _, _, _, _, result = run(lambda v: slow)
+    assert result[1].endswith("0.40x vs eager (2.500 ms wall clock vs 1.000 ms)")
