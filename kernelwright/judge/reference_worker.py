@@ -5,13 +5,13 @@ eager / torch.compile timings."""
 from __future__ import annotations
 
 import copy
-import gc
 import itertools
 import traceback
 from pathlib import Path
 
 import torch
 
+from kernelwright import gpumem
 from kernelwright.environment import collect_environment
 from kernelwright.gpulock import cpu_work
 from kernelwright.judge import tensorfile
@@ -206,8 +206,7 @@ class ReferenceWorker:
             traceback.clear_frames(exc.__traceback__)
         except (RuntimeError, TypeError, ValueError) as exc:
             return None, f"the model does not run in float64 ({type(exc).__name__}: {_first_line(exc)})"
-        gc.collect()
-        _release_cached(self.device)
+        gpumem.release()   # collected, then the allocator's cached blocks freed
         try:
             return self._float64_run(trial, model, on_cpu=True), ""
         except (RuntimeError, TypeError, ValueError, MemoryError) as exc:
