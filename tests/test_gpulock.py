@@ -76,6 +76,24 @@ def test_without_the_variable_nothing_locks(monkeypatch, tmp_path: Path):
     assert not list(tmp_path.iterdir())
 
 
+def test_without_the_variable_the_gpu_lock_is_the_devices_own(monkeypatch):
+    """Unset, the GPU lock is the current device's file, named by its UUID as the bench names it (so that
+    separate optimize runs and benches on one GPU keep their timings apart); `off` disables it; a process
+    without a CUDA device has none."""
+    from kernelwright.bench.devices import lock_path
+
+    monkeypatch.delenv(gpulock.ENV, raising=False)
+    monkeypatch.setattr(gpulock, "_device_uuid", lambda: "8a1b2c3d-0000-1111-2222-333344445555")
+    assert gpulock.gpu_lock_path() == lock_path("GPU-8A1B2C3D-0000-1111-2222-333344445555")
+    monkeypatch.setenv(gpulock.ENV, "off")
+    assert gpulock.gpu_lock_path() is None
+    monkeypatch.setenv(gpulock.ENV, "/x/gpu.lock")
+    assert gpulock.gpu_lock_path() == "/x/gpu.lock"
+    monkeypatch.delenv(gpulock.ENV)
+    monkeypatch.setattr(gpulock, "_device_uuid", lambda: None)
+    assert gpulock.gpu_lock_path() is None
+
+
 def test_machine_lock_keeps_builds_and_timings_apart(tmp_path: Path):
     """Timings on two GPUs overlap each other, builds overlap each other, never a timing and a build; a
     build arriving while a timing waits queues behind it."""

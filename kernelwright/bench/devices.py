@@ -12,13 +12,13 @@ import platform
 import re
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 
+from kernelwright import gpulock
 from kernelwright.errors import UsageError
 
 SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem",
-              "power.limit", "persistence_mode", "memory.total")
+              "power.limit", "persistence_mode", "memory.total", "uuid")
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,8 @@ def resolve_workers(device: str, gpus: str | None, jobs: int = 1) -> list[Worker
     for gpu in chosen:
         properties = gpu_properties(gpu)
         name = properties.get("name") or f"GPU {gpu}"
-        workers += [Worker(gpu, name, lock_path(gpu), _mebibytes(properties.get("memory.total")))] * jobs
+        lock = lock_path(properties.get("uuid") or gpu)
+        workers += [Worker(gpu, name, lock, _mebibytes(properties.get("memory.total")))] * jobs
     return workers
 
 
@@ -66,8 +67,9 @@ def _mebibytes(text: str | None) -> int | None:
 
 
 def lock_path(gpu: str) -> str:
-    """The lock file of one GPU, the same for every bench on this host."""
-    return os.path.join(tempfile.gettempdir(), f"kernelwright-gpu-{re.sub(r'[^A-Za-z0-9_-]', '_', gpu)}.lock")
+    """The lock file of one GPU (its UUID, or its index where nvidia-smi could not tell it), the same for
+    every kernelwright process on this host: a process outside the bench finds it by the UUID."""
+    return gpulock.gpu_lock_file(gpu)
 
 
 def _visible_devices() -> list[str]:

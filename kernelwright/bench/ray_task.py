@@ -90,7 +90,8 @@ def current_worker(device: str) -> Worker:
     import ray
 
     gpu = str(ray.get_gpu_ids()[0])
-    return Worker(gpu, gpu_properties(gpu).get("name") or f"GPU {gpu}", lock_path(gpu))
+    properties = gpu_properties(gpu)
+    return Worker(gpu, properties.get("name") or f"GPU {gpu}", lock_path(properties.get("uuid") or gpu))
 
 
 def describe_node(gpus: int) -> dict:

@@ -146,7 +146,11 @@ def test_gpus_map_through_cuda_visible_devices(monkeypatch):
     # --jobs: slots per GPU, sharing that GPU's lock file
     assert [(w.gpu, w.lock) for w in resolve_workers("cuda", None, jobs=2)] == [
         ("3", lock_path("3")), ("3", lock_path("3")), ("5", lock_path("5")), ("5", lock_path("5"))]
-    assert lock_path("GPU-1a:2").endswith("kernelwright-gpu-GPU-1a_2.lock")
+    assert lock_path("GPU-1A:2").endswith("kernelwright-gpu-1a_2.lock")
+    # a GPU nvidia-smi names by UUID: its lock file is the one a process outside the bench finds
+    monkeypatch.setattr("kernelwright.bench.devices.gpu_properties",
+                        lambda gpu: {"name": "H100", "uuid": f"GPU-ABC-{gpu}"})
+    assert [w.lock for w in resolve_workers("cuda", None)] == [lock_path("abc-3"), lock_path("abc-5")]
     with pytest.raises(UsageError, match="--jobs"):
         resolve_workers("cuda", None, jobs=0)
     with pytest.raises(UsageError, match="not a visible GPU"):
