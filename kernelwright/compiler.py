@@ -362,9 +362,10 @@ class _Pipeline:
             live = self.rank(live)
         failures: list[tuple[str, str]] = []      # (verdict status, why), one per rejected file
         rejected: list[Variant] = []               # the variants whose files the judge found wrong
+        named = len(live) > 1                      # the rejections name the layout of the file
         for variant in live:
             tried = len(failures)
-            done = self.judge_tries(variant, failures)
+            done = self.judge_tries(variant, failures, named)
             if done is not None:
                 return done
             if any(status in WRONG_VALUES for status, _ in failures[tried:]):
@@ -377,14 +378,16 @@ class _Pipeline:
         if exact is not None:
             first = next(why for status, why in failures if status in WRONG_VALUES)
             self.result.notes.append(f"retried with ATen's GEMMs after: {first}")
-            done = self.judge_tries(exact, failures)
+            done = self.judge_tries(exact, failures, named)
             if done is not None:
                 return done
         return self.fallback("; ".join(why for _, why in failures), live[0])
 
-    def judge_tries(self, variant: Variant, failures: list[tuple[str, str]]) -> OptimizeResult | None:
+    def judge_tries(self, variant: Variant, failures: list[tuple[str, str]],
+                    named: bool = False) -> OptimizeResult | None:
         """The emitted result of `variant` when the judge passes it (replayed first where replay is faster,
-        then step by step), else None with the rejections appended to `failures`."""
+        then step by step), else None with the rejections appended to `failures` (`named`: each names the
+        file's layout). A file kept after others were rejected lists those rejections in its header."""
         tries = [self.replay(variant)]
         if tries[0].replay:
             tries.append(variant)
@@ -393,15 +396,18 @@ class _Pipeline:
             if verdict is None:  # the environment failed and an unverified file was asked for
                 return self.result
             speedup = verdict.get("speedup_vs_eager")
-            replayed = " (CUDA graph replay)" if attempt.replay else ""
+            file = f"the compiled {variant.layout} file" if named else "the compiled file"
+            file += " (CUDA graph replay)" if attempt.replay else ""
             if verdict["status"] != "correct":
-                failures.append((verdict["status"], f"the judge found the compiled file{replayed} "
-                                                    f"{verdict['status']}: {verdict['detail']}"))
+                failures.append((verdict["status"], f"the judge found {file} {verdict['status']}: "
+                                                    f"{verdict['detail']}"))
                 continue
             if speedup is not None and speedup < 1 / (1 + SPEED_NOISE):
-                failures.append(("slower", f"the compiled file{replayed} was slower than eager: "
-                                           f"{_speed_text(verdict)}"))
+                failures.append(("slower", f"{file} was slower than eager: {_speed_text(verdict)}"))
                 break
+            if failures:
+                rejections = "; ".join(why for _, why in failures)
+                self.result.notes.append(f"kept after the judge rejected: {rejections}")
             device = torch.cuda.get_device_name()
             return self.emit(attempt, f"verified on {device}: {_verdict_line(verdict)}")
         return None

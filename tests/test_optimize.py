@@ -270,9 +270,13 @@ def test_a_mismatch_is_retried_with_atens_gemms_before_the_whole_model_fallback(
         has_gemm = any(g.family == "gemm" for g in v.plan.groups)
         return {"status": "nan", "detail": "inf"} if has_gemm else correct
 
-    _, _, judged, emitted, result = run(first_slow_second_wrong, ("nchw", "channels_last"))
+    pipeline, _, judged, emitted, result = run(first_slow_second_wrong, ("nchw", "channels_last"))
     assert [v.layout for v in judged] == ["nchw", "channels_last", "channels_last"]
     assert emitted == [judged[2]] and [g.family for g in judged[2].plan.groups] == ["reduction"]
+    # The kept file's header says why the files judged before it were not kept, naming their layouts.
+    (kept_after,) = [n for n in pipeline.result.notes if n.startswith("kept after the judge rejected: ")]
+    assert "the compiled nchw file was slower than eager" in kept_after
+    assert "the judge found the compiled channels_last file nan: inf" in kept_after
 
     # A slower file's rejection (the fallback header's reason) shows the two times it was judged on.
     slow["timings"] = {"candidate": {"median_ms": 2.0}, "eager": {"median_ms": 1.0}}
