@@ -42,7 +42,7 @@ def _inverse(p: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(q)
 
 
-@rule("conv", summary="2-D/3-D (transposed) convolution -> channels-last convolution (cuDNN NHWC kernels), "
+@rule("conv", summary="1-D/2-D/3-D (transposed) convolution -> channels-last convolution (cuDNN NHWC kernels), "
                       "bias as an add")
 def conv_channels_last(n: Node, ctx: RewriteContext) -> Node | None:
     if not _movable_conv(n):
@@ -62,8 +62,9 @@ def conv_channels_last(n: Node, ctx: RewriteContext) -> Node | None:
 
 
 def _movable_conv(n: Node) -> bool:
-    """A 2-D or 3-D convolution (transposed ones too) still in NCHW layout."""
-    return n.op == "conv" and not n.attr("channels_last") and len(n.shape) in (4, 5)
+    """A 1-D, 2-D or 3-D convolution (transposed ones too) still in channels-first layout (1-D ones run as
+    2-D ones of height 1: `ir/ops.py`)."""
+    return n.op == "conv" and not n.attr("channels_last") and len(n.shape) in (3, 4, 5)
 
 
 def _moved_permute(node: Node) -> tuple[int, ...] | None:
@@ -161,7 +162,7 @@ def has_layout_choice(graph: Graph) -> bool:
 
 
 def channels_last(graph: Graph) -> tuple[Graph, RewriteLog]:
-    """The graph with its 2-D/3-D convolutions in channels-last layout and the permutes pushed down,
+    """The graph with its convolutions in channels-last layout and the permutes pushed down,
     then the ordinary rules again (the moved permutes leave reshapes and views to merge)."""
     from kernelwright.rewrite.pipeline import rewrite_graph
 
