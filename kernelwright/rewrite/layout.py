@@ -42,8 +42,8 @@ def _inverse(p: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(q)
 
 
-@rule("conv", summary="1-D/2-D/3-D (transposed) convolution -> channels-last convolution (cuDNN NHWC kernels), "
-                      "bias as an add")
+@rule("conv", summary="1-D/2-D/3-D (transposed) convolution -> channels-last convolution (cuDNN NHWC "
+                      "kernels), bias as an add")
 def conv_channels_last(n: Node, ctx: RewriteContext) -> Node | None:
     if not _movable_conv(n):
         return None
