@@ -6,6 +6,7 @@ breaks a rule is listed in `violations` (the verdict is then `rejected`)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import time
 import types
@@ -82,6 +83,8 @@ class CandidateWorker:
         self.snapshot = FunctionSnapshot()
         self.precision = precision_state()
 
+        if command.get("build_dir"):  # torch's extension builds (load_inline) go to this candidate's folder
+            os.environ["TORCH_EXTENSIONS_DIR"] = command["build_dir"]
         start = _perf_counter()
         try:
             with exclusive_build_dir(command.get("build_dir")):

@@ -86,6 +86,11 @@ class Judge:
         self._reference_busy: dict | None = None
         self.reference_peak: int | None = None  # bytes of GPU memory the reference held at most
         self._count = 0
+        # A candidate worker started ahead of its candidate (`prepare`): its interpreter and torch import
+        # (1-5 s) overlap the caller's own work instead of the next `evaluate`. It has run nothing yet, so
+        # the candidate it gets still has a fresh process of its own.
+        self._spare: WorkerProcess | None = None
+        self._keep_spare = False
 
     def __enter__(self) -> Judge:
         return self
@@ -94,10 +99,35 @@ class Judge:
         self.close()
 
     def close(self) -> None:
+        self._keep_spare = False
+        if self._spare is not None:
+            self._spare.close()
+            self._spare = None
         if self._reference is not None:
             self._reference.close()
             self._reference = None
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+    # ------------------------------------------------------------------------------------------ candidates
+
+    def _candidate_dir(self, count: int) -> Path:
+        return self.workdir / f"candidate_{count}"
+
+    def _start_spare(self) -> None:
+        """Start the next candidate's worker now (in the folder the next `evaluate` will use)."""
+        if self._spare is None:
+            workdir = self._candidate_dir(self._count + 1)
+            workdir.mkdir(exist_ok=True)
+            self._spare = WorkerProcess("candidate", workdir)
+
+    def _take_worker(self, workdir: Path) -> WorkerProcess | None:
+        """The spare worker if it was started for `workdir` and is still alive, else None."""
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.log_path.parent == workdir and spare.proc.poll() is None:
+            return spare
+        if spare is not None:
+            spare.close()
+        return None
 
     # ------------------------------------------------------------------------------------------- reference
 
@@ -156,8 +186,12 @@ class Judge:
         return reply
 
     def prepare(self) -> None:
-        """Start the reference process and load the problem now (e.g. while the candidate is being built);
-        a failure here is raised again by the first `evaluate`, which starts it anew."""
+        """Start the reference process and load the problem now (e.g. while the candidate is being built),
+        and a candidate worker for the first candidate, then one ahead of each next candidate; a failure
+        here is raised again by the first `evaluate`, which starts it anew."""
+        self._keep_spare = True
+        with contextlib.suppress(OSError):
+            self._start_spare()
         with contextlib.suppress(KernelwrightError):
             self._start_reference()
 
@@ -268,18 +302,22 @@ class Judge:
         verdict["flags"]["custom_kernel_source"] = (
             "load_inline" in source or "cpp_extension" in source or "triton.jit" in source
         )
-        workdir = self.workdir / f"candidate_{self._count}"
-        workdir.mkdir()
+        workdir = self._candidate_dir(self._count)
+        worker = self._take_worker(workdir)
+        workdir.mkdir(exist_ok=worker is not None)
         source_file = workdir / "candidate.py"
         source_file.write_text(source)
         session = CandidateSession(
-            self, verdict, workdir, source_file, build_root(self.options.build_dir, source)
+            self, verdict, workdir, source_file, build_root(self.options.build_dir, source), worker
         )
         try:
             status, detail = session.run()
         finally:
             session.close()
             shutil.rmtree(workdir, ignore_errors=True)
+            if self._keep_spare:
+                with contextlib.suppress(OSError):
+                    self._start_spare()
         if status not in CONSUMED and tensorfile.sharing_enabled(self.options.device) and self._reference:
             # Memory the reference shared stays reserved until the candidate releases it; one that stopped
             # early (died, killed, rejected mid-trial) may never have: a fresh reference for the next one.

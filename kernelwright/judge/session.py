@@ -36,13 +36,16 @@ class Failed(Exception):
 
 
 class CandidateSession:
-    def __init__(self, judge, verdict: dict, workdir: Path, source_file: Path, build_dir: Path) -> None:
+    def __init__(self, judge, verdict: dict, workdir: Path, source_file: Path, build_dir: Path,
+                 worker: WorkerProcess | None = None) -> None:
+        """`worker`: a candidate worker started ahead in `workdir` that has run nothing yet (else one is
+        started); the build command points its TORCH_EXTENSIONS_DIR at `build_dir`."""
         self.judge, self.options, self.verdict = judge, judge.options, verdict
         self.workdir, self.source_file = workdir, source_file
         self.flags = verdict["flags"]
         self.custom_calls = 0
         self.build_dir = build_dir
-        self.worker = WorkerProcess("candidate", workdir, env={"TORCH_EXTENSIONS_DIR": str(build_dir)})
+        self.worker = worker or WorkerProcess("candidate", workdir)
         self.phase = "build"
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernelwright.errors import EnvironmentFailure, ProblemLoadError
-from kernelwright.judge import evaluate, evaluate_reference
+from kernelwright.judge import Judge, evaluate, evaluate_reference
 from kernelwright.judge.build import exclusive_build_dir
 from kernelwright.judge.session import MIN_ROUNDS, _settled
 from kernelwright.judge.timing import combine_rounds
@@ -114,3 +114,29 @@ def test_a_stale_torch_build_lock_is_removed_under_ours(tmp_path: Path):
     stale.write_text("")  # left by a build the judge killed: torch would wait on it forever
     with exclusive_build_dir(str(tmp_path)):
         assert not stale.exists()
+
+
+def test_a_prepared_judge_starts_each_candidates_worker_ahead(tmp_path: Path):
+    """`prepare` starts the first candidate's worker before there is a candidate, and each `evaluate` the
+    next one's; each candidate still runs in a process of its own, and `close` leaves none behind."""
+    problem, candidate = _files(tmp_path, "0.0")
+    (tmp_path / "wrong").mkdir()
+    _, wrong = _files(tmp_path / "wrong", "1e-2")
+    judge = Judge(problem, CPU_OPTIONS)
+    try:
+        judge.prepare()
+        first = judge._spare
+        assert first is not None and first.proc.poll() is None
+        assert judge.evaluate(candidate)["status"] == "correct"
+        assert first.proc.poll() is not None          # it ran the first candidate and is gone
+        second = judge._spare
+        assert second is not None and second is not first and second.proc.poll() is None
+        assert judge.evaluate(wrong)["status"] == "mismatch"
+        assert judge.evaluate(candidate)["status"] == "correct"  # a fresh process after a failure
+        last = judge._spare
+    finally:
+        judge.close()
+    assert last.proc.poll() is not None and judge._spare is None
+    # without prepare (a one-off evaluation), no worker is started ahead
+    with Judge(problem, CPU_OPTIONS) as once:
+        assert once.evaluate(candidate)["status"] == "correct" and once._spare is None
