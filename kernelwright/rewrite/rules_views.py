@@ -1,9 +1,10 @@
-"""Layout redundancy: view chains that collapse to one view or to nothing. All exact (no arithmetic)."""
+"""Layout redundancy: view chains that collapse to one view or to nothing, and strided views read where a
+dense copy of them exists. All exact (no arithmetic)."""
 
 from __future__ import annotations
 
 from kernelwright.ir.graph import Node
-from kernelwright.ir.ops import make_node
+from kernelwright.ir.ops import OPS, category, make_node
 from kernelwright.rewrite.engine import RewriteContext, Rule, rule
 
 
@@ -51,6 +52,27 @@ def full_slice(n: Node, ctx: RewriteContext) -> Node | None:
     return x if n.shape == x.shape and n.attr("step") == 1 else None
 
 
+# Ops that read their operands as dense tensors whatever the planner does (an ATen call copies a strided
+# operand first): a copy feeding one of them is materialized in any plan.
+_DENSE_READERS = frozenset(op for op in OPS if category(op) in ("conv", "matmul"))
+
+
+@rule(*(op for op in OPS if op != "copy"),
+      summary="op(permute(x)) -> op(copy(permute(x))) where that copy is materialized for a conv/GEMM anyway")
+def read_the_copy(n: Node, ctx: RewriteContext) -> Node | None:
+    # The channels-last layout pass copies a model's input to NHWC for the first conv; a residual add at the
+    # end read the NCHW input through the permute, across channels (stride H*W) inside an NHWC kernel.
+    inputs, changed = list(n.inputs), False
+    for k, view in enumerate(inputs):
+        if view.op != "permute":
+            continue
+        copy = next((u for u in ctx.users(view) if u.op == "copy" and u is not n
+                     and any(r.op in _DENSE_READERS for r in ctx.users(u))), None)
+        if copy is not None:
+            inputs[k], changed = copy, True
+    return make_node(n.op, inputs, **n.attr_dict) if changed else None
+
+
 RULES: tuple[Rule, ...] = (
-    merge_permutes, merge_shape_views, cancel_flips, same_dtype_cast, full_slice,
+    merge_permutes, merge_shape_views, cancel_flips, same_dtype_cast, full_slice, read_the_copy,
 )

@@ -251,3 +251,27 @@ def test_the_channels_last_1d_conv_source_is_a_2d_conv_of_height_1():
     assert "x.unsqueeze(1).permute((0, 3, 1, 2)).contiguous(memory_format=torch.channels_last)" in source
     assert "conv2d(" in source and "stride=(1, 2)" in source and "dilation=(1, 3)" in source
     assert source.endswith(".permute((0, 2, 3, 1)).squeeze(1)")
+
+
+def test_a_residual_reads_the_inputs_channels_last_copy_not_its_nchw_view():
+    """conv(x) + x in channels-last: the add reads the NHWC copy made for the conv (dense), not x through a
+    permute (a stride of H*W between neighbouring channels)."""
+    x = x_in((2, 4, 6, 5))
+    before = graph_of([make_node("relu", [make_node("add", [conv(x, out_channels=4), x])])])
+    after, _ = channels_last(before)
+    add = next(n for n in after.nodes() if n.op == "relu").inputs[0]
+    dense = the_conv(after).inputs[0]
+    assert add.op == "add" and dense.op == "copy" and any(i is dense for i in add.inputs)
+    assert not any(i.op == "permute" for i in add.inputs)
+    assert_honest(before, after, kinds=KINDS)
+
+
+def test_a_permuted_view_keeps_its_readers_when_no_dense_reader_needs_its_copy():
+    from kernelwright.rewrite.pipeline import rewrite_graph
+
+    x = x_in((3, 4, 5))
+    view = make_node("permute", [x], dims=(0, 2, 1))
+    before = graph_of([make_node("relu", [make_node("copy", [view])]), make_node("sigmoid", [view])])
+    after, _ = rewrite_graph(before)
+    sigmoid = next(n for n in after.nodes() if n.op == "sigmoid")
+    assert sigmoid.inputs[0].op == "permute"
