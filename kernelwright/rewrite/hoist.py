@@ -17,9 +17,12 @@ Contract for the emitter (docs/rewrites.md, "Derived weights"):
 
 from __future__ import annotations
 
+import torch
+
 from kernelwright.ir.graph import Graph, Node
 from kernelwright.rewrite.engine import is_param_only
 from kernelwright.rewrite.match import view_of_leaf
+from kernelwright.rewrite.rules_reduce import COMPARISONS
 
 # Ops that return a view of a freshly computed (contiguous) tensor: free per call.
 FREE_VIEWS = frozenset({"reshape", "permute", "expand", "slice", "select"})
@@ -41,6 +44,15 @@ def hoist_sources(node: Node) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _broadcast_predicate(node: Node, users: list[Node]) -> bool:
+    """A comparison of float values whose every reader broadcasts it (a [T, T] causal mask over [B, H, T, T]
+    scores): computed per element inside the reader's kernel, which reads its float operands, instead of
+    a derived bool tensor (reduction kernels read float32 only, so a masked softmax kept the mask apart)."""
+    return (node.op in COMPARISONS and node.dtype == torch.bool and bool(users)
+            and all(i.dtype == torch.float32 or i.op == "const" for i in node.inputs)
+            and all(u.numel > node.numel for u in users))
+
+
 def hoistable_nodes(graph: Graph) -> list[Node]:
     """Roots of the parameter-only subgraphs the emitter computes apart (see the module docstring)."""
     mutated = {fqn for fqn, _ in graph.mutations}
@@ -54,7 +66,7 @@ def hoistable_nodes(graph: Graph) -> list[Node]:
     }
     users = graph.users()
     for node in reversed(nodes):  # users first, so a chain of views is peeled from the top
-        if id(node) in cacheable and node.op in FREE_VIEWS \
+        if id(node) in cacheable and (node.op in FREE_VIEWS or _broadcast_predicate(node, users[id(node)])) \
                 and not any(id(u) in cacheable for u in users[id(node)]):
             cacheable.discard(id(node))
     read_per_call: set[int] = set()

@@ -1,6 +1,9 @@
-"""Reductions: move pointwise work from before a reduction to after it, where it touches fewer elements."""
+"""Reductions: move pointwise work from before a reduction to after it, where it touches fewer elements; give
+a constant mask a form that a reduction kernel reads."""
 
 from __future__ import annotations
+
+import torch
 
 from kernelwright.ir.graph import Node
 from kernelwright.ir.ops import category, const_node, make_node, row_op_dims
@@ -209,5 +212,25 @@ def pick_of_log_softmax(n: Node, ctx: RewriteContext) -> Node | None:
     return result if result.shape == n.shape and result.dtype == n.dtype else None
 
 
+COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+
+
+@rule("where", summary="where(m, a, b) for a broadcast parameter-only bool m that is no comparison -> "
+                       "where(cast(m, float32) != 0, a, b)")
+def float_mask(n: Node, ctx: RewriteContext) -> Node | None:
+    # A mask made of constants (`torch.ones(t, t, dtype=torch.bool).tril()`, its negation) is a derived weight
+    # (hoist.py): a bool tensor, which reduction kernels do not read, so a masked softmax ran the mask as a
+    # pass of its own over the whole scores tensor. As a float 0/1 tensor, derived once per call, compared
+    # per element (hoist.py leaves a broadcast comparison per call), it is read by the softmax's prologue.
+    # Exact: cast gives 1.0/0.0, != 0 gives m back. Only for a broadcast mask (4 bytes per mask element
+    # against 1 cost nothing that matters where one element serves many).
+    m = n.inputs[0]
+    if m.dtype != torch.bool or m.op in COMPARISONS or m.op == "const" or m.numel >= n.numel \
+            or not ctx.param_only(m):
+        return None
+    flag = make_node("ne", [make_node("cast", [m], dtype=torch.float32), const_node(0.0)])
+    return make_node("where", [flag, *n.inputs[1:]], **n.attr_dict)
+
+
 RULES: tuple[Rule, ...] = (reduce_of_scaled, minmax_of_monotone, reduce_of_expand, split_reduction_by_rows,
-                           pick_of_log_softmax)
+                           pick_of_log_softmax, float_mask)
