@@ -100,6 +100,8 @@ def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
 def is_supported_pool(node: Node) -> bool:
     if node.op not in POOL_OPS or node.dtype != torch.float32 or node.numel == 0:
         return False
+    if node.attr("channels_last"):
+        return False        # the layout pass's pool on NHWC data stays ATen's channels-last kernel
     source = node.inputs[0]
     rank = len(node.attr("output_size") or node.attr("kernel"))
     if source.dtype != torch.float32 or source.numel == 0 or len(source.shape) not in (rank + 1, rank + 2):

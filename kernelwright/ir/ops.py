@@ -301,28 +301,38 @@ def channels_first_dims(rank: int) -> tuple[int, ...]:
 _CHANNELS_LAST_FORMAT = {2: "torch.channels_last", 3: "torch.channels_last_3d"}
 
 
+def _pool_layout(call: Callable[[str], str], x: str, k: Mapping[str, Any], n: int) -> str:
+    """`call(x)`, or with `channels_last` (set by the layout pass) on [N, *spatial, C] data: the pool of its
+    NC* view (channels-last strides, which select ATen's NHWC pooling kernels), viewed back as
+    [N, *spatial', C] (`rewrite/layout.py`)."""
+    if not k.get("channels_last"):
+        return call(x)
+    return (f"{call(f'{x}.permute({literal(channels_first_dims(n + 2))})')}"
+            f".permute({literal(channels_last_dims(n + 2))})")
+
+
 def _max_pool(a: Sequence[str], k: Mapping[str, Any]) -> str:
     n = len(k["kernel"])
-    return (
-        f"torch.nn.functional.max_pool{n}d({a[0]}, {literal(k['kernel'])}, {literal(k['stride'])}, "
-        f"{literal(k['padding'])}, {literal(k['dilation'])}, ceil_mode={k['ceil_mode']})"
-    )
+    return _pool_layout(lambda x: (
+        f"torch.nn.functional.max_pool{n}d({x}, {literal(k['kernel'])}, {literal(k['stride'])}, "
+        f"{literal(k['padding'])}, {literal(k['dilation'])}, ceil_mode={k['ceil_mode']})"), a[0], k, n)
 
 
 def _avg_pool(a: Sequence[str], k: Mapping[str, Any]) -> str:
     n = len(k["kernel"])
     divisor = f", divisor_override={k['divisor_override']}" if k.get("divisor_override") is not None else ""
-    return (
-        f"torch.nn.functional.avg_pool{n}d({a[0]}, {literal(k['kernel'])}, {literal(k['stride'])}, "
+    return _pool_layout(lambda x: (
+        f"torch.nn.functional.avg_pool{n}d({x}, {literal(k['kernel'])}, {literal(k['stride'])}, "
         f"{literal(k['padding'])}, ceil_mode={k['ceil_mode']}, count_include_pad={k['count_include_pad']}"
-        f"{divisor})"
-    )
+        f"{divisor})"), a[0], k, n)
 
 
 def _adaptive(kind: str) -> Source:
     def source(a: Sequence[str], k: Mapping[str, Any]) -> str:
         size = k["output_size"]
-        return f"torch.nn.functional.adaptive_{kind}_pool{len(size)}d({a[0]}, {literal(size)})"
+        return _pool_layout(
+            lambda x: f"torch.nn.functional.adaptive_{kind}_pool{len(size)}d({x}, {literal(size)})",
+            a[0], k, len(size))
 
     return source
 

@@ -16,9 +16,10 @@ moved to its output: pointwise ops (their other operands permuted the inverse wa
 broadcasting), reductions over any dims (the dims mapped through p), softmax/log_softmax (the dim mapped),
 BatchNorm and GroupNorm (their `channel_dim` attribute mapped: on NHWC data the channels are the last dim,
 so conv + norm + epilogue stay one reduction kernel over contiguous data, the running-stat mean and var
-of a training BatchNorm moving with it as ordinary reductions). Ops the permute cannot pass (LayerNorm
-over dims the permute reorders, pooling, reshapes, GEMMs) read the permuted view; the kernel or ATen call
-there pays for the strided access.
+of a training BatchNorm moving with it as ordinary reductions), 2-D/3-D pooling (ATen's channels-last
+pooling kernels: the pool family's own kernel pools NCHW data) and concatenations (the dim mapped). Ops
+the permute cannot pass (LayerNorm over dims the permute reorders, 1-D pooling, reshapes, GEMMs) read the
+permuted view; the kernel or ATen call there pays for the strided access.
 
 Whether this wins depends on the graph (the input copy against the conv's gain; where permutes stop), so
 the compiler builds both layouts and keeps the faster verified one (`compiler.py`). Every rule is exact:
@@ -146,14 +147,43 @@ def norm_through_permute(n: Node, ctx: RewriteContext) -> Node | None:
     return make_node("permute", [make_node(n.op, [n.inputs[0].inputs[0], *n.inputs[1:]], **attrs)], dims=p)
 
 
+@rule("max_pool", "avg_pool", "adaptive_max_pool", "adaptive_avg_pool",
+      summary="pool(permute(a) to NCHW) -> permute(channels-last pool(a)) (ATen's NHWC pooling kernels)")
+def pool_through_permute(n: Node, ctx: RewriteContext) -> Node | None:
+    """A 2-D/3-D pool over the spatial dims of NHWC data runs on it as it is: ATen pools channels-last
+    tensors with kernels of their own, so the data stays NHWC for the next conv (before, the pool read the
+    NCHW view, which the runtime copied to NCHW, and the next conv's input was copied back)."""
+    rank = len(n.shape)
+    spatial = len(n.attr("output_size") or n.attr("kernel"))
+    if rank not in (4, 5) or spatial != rank - 2 or n.attr("channels_last") \
+            or _moved_permute(n.inputs[0]) != channels_first_dims(rank):
+        return None
+    pooled = make_node(n.op, [n.inputs[0].inputs[0]], **{**n.attr_dict, "channels_last": True})
+    return make_node("permute", [pooled], dims=channels_first_dims(rank))
+
+
+@rule("cat", summary="cat(permute(a, p), permute(b, p), dim) -> permute(cat(a, b, p[dim]), p)")
+def cat_through_permute(n: Node, ctx: RewriteContext) -> Node | None:
+    """Concatenating NHWC data along the channels (a Fire or Inception module's branches) is a
+    concatenation along its last dim: the result stays NHWC for the next conv."""
+    perms = [_moved_permute(i) for i in n.inputs]
+    if not perms or perms[0] is None or any(q != perms[0] for q in perms):
+        return None
+    p = perms[0]
+    joined = make_node("cat", [i.inputs[0] for i in n.inputs], **{**n.attr_dict, "dim": p[n.attr("dim")]})
+    return make_node("permute", [joined], dims=p)
+
+
 @rule("copy", summary="copy(a) -> a for a computed, non-view a (already its own contiguous memory)")
 def redundant_copy(n: Node, ctx: RewriteContext) -> Node | None:
     a = n.inputs[0]
-    return a if not a.is_leaf and category(a.op) != "view" else None
+    fresh = category(a.op) != "view" or a.op == "cat"   # cat is a data-movement op with memory of its own
+    return a if not a.is_leaf and fresh else None
 
 
 RULES: tuple[Rule, ...] = (conv_channels_last, pointwise_through_permute, reduction_through_permute,
-                           softmax_through_permute, norm_through_permute, merge_permutes, redundant_copy)
+                           softmax_through_permute, norm_through_permute, pool_through_permute,
+                           cat_through_permute, merge_permutes, redundant_copy)
 
 
 def has_layout_choice(graph: Graph) -> bool:

@@ -151,15 +151,11 @@ def test_norms_pass_a_permute_that_moves_the_batch_dim_only_when_batch_statistic
     assert_honest(grouped, after, kinds=KINDS)
 
 
-@pytest.mark.parametrize("op", ["layer_norm", "max_pool"])
-def test_ops_the_permute_cannot_pass_read_the_permuted_view(op):
+def test_an_op_the_permute_cannot_pass_reads_the_permuted_view():
+    op = "layer_norm"          # over the spatial dims, which NHWC data does not hold innermost
     y = conv(x_in((2, 4, 5, 5)), out_channels=8)
-    if op == "layer_norm":     # over the spatial dims, which NHWC data does not hold innermost
-        out = make_node("layer_norm", [y], normalized_ndim=2, normalized_shape=(5, 5), eps=1e-5,
-                        has_weight=False, has_bias=False)
-    else:
-        out = make_node("max_pool", [y], kernel=(2, 2), stride=(2, 2), padding=(0, 0), dilation=(1, 1),
-                        ceil_mode=False)
+    out = make_node("layer_norm", [y], normalized_ndim=2, normalized_shape=(5, 5), eps=1e-5,
+                    has_weight=False, has_bias=False)
     before = graph_of([out])
     after, _ = channels_last(before)
     stopped = after.outputs[0]
@@ -275,3 +271,62 @@ def test_a_permuted_view_keeps_its_readers_when_no_dense_reader_needs_its_copy()
     after, _ = rewrite_graph(before)
     sigmoid = next(n for n in after.nodes() if n.op == "sigmoid")
     assert sigmoid.inputs[0].op == "permute"
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("max_pool", dict(kernel=(3, 3), stride=(2, 2), padding=(1, 1), dilation=(1, 1), ceil_mode=True)),
+    ("avg_pool", dict(kernel=(2, 3), stride=(2, 2), padding=(0, 1), ceil_mode=False, count_include_pad=False,
+                      divisor_override=None)),
+    ("adaptive_avg_pool", dict(output_size=(1, 1))),
+    ("adaptive_max_pool", dict(output_size=(2, 3))),
+])
+def test_pools_run_on_the_channels_last_data_and_the_next_conv_reads_them_as_they_are(op, attrs):
+    pooled = make_node(op, [make_node("relu", [conv(x_in((2, 4, 7, 6)), out_channels=4)])], **attrs)
+    weight2 = p("conv2.weight", (5, 4, 1, 1))
+    z = make_node("conv", [pooled, weight2], stride=(1, 1), padding=(0, 0), dilation=(1, 1), transposed=False,
+                  output_padding=(0, 0), groups=1, has_bias=False)
+    before = graph_of([z])
+    after, _ = channels_last(before)
+    pool = next(n for n in after.nodes() if n.op == op)
+    assert pool.attr("channels_last") and pool.inputs[0].op == "relu"
+    second = [n for n in after.nodes() if n.op == "conv"][1]
+    assert second.inputs[0] is pool      # no copy back to NHWC
+    assert_honest(before, after, kinds=KINDS)
+
+
+def test_a_3d_pool_runs_channels_last_and_the_pool_family_leaves_it_to_aten():
+    from kernelwright.fuse import plan_fusion
+
+    pooled = make_node("avg_pool", [conv(x_in((1, 2, 4, 6, 6)), out_channels=3)], kernel=(2, 2, 2),
+                       stride=(2, 2, 2), padding=(0, 0, 0), ceil_mode=False, count_include_pad=True,
+                       divisor_override=None)
+    before = graph_of([pooled])
+    after, _ = channels_last(before)
+    pool = next(n for n in after.nodes() if n.op == "avg_pool")
+    assert pool.attr("channels_last") and pool.shape == (1, 2, 3, 3, 3)
+    assert not any(g.family == "pool" for g in plan_fusion(after).groups)
+    source = aten_source("avg_pool", ["x"], pool.attrs)
+    assert source.startswith("torch.nn.functional.avg_pool3d(x.permute((0, 4, 1, 2, 3))")
+    assert source.endswith(".permute((0, 2, 3, 4, 1))")
+    assert_honest(before, after, kinds=KINDS)
+
+
+def test_a_concatenation_of_channels_last_branches_stays_channels_last():
+    """A Fire module: two convs of one input concatenated along the channels feed a third conv, which reads
+    the NHWC concatenation as it is."""
+    squeeze = make_node("relu", [conv(x_in((2, 4, 5, 5)), out_channels=3)])
+    branches = []
+    for name, k, pad in (("e1", 1, 0), ("e3", 3, 1)):
+        w = p(f"{name}.weight", (4, 3, k, k))
+        branches.append(make_node("relu", [make_node(
+            "conv", [squeeze, w], stride=(1, 1), padding=(pad, pad), dilation=(1, 1), transposed=False,
+            output_padding=(0, 0), groups=1, has_bias=False)]))
+    joined = make_node("cat", branches, dim=1)
+    out = make_node("conv", [joined, p("next.weight", (2, 8, 1, 1))], stride=(1, 1), padding=(0, 0),
+                    dilation=(1, 1), transposed=False, output_padding=(0, 0), groups=1, has_bias=False)
+    before = graph_of([out])
+    after, _ = channels_last(before)
+    cat = next(n for n in after.nodes() if n.op == "cat")
+    assert cat.attr("dim") == 3 and cat.shape == (2, 5, 5, 8)
+    assert [n for n in after.nodes() if n.op == "conv"][-1].inputs[0] is cat
+    assert_honest(before, after, kinds=KINDS)
