@@ -16,10 +16,10 @@ moved to its output: pointwise ops (their other operands permuted the inverse wa
 broadcasting), reductions over any dims (the dims mapped through p), softmax/log_softmax (the dim mapped),
 BatchNorm and GroupNorm (their `channel_dim` attribute mapped: on NHWC data the channels are the last dim,
 so conv + norm + epilogue stay one reduction kernel over contiguous data, the running-stat mean and var
-of a training BatchNorm moving with it as ordinary reductions), 2-D/3-D pooling (ATen's channels-last
-pooling kernels: the pool family's own kernel pools NCHW data) and concatenations (the dim mapped). Ops
-the permute cannot pass (LayerNorm over dims the permute reorders, 1-D pooling, reshapes, GEMMs) read the
-permuted view; the kernel or ATen call there pays for the strided access.
+of a training BatchNorm moving with it as ordinary reductions), 2-D pooling (ATen's channels-last pooling
+kernels: the pool family's own kernel pools NCHW data) and concatenations (the dim mapped). Ops
+the permute cannot pass (LayerNorm over dims the permute reorders, 1-D and 3-D pooling, reshapes, GEMMs)
+read the permuted view; the kernel or ATen call there pays for the strided access.
 
 Whether this wins depends on the graph (the input copy against the conv's gain; where permutes stop), so
 the compiler builds both layouts and keeps the faster verified one (`compiler.py`). Every rule is exact:
@@ -147,15 +147,17 @@ def norm_through_permute(n: Node, ctx: RewriteContext) -> Node | None:
     return make_node("permute", [make_node(n.op, [n.inputs[0].inputs[0], *n.inputs[1:]], **attrs)], dims=p)
 
 
-@rule("max_pool", "avg_pool", "adaptive_max_pool", "adaptive_avg_pool",
-      summary="pool(permute(a) to NCHW) -> permute(channels-last pool(a)) (ATen's NHWC pooling kernels)")
+@rule("max_pool", "avg_pool", "adaptive_avg_pool",
+      summary="2-D pool(permute(a) to NCHW) -> permute(channels-last pool(a)) (ATen's NHWC pooling kernels)")
 def pool_through_permute(n: Node, ctx: RewriteContext) -> Node | None:
-    """A 2-D/3-D pool over the spatial dims of NHWC data runs on it as it is: ATen pools channels-last
-    tensors with kernels of their own, so the data stays NHWC for the next conv (before, the pool read the
-    NCHW view, which the runtime copied to NCHW, and the next conv's input was copied back)."""
+    """A 2-D pool over the spatial dims of NHWC data runs on it as it is: ATen pools channels-last tensors
+    with kernels of their own (max, average, adaptive average), so the data stays NHWC for the next conv
+    (before, the pool read the NCHW view, which the runtime copied to NCHW, and the next conv's input was
+    copied back). Not 3-D pools nor adaptive max pooling: ATen has no channels-last kernel for them and
+    copies both ways (H100: a Conv3d + ReLU + AvgPool3d plan spent 1.2 of 3.4 ms in those copies)."""
     rank = len(n.shape)
     spatial = len(n.attr("output_size") or n.attr("kernel"))
-    if rank not in (4, 5) or spatial != rank - 2 or n.attr("channels_last") \
+    if rank != 4 or spatial != 2 or n.attr("channels_last") \
             or _moved_permute(n.inputs[0]) != channels_first_dims(rank):
         return None
     pooled = make_node(n.op, [n.inputs[0].inputs[0]], **{**n.attr_dict, "channels_last": True})

@@ -278,7 +278,6 @@ def test_a_permuted_view_keeps_its_readers_when_no_dense_reader_needs_its_copy()
     ("avg_pool", dict(kernel=(2, 3), stride=(2, 2), padding=(0, 1), ceil_mode=False, count_include_pad=False,
                       divisor_override=None)),
     ("adaptive_avg_pool", dict(output_size=(1, 1))),
-    ("adaptive_max_pool", dict(output_size=(2, 3))),
 ])
 def test_pools_run_on_the_channels_last_data_and_the_next_conv_reads_them_as_they_are(op, attrs):
     pooled = make_node(op, [make_node("relu", [conv(x_in((2, 4, 7, 6)), out_channels=4)])], **attrs)
@@ -294,21 +293,30 @@ def test_pools_run_on_the_channels_last_data_and_the_next_conv_reads_them_as_the
     assert_honest(before, after, kinds=KINDS)
 
 
-def test_a_3d_pool_runs_channels_last_and_the_pool_family_leaves_it_to_aten():
+def test_pools_without_an_nhwc_kernel_in_aten_read_the_permuted_view():
+    """3-D pools and adaptive max pooling: ATen would copy NHWC data to NCDHW and back around them."""
+    pooled3d = make_node("avg_pool", [conv(x_in((1, 2, 4, 6, 6)), out_channels=3)], kernel=(2, 2, 2),
+                         stride=(2, 2, 2), padding=(0, 0, 0), ceil_mode=False, count_include_pad=True,
+                         divisor_override=None)
+    adaptive_max = make_node("adaptive_max_pool", [conv(x_in((2, 4, 7, 6)), out_channels=4)],
+                             output_size=(2, 3))
+    for pooled in (pooled3d, adaptive_max):
+        after, _ = channels_last(graph_of([pooled]))
+        pool = next(n for n in after.nodes() if n.op == pooled.op)
+        assert not pool.attr("channels_last") and pool.inputs[0].op == "permute"
+
+
+def test_a_channels_last_pool_is_left_to_aten_by_the_pool_family():
     from kernelwright.fuse import plan_fusion
 
-    pooled = make_node("avg_pool", [conv(x_in((1, 2, 4, 6, 6)), out_channels=3)], kernel=(2, 2, 2),
-                       stride=(2, 2, 2), padding=(0, 0, 0), ceil_mode=False, count_include_pad=True,
-                       divisor_override=None)
-    before = graph_of([pooled])
-    after, _ = channels_last(before)
-    pool = next(n for n in after.nodes() if n.op == "avg_pool")
-    assert pool.attr("channels_last") and pool.shape == (1, 2, 3, 3, 3)
-    assert not any(g.family == "pool" for g in plan_fusion(after).groups)
-    source = aten_source("avg_pool", ["x"], pool.attrs)
-    assert source.startswith("torch.nn.functional.avg_pool3d(x.permute((0, 4, 1, 2, 3))")
-    assert source.endswith(".permute((0, 2, 3, 4, 1))")
-    assert_honest(before, after, kinds=KINDS)
+    pooled = make_node("max_pool", [conv(x_in((2, 4, 7, 6)), out_channels=4)], kernel=(2, 2), stride=(2, 2),
+                       padding=(0, 0), dilation=(1, 1), ceil_mode=False)
+    after, _ = channels_last(graph_of([pooled]))
+    pool = next(n for n in after.nodes() if n.op == "max_pool")
+    assert pool.attr("channels_last") and not any(g.family == "pool" for g in plan_fusion(after).groups)
+    source = aten_source("max_pool", ["x"], pool.attrs)
+    assert source.startswith("torch.nn.functional.max_pool2d(x.permute((0, 3, 1, 2))")
+    assert source.endswith(".permute((0, 2, 3, 1))")
 
 
 def test_a_concatenation_of_channels_last_branches_stays_channels_last():
