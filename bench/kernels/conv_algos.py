@@ -19,25 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import time_ms  # noqa: E402
-
-from kernelwright.problem import load_problem  # noqa: E402
-
-
-def convs_of(model: torch.nn.Module, inputs: list) -> list[tuple[torch.nn.Module, torch.Tensor]]:
-    """Every distinct conv module of the model with the input it received in one forward."""
-    seen: dict[int, tuple[torch.nn.Module, torch.Tensor]] = {}
-
-    def hook(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
-        seen.setdefault(id(module), (module, args[0].detach()))
-
-    hooks = [m.register_forward_hook(hook) for m in model.modules()
-             if isinstance(m, torch.nn.modules.conv._ConvNd)]
-    with torch.no_grad():
-        model(*inputs)
-    for h in hooks:
-        h.remove()
-    return list(seen.values())
+from _timing import convs_of, l2_flush, problems_on_gpu, time_ms  # noqa: E402
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -69,12 +51,9 @@ def main() -> int:
     parser.add_argument("out")
     parser.add_argument("problems", nargs="+")
     args = parser.parse_args()
-    flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device="cuda")
+    flush = l2_flush()
     results = []
-    for spec in args.problems:
-        problem = load_problem(spec)
-        model = problem.build_model(device="cuda")
-        inputs = problem.inputs(device="cuda")
+    for problem, model, inputs in problems_on_gpu(args.problems):
         for module, x in convs_of(model, inputs):
             try:
                 row = measure(module, x, flush)
@@ -85,8 +64,6 @@ def main() -> int:
             times = " ".join(f"{k[:-3]} {v:.3f}" for k, v in row.items() if k.endswith("_ms"))
             errs = " ".join(f"{v:.1e}" for k, v in row.items() if k.endswith("_err"))
             print(f"{problem.id:40s} {str(row.get('input')):24s} {times} | err {errs}", flush=True)
-        del model, inputs
-        torch.cuda.empty_cache()
         Path(args.out).write_text(json.dumps(results, indent=1))
     return 0
 

@@ -19,9 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import time_ms  # noqa: E402
-
-from kernelwright.problem import load_problem  # noqa: E402
+from _timing import convs_of, l2_flush, problems_on_gpu, time_ms  # noqa: E402
 
 
 def kernels_of(fn, top: int = 8) -> list[dict]:
@@ -45,15 +43,8 @@ def kernels_of(fn, top: int = 8) -> list[dict]:
 def conv_layouts(model: torch.nn.Module, inputs: list, flush: torch.Tensor) -> list[dict]:
     """Each conv module timed alone on its real input: NCHW, channels-last (input already converted), and
     the input conversion alone."""
-    seen: list[tuple[torch.nn.Module, torch.Tensor]] = []
-    hooks = [m.register_forward_hook(lambda m, a, o: seen.append((m, a[0])))
-             for m in model.modules() if isinstance(m, torch.nn.modules.conv._ConvNd)]
-    with torch.no_grad():
-        model(*inputs)
-    for h in hooks:
-        h.remove()
     out = []
-    for module, x in seen[:4]:
+    for module, x in convs_of(model, inputs)[:4]:
         fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
         if x.dim() not in (4, 5):
             fmt = None
@@ -79,12 +70,9 @@ def main() -> int:
     parser.add_argument("problems", nargs="+")
     parser.add_argument("--emitted", default=None)
     args = parser.parse_args()
-    flush = torch.empty(64 * 1024 * 1024, dtype=torch.int32, device="cuda")
+    flush = l2_flush()
     results = []
-    for spec in args.problems:
-        problem = load_problem(spec)
-        model = problem.build_model(device="cuda")
-        inputs = problem.inputs(device="cuda")
+    for problem, model, inputs in problems_on_gpu(args.problems):
         entry = {"problem": problem.id, "systems": {}}
         systems = {"eager": model, "compile": torch.compile(model)}
         emitted = Path(args.emitted or "/nonexistent") / (problem.id.replace("/", "__") + ".py")
