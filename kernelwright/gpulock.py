@@ -94,22 +94,45 @@ def gpu_lock_file(uuid: str) -> str:
     return os.path.join(tempfile.gettempdir(), f"kernelwright-gpu-{re.sub(r'[^a-z0-9_-]', '_', bare)}.lock")
 
 
-_uuids: dict[int, str] = {}
+_uuids: dict[object, str | None] = {}
 
 
 def _device_uuid() -> str | None:
+    """The UUID of the GPU this process uses (or will use: its first visible one), without creating a CUDA
+    context: torch's view once CUDA is initialized here, else NVML's (a process that only orchestrates, such
+    as the judge's parent, must not hold half a GiB of GPU memory for a lock's name)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     try:
-        if not torch.cuda.is_available():
-            return None
-        index = torch.cuda.current_device()
-        if index not in _uuids:
-            _uuids[index] = str(torch.cuda.get_device_properties(index).uuid)
-        return _uuids[index]
+        if torch.cuda.is_initialized():
+            key: object = torch.cuda.current_device()
+            if key not in _uuids:
+                _uuids[key] = str(torch.cuda.get_device_properties(key).uuid)
+            return _uuids[key]
+        key = ("visible", os.environ.get("CUDA_VISIBLE_DEVICES"))
+        if key not in _uuids:
+            _uuids[key] = _first_visible_uuid(key[1])
+        return _uuids[key]
     except Exception:  # noqa: BLE001 - a device that cannot be queried: no lock, timings as before
         return None
+
+
+def _first_visible_uuid(visible: str | None) -> str | None:
+    """NVML's UUID of CUDA device 0: the first CUDA_VISIBLE_DEVICES entry (a UUID, or an index in NVML's
+    PCI order, which is CUDA's on a host of one GPU model), else NVML's first device; None without NVML."""
+    import warnings
+
+    first = (visible or "0").split(",")[0].strip()
+    if first.upper().startswith(("GPU-", "MIG-")):
+        return first
+    if not first.isdigit():
+        return None
+    torch = sys.modules["torch"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        uuids = torch.cuda._raw_device_uuid_nvml()
+    return uuids[int(first)] if uuids and int(first) < len(uuids) else None
 
 
 def machine_lock_path() -> str | None:
@@ -131,8 +154,17 @@ def _lock(exclusive: bool) -> Iterator[None]:
         return
     if _held:
         raise RuntimeError("gpu_timing() inside gpu_work(): the process would wait on its own shared lock")
-    turnstile = os.open(path + ".turnstile", os.O_RDWR | os.O_CREAT, 0o600)
-    main = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:   # one file per GPU for every user of the host: readable and writable by all
+        turnstile = _open_shared(path + ".turnstile")
+    except OSError:  # an unwritable temp folder or another user's file: no GPU-wide coordination
+        yield
+        return
+    try:
+        main = _open_shared(path)
+    except OSError:
+        os.close(turnstile)
+        yield
+        return
     try:
         with _waiting():
             fcntl.flock(turnstile, fcntl.LOCK_EX)
@@ -147,6 +179,13 @@ def _lock(exclusive: bool) -> Iterator[None]:
     finally:
         os.close(main)  # closing the descriptors releases their locks
         os.close(turnstile)
+
+
+def _open_shared(path: str) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    with contextlib.suppress(OSError):   # the umask may have taken bits off; only the owner may add them
+        os.fchmod(fd, 0o666)
+    return fd
 
 
 @contextlib.contextmanager

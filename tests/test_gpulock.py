@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernelwright import gpulock
 
@@ -92,6 +93,38 @@ def test_without_the_variable_the_gpu_lock_is_the_devices_own(monkeypatch):
     monkeypatch.delenv(gpulock.ENV)
     monkeypatch.setattr(gpulock, "_device_uuid", lambda: None)
     assert gpulock.gpu_lock_path() is None
+
+
+def test_the_devices_uuid_is_found_without_a_cuda_context(monkeypatch):
+    """Before CUDA is initialized in the process, the lock's name comes from CUDA_VISIBLE_DEVICES or NVML:
+    asking torch would create a context (half a GiB of GPU memory) in processes that only orchestrate."""
+    monkeypatch.setattr(gpulock, "_uuids", {})
+    assert gpulock._first_visible_uuid("GPU-1a2b,GPU-3c4d") == "GPU-1a2b"
+    assert gpulock._first_visible_uuid("bogus") is None
+    monkeypatch.setattr(torch.cuda, "_raw_device_uuid_nvml", lambda: ["GPU-aa", "GPU-bb"])
+    assert gpulock._first_visible_uuid("1,0") == "GPU-bb" and gpulock._first_visible_uuid(None) == "GPU-aa"
+    assert gpulock._first_visible_uuid("2") is None
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: pytest.fail("would create a CUDA context"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert gpulock._device_uuid() == "GPU-bb"
+
+
+def test_a_lock_file_that_cannot_be_opened_leaves_the_work_unlocked(monkeypatch, tmp_path: Path):
+    """Another user's lock file (or an unwritable temp folder): the work runs, without coordination."""
+    monkeypatch.setenv(gpulock.ENV, str(tmp_path / "gpu.lock"))
+    monkeypatch.setenv(gpulock.MACHINE_ENV, "off")
+
+    def refuse(path: str) -> int:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(gpulock, "_open_shared", refuse)
+    ran = []
+    with gpulock.gpu_timing():
+        ran.append("timing")
+    with gpulock.gpu_work():
+        ran.append("work")
+    assert ran == ["timing", "work"]
 
 
 def test_machine_lock_keeps_builds_and_timings_apart(tmp_path: Path):

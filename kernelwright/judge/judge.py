@@ -25,6 +25,7 @@ import torch
 
 from kernelwright.environment import collect_environment
 from kernelwright.errors import EnvironmentFailure, KernelwrightError, ProblemLoadError, UsageError
+from kernelwright.gpulock import ENV as GPU_LOCK_ENV
 from kernelwright.gpulock import gpu_timing
 from kernelwright.judge import tensorfile
 from kernelwright.judge.build import build_root
@@ -91,6 +92,8 @@ class Judge:
         # the candidate it gets still has a fresh process of its own.
         self._spare: WorkerProcess | None = None
         self._keep_spare = False
+        # Workers judging on the CPU take no GPU's lock (the machine lock still keeps builds off timings).
+        self.worker_env = {GPU_LOCK_ENV: "off"} if options.device == "cpu" else None
 
     def __enter__(self) -> Judge:
         return self
@@ -101,6 +104,7 @@ class Judge:
     def close(self) -> None:
         self._keep_spare = False
         if self._spare is not None:
+            self._spare.kill()    # it has run nothing: no need to wait for its imports to finish
             self._spare.close()
             self._spare = None
         if self._reference is not None:
@@ -114,16 +118,16 @@ class Judge:
         return self.workdir / f"candidate_{count}"
 
     def _start_spare(self) -> None:
-        """Start the next candidate's worker now (in the folder the next `evaluate` will use)."""
+        """Start the next candidate's worker now, in a folder of its own."""
         if self._spare is None:
             workdir = self._candidate_dir(self._count + 1)
             workdir.mkdir(exist_ok=True)
-            self._spare = WorkerProcess("candidate", workdir)
+            self._spare = WorkerProcess("candidate", workdir, env=self.worker_env)
 
-    def _take_worker(self, workdir: Path) -> WorkerProcess | None:
-        """The spare worker if it was started for `workdir` and is still alive, else None."""
+    def _take_worker(self) -> WorkerProcess | None:
+        """The spare worker if it is still alive (it has run nothing), else None."""
         spare, self._spare = self._spare, None
-        if spare is not None and spare.log_path.parent == workdir and spare.proc.poll() is None:
+        if spare is not None and spare.proc.poll() is None:
             return spare
         if spare is not None:
             spare.close()
@@ -135,7 +139,7 @@ class Judge:
         """The reference worker, started and loaded on first use (and again if it died)."""
         if self._reference is not None and self._reference.proc.poll() is None:
             return self._reference
-        worker = WorkerProcess("reference", self.workdir)
+        worker = WorkerProcess("reference", self.workdir, env=self.worker_env)
         try:
             reply = worker.request(
                 {
@@ -302,9 +306,10 @@ class Judge:
         verdict["flags"]["custom_kernel_source"] = (
             "load_inline" in source or "cpp_extension" in source or "triton.jit" in source
         )
-        workdir = self._candidate_dir(self._count)
-        worker = self._take_worker(workdir)
-        workdir.mkdir(exist_ok=worker is not None)
+        worker = self._take_worker()
+        # the spare's folder (named for the count when it started), else this count's; unique either way
+        workdir = worker.log_path.parent if worker is not None else self._candidate_dir(self._count)
+        workdir.mkdir(exist_ok=True)
         source_file = workdir / "candidate.py"
         source_file.write_text(source)
         session = CandidateSession(

@@ -45,7 +45,7 @@ class CandidateSession:
         self.flags = verdict["flags"]
         self.custom_calls = 0
         self.build_dir = build_dir
-        self.worker = worker or WorkerProcess("candidate", workdir)
+        self.worker = worker or WorkerProcess("candidate", workdir, env=judge.worker_env)
         self.phase = "build"
 
     def close(self) -> None:

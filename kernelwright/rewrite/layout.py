@@ -65,7 +65,9 @@ def conv_channels_last(n: Node, ctx: RewriteContext) -> Node | None:
 def _movable_conv(n: Node) -> bool:
     """A 1-D, 2-D or 3-D convolution (transposed ones too) still in channels-first layout (1-D ones run as
     2-D ones of height 1: `ir/ops.py`)."""
-    return n.op == "conv" and not n.attr("channels_last") and len(n.shape) in (3, 4, 5)
+    # batched only: an unbatched conv (one spatial dim fewer than its rank suggests) keeps its layout
+    return n.op == "conv" and not n.attr("channels_last") and len(n.shape) in (3, 4, 5) \
+        and len(n.shape) == len(n.attr("stride")) + 2
 
 
 def _moved_permute(node: Node) -> tuple[int, ...] | None:

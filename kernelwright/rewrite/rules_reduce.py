@@ -213,6 +213,7 @@ def pick_of_log_softmax(n: Node, ctx: RewriteContext) -> Node | None:
 
 
 COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+_ROW_READERS = frozenset({"reduction", "softmax", "norm", "scan"})  # kernel families that read float32 only
 
 
 @rule("where", summary="where(m, a, b) for a broadcast parameter-only bool m that is no comparison -> "
@@ -226,8 +227,8 @@ def float_mask(n: Node, ctx: RewriteContext) -> Node | None:
     # against 1 cost nothing that matters where one element serves many).
     m = n.inputs[0]
     if m.dtype != torch.bool or m.op in COMPARISONS or m.op == "const" or m.numel >= n.numel \
-            or not ctx.param_only(m):
-        return None
+            or not ctx.param_only(m) or not any(category(u.op) in _ROW_READERS for u in ctx.users(n)):
+        return None     # a pointwise kernel reads a bool mask as it is (1 byte, no cast per call)
     flag = make_node("ne", [make_node("cast", [m], dtype=torch.float32), const_node(0.0)])
     return make_node("where", [flag, *n.inputs[1:]], **n.attr_dict)
 

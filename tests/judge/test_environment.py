@@ -137,6 +137,15 @@ def test_a_prepared_judge_starts_each_candidates_worker_ahead(tmp_path: Path):
     finally:
         judge.close()
     assert last.proc.poll() is not None and judge._spare is None
+    # a spare that died before its candidate came: the candidate gets a fresh worker
+    with Judge(problem, CPU_OPTIONS) as again:
+        again.prepare()
+        again._spare.kill()
+        assert again.evaluate(candidate)["status"] == "correct"
+        # a candidate rejected before it runs leaves the spare for the next one
+        spare = again._spare
+        assert again.evaluate(tmp_path / "missing.py")["status"] == "rejected"
+        assert again._spare is spare and again.evaluate(candidate)["status"] == "correct"
     # without prepare (a one-off evaluation), no worker is started ahead
     with Judge(problem, CPU_OPTIONS) as once:
         assert once.evaluate(candidate)["status"] == "correct" and once._spare is None

@@ -338,3 +338,12 @@ def test_a_concatenation_of_channels_last_branches_stays_channels_last():
     assert cat.attr("dim") == 3 and cat.shape == (2, 5, 5, 8)
     assert [n for n in after.nodes() if n.op == "conv"][-1].inputs[0] is cat
     assert_honest(before, after, kinds=KINDS)
+
+
+def test_an_unbatched_conv_keeps_its_layout():
+    """nn.Conv2d on a [C, H, W] input is captured as a conv of rank 3 with two spatial dims: not a 1-D one."""
+    unbatched = make_node("conv", [x_in((4, 6, 5)), p("w", (3, 4, 3, 3))], stride=(1, 1), padding=(1, 1),
+                          dilation=(1, 1), transposed=False, output_padding=(0, 0), groups=1, has_bias=False)
+    graph = graph_of([unbatched])
+    assert unbatched.shape == (3, 6, 5) and not has_layout_choice(graph)
+    assert ops_of(channels_last(graph)[0]) == ops_of(graph)

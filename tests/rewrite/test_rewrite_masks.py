@@ -55,7 +55,7 @@ def test_a_buffer_mask_compared_per_call_is_read_by_the_softmax_kernel():
     assert len(groups) == 1 and {"eq", "where", "softmax"} <= {n.op for n in groups[0].nodes}
 
 
-@pytest.mark.parametrize("case", ["comparison", "full_size", "per_call"])
+@pytest.mark.parametrize("case", ["comparison", "full_size", "per_call", "pointwise_reader"])
 def test_masks_left_alone(case):
     x = x_in((2, 5, 5))
     if case == "comparison":       # already a predicate on float values: read as it is
@@ -63,8 +63,13 @@ def test_masks_left_alone(case):
     elif case == "full_size":      # not broadcast: a bool byte per element beats a float
         mask = make_node("logical_not", [make_node("tril", [make_node(
             "full", [], shape=(2, 5, 5), value=True, dtype=torch.bool)], diagonal=0)])
-    else:                          # computed from the input: no derived weight
+    elif case == "per_call":       # computed from the input: no derived weight
         mask = make_node("gt", [x_in((5, 5)), const_node(0.0)])
         mask = make_node("logical_not", [mask])
+    else:                          # read by a pointwise kernel, which reads a bool mask as it is
+        masked = make_node("where", [causal(5), const_node(0.0), x])
+        _, log = apply(graph_of([make_node("relu", [masked])]), float_mask)
+        assert not fired(log, float_mask)
+        return
     _, log = apply(graph_of([masked_softmax(x, mask)]), float_mask)
     assert not fired(log, float_mask)
