@@ -209,6 +209,16 @@ def exclusive_cumsum(shape: tuple[int, ...], dim: int) -> Graph:
     return Graph((x,), (), (make_node("sub", [make_node("cumsum", [x], dim=dim), x]),))
 
 
+def masked_softmax(shape: tuple[int, ...], mask_shape: tuple[int, ...]) -> Graph:
+    """Attention's masked softmax: scale, a mask from a parameter compared per element (`m > 0.5` masks),
+    -inf where masked, softmax over the last dim. A mask of shape [..., 1] masks whole rows (NaN rows, as
+    in torch)."""
+    x, m = x_in(*shape), param_node("mask", mask_shape)
+    scaled = make_node("mul", [x, const_node(0.125)])
+    masked = make_node("where", [make_node("gt", [m, const_node(0.5)]), const_node(float("-inf")), scaled])
+    return Graph((x,), (m,), (make_node("softmax", [masked], dim=len(shape) - 1),))
+
+
 def sum_of_squares_then_scale(shape: tuple[int, ...]) -> Graph:
     """A prologue (x*x) and an epilogue on the reduced value (sqrt, * 2)."""
     x = x_in(*shape)
@@ -219,6 +229,8 @@ def sum_of_squares_then_scale(shape: tuple[int, ...]) -> Graph:
 # name -> graph builder; the GPU test runs every case, the compile test compiles every case's kernel(s).
 CASES: dict[str, Callable[[], Graph]] = {
     "softmax_small": lambda: one("softmax", (7, 13), dim=1),
+    "masked_softmax_causal_odd": lambda: masked_softmax((2, 3, 29, 1000), (1, 1, 29, 1000)),
+    "masked_softmax_whole_rows": lambda: masked_softmax((2, 3, 29, 1000), (1, 1, 29, 1)),
     "softmax_size1": lambda: one("softmax", (5, 1), dim=1),
     "softmax_odd": lambda: one("softmax", (33, 1001), dim=1),
     "softmax_vec": lambda: one("softmax", (9, 12292), dim=-1),
