@@ -254,7 +254,11 @@ def test_a_mismatch_is_retried_with_atens_gemms_before_the_whole_model_fallback(
                       if g.family == "gemm"]
     assert any(d.startswith(gemm_kernel.name) and "wrong values" in d for d in kept.dropped)
     assert gemm_kernel in kept.built and not kept.replay
-    assert any("retried with ATen's GEMMs" in note and "scale1000" in note for note in pipeline.result.notes)
+    assert any("retried with ATen's GEMMs" in note for note in pipeline.result.notes)
+    # the rejection is told once, in the kept file's list of rejected files
+    assert sum("scale1000" in note for note in pipeline.result.notes) == 1
+    assert any(note.startswith("kept after the judge rejected: ") and "scale1000" in note
+               for note in pipeline.result.notes)
 
     _, _, judged, emitted, result = run(lambda v: mismatch)
     assert result[0] == "fallback" and len(judged) == 2 and not emitted and result[1].count("mismatch") == 2
