@@ -33,7 +33,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 ENV = "KERNELWRIGHT_GPU_LOCK"
 MACHINE_ENV = "KERNELWRIGHT_MACHINE_LOCK"
@@ -80,11 +80,20 @@ def cpu_work() -> Iterator[None]:
 def gpu_lock_path() -> str | None:
     """The GPU lock's file: `$KERNELWRIGHT_GPU_LOCK`, else the current CUDA device's `gpu_lock_file`; None
     when disabled or where this process has no CUDA GPU (torch not imported, or no device)."""
-    value = os.environ.get(ENV)
-    if value is not None:
-        return None if value.strip().lower() in ("", "0", "off", "none") else value
+    return _lock_file_setting(ENV, _device_lock_file)
+
+
+def _device_lock_file() -> str | None:
     uuid = _device_uuid()
     return None if uuid is None else gpu_lock_file(uuid)
+
+
+def _lock_file_setting(variable: str, default: Callable[[], str | None]) -> str | None:
+    """A lock's file: `$variable` when set (empty, 0, off or none: no lock), else `default()`."""
+    value = os.environ.get(variable)
+    if value is None:
+        return default()
+    return None if value.strip().lower() in ("", "0", "off", "none") else value
 
 
 def gpu_lock_file(uuid: str) -> str:
@@ -136,10 +145,8 @@ def _first_visible_uuid(visible: str | None) -> str | None:
 
 
 def machine_lock_path() -> str | None:
-    value = os.environ.get(MACHINE_ENV)
-    if value is not None:
-        return None if value.strip().lower() in ("", "0", "off", "none") else value
-    return os.path.join(tempfile.gettempdir(), f"kernelwright-machine-{os.getuid()}.lock")
+    return _lock_file_setting(
+        MACHINE_ENV, lambda: os.path.join(tempfile.gettempdir(), f"kernelwright-machine-{os.getuid()}.lock"))
 
 
 @contextlib.contextmanager
