@@ -26,6 +26,7 @@ from kernelwright.codegen.kernel import (
 from kernelwright.errors import UnsupportedOp
 from kernelwright.fuse.plan import VIEW_OPS, FusedGroup
 from kernelwright.ir.graph import Node
+from kernelwright.ir.ops import COMPARISONS
 
 # The flat kernel's defaults, the one place to change them (bench/kernels/bench_pointwise.py measures each
 # knob; PointwiseConfig below says what they mean). Set from its H100 run of 2026-11-25 (bench/results/
@@ -87,7 +88,6 @@ INTEGER_EXPRESSIONS = {
 POW_BY_CONST = {2.0: "({0} * {0})", 3.0: "({0} * {0} * {0})", 0.5: "sqrt({0})", -0.5: "rsqrt({0})",
                 -1.0: "({T}(1) / {0})", -2.0: "({T}(1) / ({0} * {0}))"}
 
-COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 LOGICAL = frozenset({"logical_and", "logical_or", "logical_not"})
 # Bool results that test the operand in its own type: converting a float to bool first would turn NaN
 # and inf into `true` before the test sees them.

@@ -226,6 +226,10 @@ def _linear(a: Sequence[str], k: Mapping[str, Any]) -> str:
     return f"torch.nn.functional.linear({a[0]}, {a[1]}, {a[2] if len(a) > 2 else 'None'})"
 
 
+# The comparison ops: bool results of two operands (the pointwise codegen's predicates, the rewrites' masks).
+COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+
+
 def _conv(a: Sequence[str], k: Mapping[str, Any]) -> str:
     n = len(k["stride"])
     bias = a[2] if len(a) > 2 else "None"

@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch
 
 from kernelwright.ir.graph import Graph, Node
+from kernelwright.ir.ops import COMPARISONS
 from kernelwright.rewrite.engine import is_param_only
 from kernelwright.rewrite.match import view_of_leaf
-from kernelwright.rewrite.rules_reduce import COMPARISONS
 
 # Ops that return a view of a freshly computed (contiguous) tensor: free per call.
 FREE_VIEWS = frozenset({"reshape", "permute", "expand", "slice", "select"})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from kernelwright.ir.graph import Node
-from kernelwright.ir.ops import category, const_node, make_node, row_op_dims
+from kernelwright.ir.ops import COMPARISONS, category, const_node, make_node, row_op_dims
 from kernelwright.rewrite.engine import RewriteContext, Rule, rule
 from kernelwright.rewrite.match import binary_operands, is_float, is_number, reshape_to, scalar_value
 
@@ -212,7 +212,6 @@ def pick_of_log_softmax(n: Node, ctx: RewriteContext) -> Node | None:
     return result if result.shape == n.shape and result.dtype == n.dtype else None
 
 
-COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 _ROW_READERS = frozenset({"reduction", "softmax", "norm", "scan"})  # kernel families that read float32 only
 
 
