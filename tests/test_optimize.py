@@ -7,6 +7,7 @@ import subprocess
 import sys
 import types
 
+import pytest
 import torch
 
 from kernelwright.cli import main
@@ -236,9 +237,9 @@ def test_a_mismatch_is_retried_with_atens_gemms_before_the_whole_model_fallback(
         monkeypatch.setattr(pipeline, "emit", lambda v, verification: emitted.append(v) or pipeline.result)
         monkeypatch.setattr(pipeline, "fallback", lambda reason, v=None: ("fallback", reason))
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "GPU")
-        starting = threading.Thread(target=lambda: None)
-        starting.start()
-        return pipeline, variants[0], judged, emitted, pipeline.judged(variants, starting)
+        pipeline.judge_starting = threading.Thread(target=lambda: None)
+        pipeline.judge_starting.start()
+        return pipeline, variants[0], judged, emitted, pipeline.verify(variants)
 
     mismatch = {"status": "mismatch", "detail": "trial 5 (scale1000): 5 values off"}
     correct = {"status": "correct", "detail": "", "speedup_vs_eager": 1.2}
@@ -291,3 +292,40 @@ def test_a_mismatch_is_retried_with_atens_gemms_before_the_whole_model_fallback(
     slow.update(flags={"timing_disagreement": True}, speedup_vs_eager=0.4)
     _, _, _, _, result = run(lambda v: slow)
     assert result[1].endswith("0.40x vs eager (2.500 ms wall clock vs 1.000 ms)")
+
+
+def test_the_judge_starts_before_capture_and_is_closed_whatever_happens(monkeypatch):
+    """On a GPU the judge's processes start first (they load while we capture and build) and are closed
+    when the pipeline ends, also when a stage raises."""
+    import threading
+    from types import SimpleNamespace
+
+    from kernelwright import compiler
+
+    events = []
+
+    class FakeJudge:
+        def __init__(self, path, options):
+            events.append("judge")
+
+        def prepare(self):
+            events.append("prepare")
+
+        def close(self):
+            events.append("close")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr("kernelwright.judge.Judge", FakeJudge)
+    pipeline = compiler._Pipeline(SimpleNamespace(path="p.py"), compiler.DEFAULT_OPTIONS, None)
+
+    def stages(measured):
+        assert measured and isinstance(pipeline.judge_starting, threading.Thread)
+        events.append("capture")
+        raise RuntimeError("a stage failed")
+
+    monkeypatch.setattr(pipeline, "stages_to_emit", stages)
+    with pytest.raises(RuntimeError):
+        pipeline.run()
+    assert events[0] == "judge" and events[-1] == "close"
+    assert set(events) == {"judge", "prepare", "capture", "close"}
+    assert pipeline.judge_session is None

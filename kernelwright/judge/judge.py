@@ -342,7 +342,9 @@ class Judge:
             "trials": [],
             "timings": {"candidate": None, "eager": None, "compile": None},
             "memory": {"reference_peak_bytes": None, "candidate_peak_bytes": None},
-            "profile": {},  # seconds per phase: reference_s (overlaps build_s), build_s, trials_s, timing_s
+            # seconds per phase: reference_s (overlaps build_s), build_s, trials_s (and trials_<phase>: its
+            # reference_s, candidate_s, compare_s, float64_s summed over trials), timing_s
+            "profile": {},
             "speedup_vs_eager": None,
             "speedup_vs_compile": None,
             "flags": {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import time
 import traceback
 from pathlib import Path
 
@@ -177,7 +178,9 @@ class ReferenceWorker:
             outputs, result_file.get("outputs"), self.config["tolerance"], trial.distribution
         )
         if result["status"] == "mismatch":
+            clock = time.monotonic()
             exact, why = self.float64_outputs(trial, model)
+            result["float64_s"] = round(time.monotonic() - clock, 3)
             if exact is None:
                 # Never the problem's fault: the stricter rule (the tolerance table against eager) stands.
                 result["detail"] += f"; no float64 re-check: {why}"

@@ -16,7 +16,8 @@ from kernelwright.problem import BUNDLED_DIR, Problem
 
 # Timing: candidate and eager are timed in alternating rounds under one hold of the timing lock, so that both
 # see the same machine (clocks, other processes); the speedup is the ratio of the rounds' medians. Rounds
-# stop once the last MIN_ROUNDS ratios agree within ROUND_AGREEMENT, or at MAX_ROUNDS.
+# stop once the last MIN_ROUNDS ratios agree within ROUND_AGREEMENT, or at MAX_ROUNDS (without `settle`:
+# after MIN_ROUNDS, their median outvoting one disturbed round).
 MIN_ROUNDS, MAX_ROUNDS = 3, 7
 ROUND_AGREEMENT = 0.015
 # The GPU busy share's profiler pass (judge/busy.py) takes well under a second; these bound a stuck one.
@@ -113,6 +114,9 @@ class CandidateSession:
         for trial in self.judge._trials:
             self._run_trial(trial, deadline)
         profile["trials_s"] = round(time.monotonic() - started, 3)
+        for entry in self.verdict["trials"]:   # where the trials' time went, summed over trials
+            for phase, seconds in entry.get("seconds", {}).items():
+                profile[f"trials_{phase}"] = round(profile.get(f"trials_{phase}", 0.0) + seconds, 3)
         # Custom kernels are seen at runtime (calls into a built extension); Triton only in the source.
         self.flags["no_custom_kernel"] = (
             self.custom_calls == 0 and "triton.jit" not in self.source_file.read_text()
@@ -138,7 +142,9 @@ class CandidateSession:
 
     def _run_trial(self, trial: dict, deadline: float) -> None:
         index = trial["index"]
+        clock = time.monotonic()
         reference = self.judge._reference_request({"op": "trial", "index": index})
+        seconds = {"reference_s": round(time.monotonic() - clock, 3)}
         self._note_memory("reference_peak_bytes", reference)
         if reference.get("skipped"):
             self.verdict["trials"].append({**trial, "status": "skipped", "detail": reference["skipped"],
@@ -159,7 +165,9 @@ class CandidateSession:
             },
             self._left(deadline),
         )
-        entry = {**trial, "status": None, "max_abs_err": None, "max_rel_err": None, "first_mismatch": None}
+        seconds["candidate_s"] = round(time.monotonic() - clock - seconds["reference_s"], 3)
+        entry = {**trial, "status": None, "max_abs_err": None, "max_rel_err": None, "first_mismatch": None,
+                 "seconds": seconds}
         self.verdict["trials"].append(entry)
         try:
             self._check(reply)
@@ -183,7 +191,11 @@ class CandidateSession:
         if reply.get("wrong_device"):
             entry["status"] = "mismatch"
             raise Failed("mismatch", f"trial {index} ({trial['distribution']}): {reply['wrong_device']}")
+        clock = time.monotonic()
         result = self.judge._reference_request({"op": "compare", "index": index, "outputs": str(outputs)})
+        seconds["compare_s"] = round(time.monotonic() - clock, 3)
+        if result.get("float64_s") is not None:
+            seconds["float64_s"] = result["float64_s"]
         outputs.unlink(missing_ok=True)
         for name in ("inputs", "output_buffers"):
             if reference.get(name):
@@ -205,15 +217,19 @@ class CandidateSession:
         # The candidate reads its timing inputs once, in its first round.
         inputs = self.judge._reference_request({"op": "share_timing_inputs"})["inputs"]
         with gpu_timing():
-            while len(rounds["eager"]) < MAX_ROUNDS and not _settled(rounds):
+            most = MAX_ROUNDS if self.options.settle else MIN_ROUNDS
+            while len(rounds["eager"]) < most and not _settled(rounds):
                 command = {"op": "time", "inputs": inputs, "locked": True, **per_round}
+                clock = time.monotonic()
                 reply = self.worker.request(command, self._left(deadline))
+                clock = self._add_seconds("timing_candidate_s", clock)
                 Path(inputs).unlink(missing_ok=True)  # read in the first round
                 self._check(reply)
                 self._note_memory("candidate_peak_bytes", reply)
                 rounds["candidate"].append(reply["timing"])
                 eager = self.judge._reference_request({"op": "time", "which": "eager", "locked": True,
                                                        **per_round})
+                self._add_seconds("timing_eager_s", clock)
                 self._note_memory("reference_peak_bytes", eager)
                 rounds["eager"].append(eager["timing"])
             # After the candidate's last timed round: its process is closed next, so the profiler never
@@ -243,6 +259,13 @@ class CandidateSession:
                 self.verdict[key] = round(timings[name]["median_ms"] / candidate_ms, 4)
         if busy is not None:
             self.verdict["launch_bound"] = launch_bound_section(self.judge.reference_busy(), busy)
+
+    def _add_seconds(self, phase: str, since: float) -> float:
+        """Add the seconds since `since` to the profile's `phase`; now, for the next phase."""
+        now = time.monotonic()
+        profile = self.verdict["profile"]
+        profile[phase] = round(profile.get(phase, 0.0) + now - since, 3)
+        return now
 
     def _candidate_busy(self, deadline: float) -> dict:
         """The candidate's GPU busy share (judge/busy.py), or {"error": why}: never a verdict."""
