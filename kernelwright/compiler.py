@@ -56,6 +56,7 @@ from kernelwright.codegen.build import (
     build_extension,
     is_compiler_error,
     nvcc_check,
+    prebuild_runtime,
 )
 from kernelwright.codegen.kernel import KernelSource
 from kernelwright.codegen.registry import render_group
@@ -432,10 +433,15 @@ class _Pipeline:
         """Build the variants' extensions at once (the compilers of one run in parallel with the other's),
         then measure each group against ATen."""
         with self.stages.run("build", cpu=True) as note:
-            with ThreadPoolExecutor(max_workers=len(variants)) as pool:
+            with ThreadPoolExecutor(max_workers=len(variants) + 1) as pool:
+                # the shared runtime, where the cache has none, compiles beside the kernels (not after)
+                runtime = pool.submit(prebuild_runtime) if any(v.kernels for v in variants) else None
                 variants = list(pool.map(self.build, variants))
             note.append(", ".join(f"{v.build.name} in {v.build.seconds:.1f} s" for v in variants if v.build)
                         or "nothing to build")
+            if runtime is not None and runtime.exception() is not None:
+                # the kernels' builds then built it themselves, or said why they could not
+                note.append(f"prebuilding the runtime failed: {_first_line(runtime.exception())}")
         measured = []
         for variant in variants:
             if not variant.build:

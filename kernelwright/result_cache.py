@@ -14,8 +14,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -55,13 +57,31 @@ def cpu_identity() -> str:
     return f"cpu:nvcc={nvcc_path() is not None}"
 
 
+def torch_version_without_import() -> str | None:
+    """`torch.__version__` as torch/version.py spells it, local part included ("2.11.0+cu130"), else the
+    package metadata's version; None without torch. The metadata alone may lack the local part (an H100
+    machine's torch said "2.11.0" there and "2.11.0+cu130" in torch.__version__: every warm run missed)."""
+    spec = importlib.util.find_spec("torch")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        try:
+            text = (Path(folder) / "version.py").read_text()
+        except OSError:
+            continue
+        found = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", text, re.MULTILINE)
+        if found:
+            return found.group(1)
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def identity_without_torch() -> tuple[str, str] | None:
     """(torch's version, the device) as the compiler's key names them, read without importing torch (the
     package metadata, nvidia-smi), or None when unsure: a key that differs from the compiler's only misses
     the cache, it never finds another run's result."""
-    try:
-        version = importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
+    version = torch_version_without_import()
+    if version is None:
         return None
     smi = shutil.which("nvidia-smi")
     if smi is None:

@@ -1,7 +1,8 @@
 """Where `kernelwright optimize` spends its time, per problem: each problem optimized in a fresh process
 (as the bench runs it) with `--profile`, cold cache first and then warm, and one table of the stages, the
 build's steps (nvcc on the kernels' unit; the runtime extension's host compile, once per machine) and the
-judge's phases.
+judge's phases. start = the command's own start (imports, cache lookup, problem load); wait = waiting for
+the GPU lock or the judge's processes.
 
     python scripts/profile_optimize.py OUT_DIR level1/01_ReLU level2/07_Conv2dMishTanh ...
     python scripts/profile_optimize.py OUT_DIR --level 1 --limit 5
@@ -65,8 +66,8 @@ def run_one(problem: str, phase: str, out: Path, env: dict) -> dict:
 
 
 def header() -> str:
-    return (f"{'problem':<36} {'phase':<5} {'wall':>6} {'capt':>5} {'build':>6} {'cu':>5} {'rt':>5} "
-            f"{'meas':>5} {'rank':>5} {'judge':>6} {'trial':>6} {'time':>5}  outcome")
+    return (f"{'problem':<36} {'phase':<5} {'wall':>6} {'start':>5} {'capt':>5} {'build':>6} {'cu':>5} "
+            f"{'rt':>5} {'meas':>5} {'rank':>5} {'wait':>5} {'judge':>6} {'trial':>6} {'time':>5}  outcome")
 
 
 def line(row: dict) -> str:
@@ -78,10 +79,11 @@ def line(row: dict) -> str:
     cu = sum(v for k, v in steps.items() if k.endswith(".cuda.o") and not k.startswith("runtime "))
     # the runtime extension's host compile: once per machine
     cpp = sum(v for k, v in steps.items() if k.startswith("runtime ") and k.endswith(".o"))
-    return (f"{row['problem']:<36} {row['phase']:<5} {row['wall_s']:6.1f} {total(('capture',)):5.1f} "
-            f"{total(('build',)):6.1f} {cu:5.1f} {cpp:5.1f} {total(('measure',)):5.1f} "
-            f"{total(('rank',)):5.1f} {total(('judge',)):6.1f} {judge.get('trials_s', 0):6.1f} "
-            f"{judge.get('timing_s', 0):5.1f}  {row.get('outcome', '')}")
+    return (f"{row['problem']:<36} {row['phase']:<5} {row['wall_s']:6.1f} {row.get('startup', 0):5.1f} "
+            f"{total(('capture',)):5.1f} {total(('build',)):6.1f} {cu:5.1f} {cpp:5.1f} "
+            f"{total(('measure',)):5.1f} {total(('rank',)):5.1f} {total(('waiting', 'judge start')):5.1f} "
+            f"{total(('judge',)):6.1f} {judge.get('trials_s', 0):6.1f} {judge.get('timing_s', 0):5.1f}  "
+            f"{row.get('outcome', '')}")
 
 
 if __name__ == "__main__":

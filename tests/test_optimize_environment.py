@@ -92,3 +92,15 @@ def test_the_warm_path_needs_neither_torch_nor_the_problem(tmp_path):
                           text=True, env=env, timeout=120)
     assert "WARM-OK" in warm.stdout, warm.stderr
     assert (tmp_path / "a.py").read_text() == (tmp_path / "b.py").read_text()
+
+
+def test_the_warm_path_names_torch_as_the_compiler_does(tmp_path, monkeypatch):
+    """The torch-free warm path reads torch/version.py: the package metadata may lack the local part
+    ("2.11.0" for torch.__version__ "2.11.0+cu130" on an H100 machine), and every warm run then missed."""
+    import importlib.metadata
+
+    import torch
+
+    assert result_cache.torch_version_without_import() == torch.__version__
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0.0")   # metadata without "+..."
+    assert result_cache.torch_version_without_import() == torch.__version__

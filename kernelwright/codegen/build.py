@@ -185,15 +185,17 @@ def _kw_compile(name, cuda_sources, staging, arch, include):
     )
 
 
-def _kw_compile_runtime(name, source, staging):
-    """The shared runtime extension (ATen, c10 CUDA, pybind11: the one slow host compile), in `staging`."""
+def _kw_compile_runtime(name, source, staging, python_module=True):
+    """The shared runtime extension (ATen, c10 CUDA, pybind11: the one slow host compile), in `staging`;
+    imported, or (`python_module=False`) only linked and its path returned."""
     import os
 
     from torch.utils.cpp_extension import load_inline
 
     return load_inline(
         name=name, cpp_sources=[source], build_directory=staging, extra_cflags=["-O3"], with_cuda=True,
-        no_implicit_headers=True, verbose=os.environ.get("KERNELWRIGHT_VERBOSE_BUILD") == "1",
+        is_python_module=python_module, no_implicit_headers=True,
+        verbose=os.environ.get("KERNELWRIGHT_VERBOSE_BUILD") == "1",
     )
 
 
@@ -310,6 +312,24 @@ def build_extension(sources: ExtensionSources) -> Built:
     except Exception as exc:
         raise BuildError(f"building {name} failed: {_first_errors(str(exc))}") from exc
     return Built(kernels, name, seconds, _build_steps(cache_dir(), name, started, seconds))
+
+
+def prebuild_runtime() -> None:
+    """Build the runtime extension into the cache if it is not there, without importing it: a caller that
+    builds kernels meanwhile (the runtime is 12-16 s of g++, a kernel library 1-10 s of nvcc) waits on the
+    runtime's build lock, then imports the published library (importing it here too would initialize one
+    pybind11 module twice in the process)."""
+    namespace = recipe()
+    name, tag = namespace["_kw_runtime_name"](RUNTIME_SOURCE)
+    compile_runtime = namespace["_kw_compile_runtime"]
+
+    def found(_name: str, path: str) -> str | None:
+        return path if Path(path).is_file() else None
+
+    def compile_linked(staging: str) -> str:
+        return compile_runtime(name, RUNTIME_SOURCE, staging, python_module=False)
+
+    namespace["_kw_cached"](str(cache_dir()), name, tag, found, compile_linked)
 
 
 def runtime_library() -> Path:

@@ -222,14 +222,17 @@ class CandidateSession:
                 command = {"op": "time", "inputs": inputs, "locked": True, **per_round}
                 clock = time.monotonic()
                 reply = self.worker.request(command, self._left(deadline))
-                clock = self._add_seconds("timing_candidate_s", clock)
+                self._count("timing_candidate_s", time.monotonic() - clock)
+                self._count("timing_candidate_measure_s", reply.get("seconds", 0.0))
+                clock = time.monotonic()
                 Path(inputs).unlink(missing_ok=True)  # read in the first round
                 self._check(reply)
                 self._note_memory("candidate_peak_bytes", reply)
                 rounds["candidate"].append(reply["timing"])
                 eager = self.judge._reference_request({"op": "time", "which": "eager", "locked": True,
                                                        **per_round})
-                self._add_seconds("timing_eager_s", clock)
+                self._count("timing_eager_s", time.monotonic() - clock)
+                self._count("timing_eager_measure_s", eager.get("seconds", 0.0))
                 self._note_memory("reference_peak_bytes", eager)
                 rounds["eager"].append(eager["timing"])
             # After the candidate's last timed round: its process is closed next, so the profiler never
@@ -260,12 +263,10 @@ class CandidateSession:
         if busy is not None:
             self.verdict["launch_bound"] = launch_bound_section(self.judge.reference_busy(), busy)
 
-    def _add_seconds(self, phase: str, since: float) -> float:
-        """Add the seconds since `since` to the profile's `phase`; now, for the next phase."""
-        now = time.monotonic()
+    def _count(self, phase: str, seconds: float) -> None:
+        """Add `seconds` to the profile's `phase` (the timing rounds' sides: whole request, measure alone)."""
         profile = self.verdict["profile"]
-        profile[phase] = round(profile.get(phase, 0.0) + now - since, 3)
-        return now
+        profile[phase] = round(profile.get(phase, 0.0) + seconds, 3)
 
     def _candidate_busy(self, deadline: float) -> dict:
         """The candidate's GPU busy share (judge/busy.py), or {"error": why}: never a verdict."""

@@ -107,14 +107,16 @@ def _measure_cuda(fn, min_runs: int, min_time_s: float) -> dict:
 
 def _measure_cuda_alone(fn, min_runs: int, min_time_s: float) -> dict:
     flush = l2_flush_buffer("cuda")
-    # Warm-up for at least 3 runs and 0.1 s; its duration sizes the timed series.
+    # Warm-up for at least 3 runs and 0.1 s; its duration sizes the timed series. Each run is waited for:
+    # unwaited, the loop queued runs until the launch queue was full (some 500 runs of a 2-launch GEMM,
+    # 1.3 s of GPU work for a 0.1 s warm-up, H100) and the synchronize below waited for all of them.
     _synchronize()
     start, warm = perf_counter(), 0
     while warm < 3 or perf_counter() - start < 0.1:
         flush.zero_()
         fn()
+        _synchronize()
         warm += 1
-    _synchronize()
     per_run = (perf_counter() - start) / warm
     n = _run_count(per_run, min_runs, min_time_s)
 

@@ -50,3 +50,38 @@ def test_eight_processes_import_overlapping_emitted_files(tmp_path: Path):
     published = list((tmp_path / "cache" / "builds").glob("kw_*/kw_*.so"))
     runtimes = [p for p in published if p.name.startswith("kw_runtime_")]
     assert len(runtimes) == 1 and len(published) == len(PROBLEMS) + 1, published   # one runtime shared by all
+
+
+
+PREBUILD = """
+import importlib.util, sys, threading, torch
+from kernelwright.codegen.build import prebuild_runtime, runtime_library
+
+assert not runtime_library().exists()
+prebuild = threading.Thread(target=prebuild_runtime)
+prebuild.start()
+spec = importlib.util.spec_from_file_location("emitted", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)           # builds its kernels, then imports the runtime
+prebuild.join()
+assert runtime_library().exists()
+torch.manual_seed(0)
+x = torch.randn(*map(int, sys.argv[2].split(",")), device="cuda")   # the shrunk problem's input shape
+assert torch.equal(module.ModelNew().cuda()(x), torch.relu(x))
+print("ok")
+"""
+
+
+def test_the_runtime_prebuilt_beside_a_kernel_build_is_imported_once(tmp_path: Path):
+    """A cold cache: the runtime prebuilt (not imported) in a thread while an emitted file builds its
+    kernels; the file then imports the published runtime and its kernel runs (a second import of the
+    pybind11 module would fail to register its types)."""
+    problem = load_shrunk("level1/01_ReLU")
+    result = optimize(problem, OptimizeOptions(verify=False))
+    path = tmp_path / "relu.py"
+    path.write_text(result.source)
+    shape = ",".join(map(str, problem.inputs()[0].shape))
+    env = {**os.environ, "KERNELWRIGHT_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", PREBUILD, str(path), shape], capture_output=True, text=True,
+                          env=env, timeout=900)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]

@@ -170,6 +170,22 @@ def test_measure_flags_work_hidden_on_a_side_stream():
     assert visible_stats["median_ms"] > 0.2 and visible_stats["n"] >= 20
 
 
+def test_the_warm_up_waits_for_each_run():
+    """A 2 ms kernel's measure takes about its runs' time: warm-up 0.1 s, series 0.1 s, wall check 30 runs.
+    Unwaited, the warm-up queued hundreds of runs (1.3 s of GPU work for a GEMM of 2.7 ms on an H100)."""
+    import time
+
+    def slow():
+        torch.cuda._sleep(2_000_000)   # ~1-2 ms of spinning, whatever the clock
+
+    started = time.perf_counter()
+    stats = measure(slow, "cuda", min_runs=10, min_time_s=0.1)
+    seconds = time.perf_counter() - started
+    print(stats, f"{seconds:.2f} s")
+    budget = 0.1 + 0.1 + 30 * stats["wall_median_ms"] / 1e3
+    assert seconds < 2 * budget + 0.2
+
+
 def test_evaluate_reference_times_eager_and_compile():
     options = JudgeOptions(device="cuda", min_runs=20, min_time_s=0.1)
     report = evaluate_reference(PROBLEMS / "matmul.py", options)
