@@ -357,3 +357,40 @@ def test_wall_clock_cross_check_runs_fewer_times_for_slow_callables():
     assert wall_run_count(33, 0.053) == WALL_MIN_RUNS  # a 53 ms model: a few runs, not thirty
     assert WALL_MIN_RUNS < wall_run_count(100, 0.02) < WALL_RUNS
     assert wall_run_count(1, 2.0) == 1
+
+
+def test_the_cuda_warm_up_keeps_few_runs_queued(monkeypatch):
+    """The CUDA timing's warm-up on a simulated stream (an event completes when waited for, with all queued
+    before it): it never has more than WARM_IN_FLIGHT runs queued (unbounded, it queued hundreds of a
+    GEMM's runs), and it waits for the run WARM_IN_FLIGHT back, never for the one just queued (gaps that a
+    launch-bound model's series does not have)."""
+    from kernelwright.judge import timing
+
+    pending: list = []                     # the warm-up's events recorded and not yet complete
+    most_queued, waits, warm_runs = [0], [0], [0]
+
+    class Event:
+        def __init__(self, enable_timing: bool = False):
+            self.series = enable_timing    # the timed series' events; the warm-up's time nothing
+
+        def record(self, stream=None):
+            if not self.series:
+                pending.append(self)
+                most_queued[0] = max(most_queued[0], len(pending))
+                warm_runs[0] += 1
+
+        def synchronize(self):
+            waits[0] += 1
+            del pending[:pending.index(self) + 1]
+
+        def elapsed_time(self, other) -> float:
+            return 1.0
+
+    monkeypatch.setattr(timing, "_Event", Event)
+    monkeypatch.setattr(timing, "_synchronize", pending.clear)
+    monkeypatch.setattr(timing, "_current_stream", lambda: None)
+    monkeypatch.setattr(timing, "l2_flush_buffer", lambda device: torch.zeros(4))
+    timing._measure_cuda_alone(lambda: time.sleep(0.001), min_runs=10, min_time_s=0.01)
+    assert warm_runs[0] > 2 * timing.WARM_IN_FLIGHT                  # 0.1 s of 1 ms runs
+    assert most_queued[0] == timing.WARM_IN_FLIGHT
+    assert waits[0] == warm_runs[0] - timing.WARM_IN_FLIGHT           # one wait per run beyond the first few
