@@ -113,8 +113,9 @@ def _measure_cuda_alone(fn, min_runs: int, min_time_s: float) -> dict:
     # Warm-up for at least 3 runs and 0.1 s, back to back as the timed series runs them; its duration sizes
     # the series. At most WARM_IN_FLIGHT runs are queued: unbounded, the loop queued runs until the launch
     # queue was full (some 500 runs of a 2-launch GEMM, 1.3 s of GPU work for a 0.1 s warm-up, H100) and
-    # the synchronize below waited for all of them. Waiting for every run instead left gaps that a
-    # launch-bound model's series does not have (its eager time doubled: 1.8 vs 0.9 ms, H100).
+    # the synchronize below waited for all of them. Waiting for every run instead leaves gaps that a
+    # launch-bound model's series does not have (with it level3/15's eager read 1.8 ms where earlier runs
+    # read 0.9 ms, H100: the suspected cause; scripts/warmup_check.py compares the three).
     _synchronize()
     start, warm, queued = perf_counter(), 0, deque()
     while warm < 3 or perf_counter() - start < 0.1:
