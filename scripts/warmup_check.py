@@ -21,24 +21,17 @@ from kernelwright.problem import load_problem
 DEFAULT_PROBLEMS = ("level3/15_FireModuleNetBatch1", "level1/41_MatmulSquare")
 
 
-def warm_unbounded(fn: Callable[[], object], flush: torch.Tensor) -> None:
+def warm(fn: Callable[[], object], flush: torch.Tensor, wait_each: bool) -> None:
+    """The warm-up as it was (`wait_each` False: unbounded) or waiting for every run."""
     torch.cuda.synchronize()
-    start, warm = time.perf_counter(), 0
-    while warm < 3 or time.perf_counter() - start < 0.1:
+    start, runs = time.perf_counter(), 0
+    while runs < 3 or time.perf_counter() - start < 0.1:
         flush.zero_()
         fn()
-        warm += 1
+        if wait_each:
+            torch.cuda.synchronize()
+        runs += 1
     torch.cuda.synchronize()
-
-
-def warm_waiting(fn: Callable[[], object], flush: torch.Tensor) -> None:
-    torch.cuda.synchronize()
-    start, warm = time.perf_counter(), 0
-    while warm < 3 or time.perf_counter() - start < 0.1:
-        flush.zero_()
-        fn()
-        torch.cuda.synchronize()
-        warm += 1
 
 
 def series_median_ms(fn: Callable[[], object], flush: torch.Tensor, runs: int = 200) -> float:
@@ -66,9 +59,9 @@ def main() -> int:
 
         with torch.no_grad():
             for round_ in range(3):
-                for name, warm in (("unbounded", warm_unbounded), ("waiting", warm_waiting)):
+                for name, wait_each in (("unbounded", False), ("waiting", True)):
                     started = time.perf_counter()
-                    warm(forward, flush)
+                    warm(forward, flush, wait_each)
                     seconds = time.perf_counter() - started
                     median = series_median_ms(forward, flush)
                     print(f"{problem_id} round {round_} warm-up {name}: {seconds:.2f} s, "
