@@ -231,12 +231,12 @@ class _Pipeline:
 
     def run(self) -> OptimizeResult:
         measured = torch.cuda.is_available() and self.options.verify
-        if measured:
-            # The judge's processes start now (imports, the problem loaded, inputs drawn: seconds of work
-            # on other cores) and are ready when the first file is: before, they started after capture and
-            # `optimize` waited for them after building (8 s of a 24 s level-1 run on an H100).
-            self.start_judge()
         try:
+            if measured:
+                # The judge's processes start now (imports, the problem loaded, inputs drawn: seconds of
+                # work on other cores) and are ready when the first file is: before, they started after
+                # capture and `optimize` waited for them after building (8 s of a 24 s level-1 run, H100).
+                self.start_judge()
             return self.stages_to_emit(measured)
         finally:
             self.close_judge()
@@ -359,11 +359,18 @@ class _Pipeline:
         self.judge_starting.start()
 
     def close_judge(self) -> None:
-        if self.judge_session is not None:
-            with self.stages.run("judge close"):
-                self.judge_starting.join()
-                self.judge_session.close()
-            self.judge_session = None
+        """Close the judge; a reference process still loading is killed (a run that never judged, e.g. a
+        capture failure, does not wait for it)."""
+        judge, self.judge_session = self.judge_session, None
+        if judge is None:
+            return
+        with self.stages.run("judge close"):
+            try:
+                judge.stop_loading()
+                if self.judge_starting is not None:
+                    self.judge_starting.join()
+            finally:
+                judge.close()
 
     def verify(self, variants: list[Variant]) -> OptimizeResult:
         """Build and measure every variant, then judge them best first; keep the first that passes."""

@@ -311,6 +311,9 @@ def test_the_judge_starts_before_capture_and_is_closed_whatever_happens(monkeypa
         def prepare(self):
             events.append("prepare")
 
+        def stop_loading(self):
+            events.append("stop")
+
         def close(self):
             events.append("close")
 
@@ -326,6 +329,6 @@ def test_the_judge_starts_before_capture_and_is_closed_whatever_happens(monkeypa
     monkeypatch.setattr(pipeline, "stages_to_emit", stages)
     with pytest.raises(RuntimeError):
         pipeline.run()
-    assert events[0] == "judge" and events[-1] == "close"
-    assert set(events) == {"judge", "prepare", "capture", "close"}
+    assert events[0] == "judge" and events[-2:] == ["stop", "close"]
+    assert set(events) == {"judge", "prepare", "capture", "stop", "close"}
     assert pipeline.judge_session is None

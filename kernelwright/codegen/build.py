@@ -315,10 +315,11 @@ def build_extension(sources: ExtensionSources) -> Built:
 
 
 def prebuild_runtime() -> None:
-    """Build the runtime extension into the cache if it is not there, without importing it: a caller that
-    builds kernels meanwhile (the runtime is 12-16 s of g++, a kernel library 1-10 s of nvcc) waits on the
-    runtime's build lock, then imports the published library (importing it here too would initialize one
-    pybind11 module twice in the process)."""
+    """Build the runtime extension into the cache if it is not there, without importing it as a Python
+    module: a caller that builds kernels meanwhile (the runtime is 12-16 s of g++, a kernel library 1-10 s
+    of nvcc) waits on the runtime's build lock, then imports the published library once. torch does load
+    the built file (`torch.ops.load_library`: a dlopen, no module init); the publishing rename keeps the
+    file, so the later import maps the same library and initializes the pybind11 module once."""
     namespace = recipe()
     name, tag = namespace["_kw_runtime_name"](RUNTIME_SOURCE)
     compile_runtime = namespace["_kw_compile_runtime"]

@@ -90,7 +90,7 @@ def run(args) -> int:
         begun = time.perf_counter()
         result = optimize(problem, options, on_stage, cache=not (args.fresh or args.explain))
     write_output_file(output, result.source, args.force)
-    # "startup": this command's own imports, the cache lookup and loading the problem, before the stages
+    # "startup": this command's own imports, the torch-free cache lookup and loading the problem
     profile = {"problem": problem.id, "seconds": round(time.perf_counter() - started, 3),
                "startup": round(begun - started, 3), **result.profile()}
     if args.profile:

@@ -79,8 +79,13 @@ class Judge:
         self.problem: Problem = load_shrunk(problem) if options.shrink else load_problem(problem)
         self.workdir = Path(tempfile.mkdtemp(prefix="kernelwright-judge-", dir=scratch_dir()))
         self.init_inputs_path = self.workdir / "init_inputs.pt"
-        tensorfile.save(self.problem.init_inputs(), self.init_inputs_path)
+        try:
+            tensorfile.save(self.problem.init_inputs(), self.init_inputs_path)
+        except BaseException:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
         self._reference: WorkerProcess | None = None
+        self._loading: WorkerProcess | None = None   # the reference process while it loads the problem
         self._trials: list[dict] = []
         self._env: dict | None = None
         self._reference_timings: dict = {}
@@ -140,6 +145,7 @@ class Judge:
         if self._reference is not None and self._reference.proc.poll() is None:
             return self._reference
         worker = WorkerProcess("reference", self.workdir, env=self.worker_env)
+        self._loading = worker
         try:
             reply = worker.request(
                 {
@@ -160,6 +166,8 @@ class Judge:
         except (WorkerDied, WorkerTimeout) as exc:
             worker.close()
             raise ProblemLoadError(f"{self.problem.path}: the reference process failed: {exc}") from exc
+        finally:
+            self._loading = None
         if not reply.get("ok"):
             worker.close()
             raise ProblemLoadError(f"{self.problem.path}: {reply.get('detail')}")
@@ -198,6 +206,14 @@ class Judge:
             self._start_spare()
         with contextlib.suppress(KernelwrightError):
             self._start_reference()
+
+    def stop_loading(self) -> None:
+        """Kill the reference process if it is still loading (`prepare` on another thread then ends at
+        once, its failure kept for an `evaluate` that will not come): for a caller about to close a judge
+        it never used. Safe from any thread."""
+        loading = self._loading
+        if loading is not None:
+            loading.kill()
 
     def reference_timings(self, eager: bool = True) -> dict:
         """{"eager": stats, "compile": stats or None}, each measured once per Judge (`eager=False`: only
@@ -343,7 +359,8 @@ class Judge:
             "timings": {"candidate": None, "eager": None, "compile": None},
             "memory": {"reference_peak_bytes": None, "candidate_peak_bytes": None},
             # seconds per phase: reference_s (overlaps build_s), build_s, trials_s (and trials_<phase>: its
-            # reference_s, candidate_s, compare_s, float64_s summed over trials), timing_s
+            # reference_s, candidate_s, compare_s (float64_s, the float64 re-check, is part of it), summed
+            # over the trials run), timing_s (timing_<side>_s: each side of the rounds, its measure alone)
             "profile": {},
             "speedup_vs_eager": None,
             "speedup_vs_compile": None,

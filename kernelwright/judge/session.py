@@ -114,9 +114,6 @@ class CandidateSession:
         for trial in self.judge._trials:
             self._run_trial(trial, deadline)
         profile["trials_s"] = round(time.monotonic() - started, 3)
-        for entry in self.verdict["trials"]:   # where the trials' time went, summed over trials
-            for phase, seconds in entry.get("seconds", {}).items():
-                profile[f"trials_{phase}"] = round(profile.get(f"trials_{phase}", 0.0) + seconds, 3)
         # Custom kernels are seen at runtime (calls into a built extension); Triton only in the source.
         self.flags["no_custom_kernel"] = (
             self.custom_calls == 0 and "triton.jit" not in self.source_file.read_text()
@@ -145,6 +142,7 @@ class CandidateSession:
         clock = time.monotonic()
         reference = self.judge._reference_request({"op": "trial", "index": index})
         seconds = {"reference_s": round(time.monotonic() - clock, 3)}
+        self._count("trials_reference_s", seconds["reference_s"])
         self._note_memory("reference_peak_bytes", reference)
         if reference.get("skipped"):
             self.verdict["trials"].append({**trial, "status": "skipped", "detail": reference["skipped"],
@@ -166,6 +164,7 @@ class CandidateSession:
             self._left(deadline),
         )
         seconds["candidate_s"] = round(time.monotonic() - clock - seconds["reference_s"], 3)
+        self._count("trials_candidate_s", seconds["candidate_s"])
         entry = {**trial, "status": None, "max_abs_err": None, "max_rel_err": None, "first_mismatch": None,
                  "seconds": seconds}
         self.verdict["trials"].append(entry)
@@ -194,8 +193,10 @@ class CandidateSession:
         clock = time.monotonic()
         result = self.judge._reference_request({"op": "compare", "index": index, "outputs": str(outputs)})
         seconds["compare_s"] = round(time.monotonic() - clock, 3)
-        if result.get("float64_s") is not None:
+        self._count("trials_compare_s", seconds["compare_s"])
+        if result.get("float64_s") is not None:   # part of compare_s
             seconds["float64_s"] = result["float64_s"]
+            self._count("trials_float64_s", seconds["float64_s"])
         outputs.unlink(missing_ok=True)
         for name in ("inputs", "output_buffers"):
             if reference.get(name):
@@ -264,7 +265,7 @@ class CandidateSession:
             self.verdict["launch_bound"] = launch_bound_section(self.judge.reference_busy(), busy)
 
     def _count(self, phase: str, seconds: float) -> None:
-        """Add `seconds` to the profile's `phase` (the timing rounds' sides: whole request, measure alone)."""
+        """Add `seconds` to the profile's `phase` as it happens (a failed verdict keeps what ran)."""
         profile = self.verdict["profile"]
         profile[phase] = round(profile.get(phase, 0.0) + seconds, 3)
 

@@ -101,9 +101,12 @@ def test_candidate_and_eager_are_timed_in_rounds(tmp_path: Path):
     assert profile["timing_candidate_s"] > 0 and profile["timing_eager_s"] > 0
 
 
-def test_unsettled_timing_takes_the_least_rounds(tmp_path: Path):
+def test_unsettled_timing_takes_the_least_rounds(tmp_path: Path, monkeypatch):
     """optimize's judge only asks "not slower than eager?": the median of MIN_ROUNDS rounds, never more."""
+    from kernelwright.judge import session
+
     problem, candidate = _files(tmp_path, "0.0")
+    monkeypatch.setattr(session, "_settled", lambda rounds: False)   # rounds that never agree
     verdict = evaluate(problem, candidate, replace(CPU_OPTIONS, settle=False))
     assert verdict["timings"]["candidate"]["rounds"] == verdict["timings"]["eager"]["rounds"] == MIN_ROUNDS
 
@@ -163,3 +166,25 @@ def test_a_prepared_judge_starts_each_candidates_worker_ahead(tmp_path: Path):
     # without prepare (a one-off evaluation), no worker is started ahead
     with Judge(problem, CPU_OPTIONS) as once:
         assert once.evaluate(candidate)["status"] == "correct" and once._spare is None
+
+
+def test_a_judge_closed_while_its_reference_loads_does_not_wait_for_it(tmp_path: Path):
+    """optimize starts the judge before capture; a run that never judges (a capture failure) kills the
+    loading reference process instead of waiting for its imports."""
+    import threading
+    import time
+
+    problem, _ = _files(tmp_path, "0.0")
+    judge = Judge(problem, CPU_OPTIONS)
+    starting = threading.Thread(target=judge.prepare)
+    starting.start()
+    deadline = time.monotonic() + 30
+    while judge._loading is None and starting.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    loading = judge._loading
+    assert loading is not None          # caught while it imports torch (a second or more)
+    judge.stop_loading()
+    starting.join(timeout=30)
+    assert not starting.is_alive() and judge._reference is None   # killed, never loaded
+    judge.close()
+    assert loading.proc.poll() is not None and not judge.workdir.exists()

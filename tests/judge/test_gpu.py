@@ -176,10 +176,12 @@ def test_the_warm_up_queues_few_runs():
     import time
 
     def slow():
-        torch.cuda._sleep(2_000_000)   # ~1-2 ms of spinning, whatever the clock
+        torch.cuda._sleep(20_000_000)   # ~10 ms of spinning at H100 clocks
 
+    slow()
+    torch.cuda.synchronize()            # CUDA's start-up outside the clock
     started = time.perf_counter()
-    stats = measure(slow, "cuda", min_runs=10, min_time_s=0.1)
+    stats = measure(slow, "cuda", min_runs=10, min_time_s=0.1, locked=True)
     seconds = time.perf_counter() - started
     print(stats, f"{seconds:.2f} s")
     budget = 0.1 + 0.1 + 30 * stats["wall_median_ms"] / 1e3
