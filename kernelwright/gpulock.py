@@ -97,9 +97,10 @@ def _lock_file_setting(variable: str, default: Callable[[], str | None]) -> str 
 
 
 def gpu_lock_file(uuid: str) -> str:
-    """The lock file of the GPU with this UUID (nvidia-smi's `GPU-...` or torch's bare form), the same for
-    every kernelwright process of this host."""
-    bare = re.sub(r"^gpu-", "", uuid.strip().lower())
+    """The lock file of the GPU with this UUID (nvidia-smi's and CUDA_VISIBLE_DEVICES' `GPU-...`, a MIG
+    instance's `MIG-...`, or torch's bare form of either), the same for every kernelwright process of this
+    host."""
+    bare = re.sub(r"^(gpu|mig)-", "", uuid.strip().lower())
     return os.path.join(tempfile.gettempdir(), f"kernelwright-gpu-{re.sub(r'[^a-z0-9_-]', '_', bare)}.lock")
 
 

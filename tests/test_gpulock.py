@@ -93,6 +93,9 @@ def test_without_the_variable_the_gpu_lock_is_the_devices_own(monkeypatch):
     monkeypatch.delenv(gpulock.ENV)
     monkeypatch.setattr(gpulock, "_device_uuid", lambda: None)
     assert gpulock.gpu_lock_path() is None
+    # a MIG instance named by CUDA_VISIBLE_DEVICES (before CUDA starts) and by torch (after): one file
+    assert gpulock.gpu_lock_file("MIG-5c0b2a1e-aaaa-bbbb-cccc-0123456789ab") == \
+        gpulock.gpu_lock_file("5c0b2a1e-aaaa-bbbb-cccc-0123456789ab")
 
 
 def test_the_devices_uuid_is_found_without_a_cuda_context(monkeypatch):
