@@ -276,12 +276,10 @@ class CandidateWorker:
             self.timing_inputs = map_leaves(loaded, lambda v: tensorfile.copy_keep_layout(v, self.device))
             self.recorder.uninstrument()
         inputs = self.timing_inputs
-        started = time.monotonic()
         with torch.no_grad():
             stats = measure(lambda: self.model(*inputs), self.device, command["min_runs"],
                             command["min_time_s"], locked=command.get("locked", False))
-        return {"ok": True, "timing": stats, "peak_memory_bytes": self._peak_memory(),
-                "seconds": time.monotonic() - started, **self._state()}
+        return {"ok": True, "timing": stats, "peak_memory_bytes": self._peak_memory(), **self._state()}
 
     def op_busy(self, command: dict) -> dict:
         """The GPU busy share of ModelNew on the timing inputs (judge/busy.py), after its last timing round:

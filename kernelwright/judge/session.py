@@ -141,8 +141,8 @@ class CandidateSession:
         index = trial["index"]
         clock = time.monotonic()
         reference = self.judge._reference_request({"op": "trial", "index": index})
-        seconds = {"reference_s": round(time.monotonic() - clock, 3)}
-        self._count("trials_reference_s", seconds["reference_s"])
+        seconds: dict[str, float] = {}
+        self._trial_phase(seconds, "reference_s", time.monotonic() - clock)
         self._note_memory("reference_peak_bytes", reference)
         if reference.get("skipped"):
             self.verdict["trials"].append({**trial, "status": "skipped", "detail": reference["skipped"],
@@ -163,8 +163,7 @@ class CandidateSession:
             },
             self._left(deadline),
         )
-        seconds["candidate_s"] = round(time.monotonic() - clock - seconds["reference_s"], 3)
-        self._count("trials_candidate_s", seconds["candidate_s"])
+        self._trial_phase(seconds, "candidate_s", time.monotonic() - clock - seconds["reference_s"])
         entry = {**trial, "status": None, "max_abs_err": None, "max_rel_err": None, "first_mismatch": None,
                  "seconds": seconds}
         self.verdict["trials"].append(entry)
@@ -192,11 +191,9 @@ class CandidateSession:
             raise Failed("mismatch", f"trial {index} ({trial['distribution']}): {reply['wrong_device']}")
         clock = time.monotonic()
         result = self.judge._reference_request({"op": "compare", "index": index, "outputs": str(outputs)})
-        seconds["compare_s"] = round(time.monotonic() - clock, 3)
-        self._count("trials_compare_s", seconds["compare_s"])
+        self._trial_phase(seconds, "compare_s", time.monotonic() - clock)
         if result.get("float64_s") is not None:   # part of compare_s
-            seconds["float64_s"] = result["float64_s"]
-            self._count("trials_float64_s", seconds["float64_s"])
+            self._trial_phase(seconds, "float64_s", result["float64_s"])
         outputs.unlink(missing_ok=True)
         for name in ("inputs", "output_buffers"):
             if reference.get(name):
@@ -224,7 +221,7 @@ class CandidateSession:
                 clock = time.monotonic()
                 reply = self.worker.request(command, self._left(deadline))
                 self._count("timing_candidate_s", time.monotonic() - clock)
-                self._count("timing_candidate_measure_s", reply.get("seconds", 0.0))
+                self._count("timing_candidate_measure_s", reply["timing"]["seconds"])
                 clock = time.monotonic()
                 Path(inputs).unlink(missing_ok=True)  # read in the first round
                 self._check(reply)
@@ -233,7 +230,7 @@ class CandidateSession:
                 eager = self.judge._reference_request({"op": "time", "which": "eager", "locked": True,
                                                        **per_round})
                 self._count("timing_eager_s", time.monotonic() - clock)
-                self._count("timing_eager_measure_s", eager.get("seconds", 0.0))
+                self._count("timing_eager_measure_s", eager["timing"]["seconds"])
                 self._note_memory("reference_peak_bytes", eager)
                 rounds["eager"].append(eager["timing"])
             # After the candidate's last timed round: its process is closed next, so the profiler never
@@ -263,6 +260,11 @@ class CandidateSession:
                 self.verdict[key] = round(timings[name]["median_ms"] / candidate_ms, 4)
         if busy is not None:
             self.verdict["launch_bound"] = launch_bound_section(self.judge.reference_busy(), busy)
+
+    def _trial_phase(self, seconds: dict[str, float], phase: str, value: float) -> None:
+        """One trial's `phase` took `value` s: in its entry's seconds and the profile's trials_<phase>."""
+        seconds[phase] = round(value, 3)
+        self._count(f"trials_{phase}", seconds[phase])
 
     def _count(self, phase: str, seconds: float) -> None:
         """Add `seconds` to the profile's `phase` as it happens (a failed verdict keeps what ran)."""

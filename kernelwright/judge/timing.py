@@ -44,13 +44,18 @@ def l2_flush_buffer(device: str) -> torch.Tensor | None:
 
 def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time_s: float = 1.0,
             locked: bool = False) -> dict:
-    """{"median_ms", "iqr_ms", "n", "wall_median_ms", "disagrees"} for `fn` on `device`. `locked`: the
-    caller (the judge, timing candidate and eager in turn) already holds the timing lock."""
+    """{"median_ms", "iqr_ms", "n", "wall_median_ms", "disagrees", "seconds"} for `fn` on `device` (seconds:
+    the whole measurement's, warm-up included). `locked`: the caller (the judge, timing candidate and eager
+    in turn) already holds the timing lock."""
+    started = perf_counter()
     if device == "cuda":
         if locked:
-            return _measure_cuda_alone(fn, min_runs, min_time_s)
-        return _measure_cuda(fn, min_runs, min_time_s)
-    return _measure_cpu(fn, min_runs, min_time_s)
+            stats = _measure_cuda_alone(fn, min_runs, min_time_s)
+        else:
+            stats = _measure_cuda(fn, min_runs, min_time_s)
+    else:
+        stats = _measure_cpu(fn, min_runs, min_time_s)
+    return {**stats, "seconds": perf_counter() - started}
 
 
 def combine_rounds(rounds: list[dict]) -> dict:

@@ -99,6 +99,9 @@ def test_candidate_and_eager_are_timed_in_rounds(tmp_path: Path):
     assert profile["trials_candidate_s"] == pytest.approx(
         sum(t["seconds"]["candidate_s"] for t in verdict["trials"]), abs=1e-2)
     assert profile["timing_candidate_s"] > 0 and profile["timing_eager_s"] > 0
+    # each side's measure alone (timing.measure's own seconds: under a millisecond here) within its request
+    for side in ("candidate", "eager"):
+        assert 0 <= profile[f"timing_{side}_measure_s"] <= profile[f"timing_{side}_s"]
 
 
 def test_unsettled_timing_takes_the_least_rounds(tmp_path: Path, monkeypatch):
