@@ -94,12 +94,21 @@ def candidate_row(task: BenchTask, run: SystemRun, verdict: dict) -> dict[str, A
         row.update(compile_reduce_overhead_ms=_timing(verdict, "compile_reduce_overhead").get("median_ms"),
                    speedup_vs_compile_reduce_overhead=verdict.get("speedup_vs_compile_reduce_overhead"))
     if row["flags"].get("no_custom_kernel") and run.kind != "copy":
-        row.update(credited=False, speedup_vs_eager=1.0 if row["speedup_vs_eager"] is not None else None,
-                   speedup_vs_compile=_ratio(row["compile_ms"], row["eager_ms"]))
+        # credited as eager itself: eager's ratio to each compile mode, the verdict's two ratios divided
+        # (both paired by timing rounds: judge/timing.py), else the ratio of the medians
+        eager_ratio = row["speedup_vs_eager"]
+        row.update(credited=False, speedup_vs_eager=1.0 if eager_ratio is not None else None,
+                   speedup_vs_compile=_as_eager(row, "speedup_vs_compile", eager_ratio, "compile_ms"))
         if reduce_overhead:
-            row["speedup_vs_compile_reduce_overhead"] = _ratio(row["compile_reduce_overhead_ms"],
-                                                               row["eager_ms"])
+            row["speedup_vs_compile_reduce_overhead"] = _as_eager(
+                row, "speedup_vs_compile_reduce_overhead", eager_ratio, "compile_reduce_overhead_ms")
     return row
+
+
+def _as_eager(row: dict, key: str, eager_ratio: float | None, compile_key: str) -> float | None:
+    """Eager's speedup over a compile mode, from a row whose candidate is not credited: its `key` ratio over
+    its ratio to eager, or the mode's median over eager's."""
+    return _ratio(row[key], eager_ratio) or _ratio(row[compile_key], row["eager_ms"])
 
 
 def reference_row(task: BenchTask, run: SystemRun, report: dict) -> dict[str, Any]:
@@ -119,9 +128,14 @@ def reference_row(task: BenchTask, run: SystemRun, report: dict) -> dict[str, An
         row.update(status="runtime_error", detail=trim(detail))
     else:
         # The reference is correct by definition; torch.compile is trusted as a baseline, not judged.
-        row.update(status="correct", time_ms=own,
-                   iqr_ms=(eager if run.system == "eager" else compiled).get("iqr_ms"),
-                   speedup_vs_eager=_ratio(eager_ms, own), speedup_vs_compile=_ratio(compile_ms, own))
+        # eager's time over compile's paired by timing rounds where the report has it (judge/timing.py),
+        # else the ratio of the two medians
+        over = report.get("eager_over_compile") or _ratio(eager_ms, compile_ms)
+        if run.system == "eager":
+            row.update(iqr_ms=eager.get("iqr_ms"), speedup_vs_eager=1.0, speedup_vs_compile=_ratio(1.0, over))
+        else:
+            row.update(iqr_ms=compiled.get("iqr_ms"), speedup_vs_eager=over, speedup_vs_compile=1.0)
+        row.update(status="correct", time_ms=own)
         row.update(measured_speedup_vs_eager=row["speedup_vs_eager"],
                    measured_speedup_vs_compile=row["speedup_vs_compile"])
     return row

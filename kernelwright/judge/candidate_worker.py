@@ -36,7 +36,7 @@ from kernelwright.judge.outputs import (
     wrong_device,
 )
 from kernelwright.judge.perturb import state_dict_mismatch
-from kernelwright.judge.timing import measure
+from kernelwright.judge.timing import measure, round_settings
 
 _perf_counter = time.perf_counter
 _sleep = time.sleep
@@ -278,7 +278,8 @@ class CandidateWorker:
         inputs = self.timing_inputs
         with torch.no_grad():
             stats = measure(lambda: self.model(*inputs), self.device, command["min_runs"],
-                            command["min_time_s"], locked=command.get("locked", False))
+                            command["min_time_s"], locked=command.get("locked", False),
+                            **round_settings(command))
         return {"ok": True, "timing": stats, "peak_memory_bytes": self._peak_memory(), **self._state()}
 
     def op_busy(self, command: dict) -> dict:

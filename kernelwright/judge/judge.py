@@ -35,6 +35,7 @@ from kernelwright.judge.options import JudgeOptions
 from kernelwright.judge.process import WorkerDied, WorkerProcess, WorkerTimeout
 from kernelwright.judge.session import CandidateSession, Failed
 from kernelwright.judge.static import static_report
+from kernelwright.judge.timing import combine_rounds, paired_ratio, public
 from kernelwright.judge.tolerance import describe as describe_tolerance
 from kernelwright.judge.tolerance import preset_names
 from kernelwright.problem import Problem, load_problem, load_shrunk
@@ -215,25 +216,38 @@ class Judge:
         if loading is not None:
             loading.kill()
 
-    def reference_timings(self, eager: bool = True) -> dict:
-        """{"eager": stats, "compile": stats or None}, each measured once per Judge (`eager=False`: only
-        torch.compile; candidates get their eager timing in rounds alternating with theirs)."""
-        timings = self._reference_timings
-        if eager and "eager" not in timings:
-            timings["eager"] = self._time_reference("eager")
-        if "compile" not in timings:
-            timings["compile"] = None
-            if self.options.compile_baseline:
-                try:
-                    timings["compile"] = self._time_reference("compile")
-                except ProblemLoadError as exc:
-                    timings["compile_error"] = str(exc)
-        if self.options.reduce_overhead and "compile_reduce_overhead" not in timings:
-            timings["compile_reduce_overhead"] = None
+    def reference_timings(self) -> dict:
+        """{"eager": stats, "compile": stats or None, "eager_over_compile": ratio, ...}, measured once per
+        Judge: eager and each torch.compile mode wanted in alternating rounds (judge/timing.py), each
+        `eager_over_<mode>` the median of the rounds' ratios. A candidate's ratio to a mode is its own
+        paired ratio to eager over this one (eager bridges the two pairings). A mode that fails to compile
+        leaves None and `<mode>_error`."""
+        if self._reference_timings:
+            return self._reference_timings
+        timings: dict = {"compile": None}
+        sides = ["eager"]
+        for which, wanted in (("compile", self.options.compile_baseline),
+                              ("compile_reduce_overhead", self.options.reduce_overhead)):
+            if not wanted:
+                continue
+            timings[which] = None
             try:
-                timings["compile_reduce_overhead"] = self._time_reference("compile_reduce_overhead")
+                reply = self._reference_request({"op": "prepare_compile", "which": which})
+                sides.append(which)
             except ProblemLoadError as exc:
-                timings["compile_reduce_overhead_error"] = str(exc)
+                timings[f"{which}_error"] = str(exc)
+                continue
+            self.reference_peak = max(self.reference_peak or 0, reply.get("peak_memory_bytes") or 0) or None
+        options = self.options
+        reply = self._reference_request({"op": "time_rounds", "sides": sides, "min_runs": options.min_runs,
+                                         "min_time_s": options.min_time_s, "settle": options.settle})
+        self.reference_peak = max(self.reference_peak or 0, reply.get("peak_memory_bytes") or 0) or None
+        rounds = reply["rounds"]
+        for side in sides:
+            timings[side] = public(combine_rounds(rounds[side]))
+            if side != "eager":
+                timings[f"eager_over_{side}"] = paired_ratio(rounds[side], rounds["eager"])
+        self._reference_timings = timings
         return timings
 
     def measures_busy(self) -> bool:
@@ -258,18 +272,6 @@ class Judge:
                 self._reference = None
         return self._reference_busy
 
-    def _time_reference(self, which: str) -> dict:
-        reply = self._reference_request(
-            {
-                "op": "time",
-                "which": which,
-                "min_runs": self.options.min_runs,
-                "min_time_s": self.options.min_time_s,
-            }
-        )
-        self.reference_peak = max(self.reference_peak or 0, reply.get("peak_memory_bytes") or 0) or None
-        return _public_timing(reply["timing"])
-
     def reference_report(self) -> dict:
         """Eager (and torch.compile) timings of the problem alone: what `evaluate_reference` returns."""
         self._start_reference()
@@ -283,6 +285,8 @@ class Judge:
             "problem_id": self.problem.id,
             "device": self.options.device,
             "timings": {"candidate": None, "eager": timings["eager"], "compile": timings["compile"]},
+            # eager's time over torch.compile's, paired by rounds (judge/timing.py)
+            "eager_over_compile": timings.get("eager_over_compile"),
             "memory": {"reference_peak_bytes": self.reference_peak, "candidate_peak_bytes": None},
             "warnings": [{"check": "compile", "line": None, "message": timings["compile_error"]}]
             if "compile_error" in timings
@@ -397,10 +401,6 @@ def _finish(verdict: dict, status: str, detail: str, started: float) -> dict:
     if verdict["env"] is None:
         verdict["env"] = collect_environment()
     return verdict
-
-
-def _public_timing(stats: dict) -> dict:
-    return {key: stats[key] for key in ("median_ms", "iqr_ms", "n", "wall_median_ms")}
 
 
 def evaluate(problem: str | Path, candidate: str | Path, options: JudgeOptions = DEFAULT_OPTIONS) -> dict:

@@ -14,14 +14,14 @@ import torch
 
 from kernelwright import gpumem
 from kernelwright.environment import collect_environment
-from kernelwright.gpulock import cpu_work
+from kernelwright.gpulock import cpu_work, gpu_timing
 from kernelwright.judge import tensorfile
 from kernelwright.judge.busy import model_busy_share
 from kernelwright.judge.compare import compare_buffers, compare_outputs, oracle_check
 from kernelwright.judge.inputs import PERTURBED_PARAMS, Trial, apply_distribution, plan_trials
 from kernelwright.judge.outputs import aliases, flatten, map_leaves
 from kernelwright.judge.perturb import perturbed_state_dict
-from kernelwright.judge.timing import measure
+from kernelwright.judge.timing import alternating_rounds, measure, per_round, round_settings
 from kernelwright.problem import load_problem
 
 
@@ -32,6 +32,7 @@ class ReferenceWorker:
         self.plan: list[Trial] = []
         self.pending: dict[int, tuple] = {}  # trial index -> (outputs, updated buffers, model that ran)
         self.timing_inputs: list | None = None
+        self.compiled: dict[str, object] = {}  # torch.compile modes prepared for timing, by timing name
         self.share = False  # CUDA tensors go to the candidate as IPC handles (tensorfile.py)
         self.pool = None  # the private memory pool of everything shared
         # The shared tensors, by (shape, stride, dtype, device): made once, refilled trial after trial
@@ -238,17 +239,41 @@ class ReferenceWorker:
             return exact(*inputs)
 
     def op_time(self, command: dict) -> dict:
-        """Time eager Model (or torch.compile(Model)) on the first trial's inputs. With `locked`, the judge
-        holds the timing lock around a series of these (candidate and eager in turn)."""
+        """One round of eager Model on the first trial's inputs; the judge holds the timing lock around the
+        rounds (candidate and eager in turn)."""
         inputs, model = self._timing_inputs(), self.model
         with torch.no_grad():
-            if command["which"] in COMPILE_MODES:
-                model = torch.compile(model, mode=COMPILE_MODES[command["which"]])
-                with cpu_work():  # compiling: no timing anywhere on this machine meanwhile
-                    model(*inputs)
             stats = measure(lambda: model(*inputs), self.device, command["min_runs"], command["min_time_s"],
-                            locked=command.get("locked", False))
+                            locked=command.get("locked", False), **round_settings(command))
         return {"ok": True, "timing": stats, "peak_memory_bytes": peak_memory(self.device)}
+
+    def op_prepare_compile(self, command: dict) -> dict:
+        """torch.compile(Model) in mode `which` (COMPILE_MODES), compiled by one call on the timing inputs and
+        kept for `time_rounds`."""
+        inputs, which = self._timing_inputs(), command["which"]
+        with torch.no_grad():
+            model = torch.compile(self.model, mode=COMPILE_MODES[which])
+            with cpu_work():  # compiling: no timing anywhere on this machine meanwhile
+                model(*inputs)
+        self.compiled[which] = model
+        return {"ok": True, "peak_memory_bytes": peak_memory(self.device)}
+
+    def op_time_rounds(self, command: dict) -> dict:
+        """Eager and the prepared torch.compile modes (`sides`, eager first) in alternating rounds under one
+        hold of the timing lock (judge/timing.py); the compiled models are let go after."""
+        inputs = self._timing_inputs()
+        models = {side: self.model if side == "eager" else self.compiled[side] for side in command["sides"]}
+
+        def time_side(side: str, settings: dict) -> dict:
+            model = models[side]
+            return measure(lambda: model(*inputs), self.device, locked=True, **settings)
+
+        with torch.no_grad(), gpu_timing():
+            rounds = alternating_rounds(time_side, command["sides"],
+                                        per_round(command["min_runs"], command["min_time_s"]),
+                                        command.get("settle", True))
+        self.compiled.clear()
+        return {"ok": True, "rounds": rounds, "peak_memory_bytes": peak_memory(self.device)}
 
     def op_busy(self, command: dict) -> dict:
         """The GPU busy share of eager Model on the timing inputs (judge/busy.py), after its timing. The judge

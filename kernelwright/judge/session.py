@@ -3,7 +3,6 @@ reply is folded into the verdict; the first failing step decides the status."""
 
 from __future__ import annotations
 
-import statistics
 import time
 from pathlib import Path
 
@@ -11,15 +10,9 @@ from kernelwright.gpulock import gpu_timing
 from kernelwright.judge.build import trim_build_log
 from kernelwright.judge.busy import launch_bound_section
 from kernelwright.judge.process import WorkerDied, WorkerProcess, WorkerTimeout, describe_exit
-from kernelwright.judge.timing import combine_rounds
+from kernelwright.judge.timing import alternating_rounds, combine_rounds, paired_ratio, per_round, public
 from kernelwright.problem import BUNDLED_DIR, Problem
 
-# Timing: candidate and eager are timed in alternating rounds under one hold of the timing lock, so that both
-# see the same machine (clocks, other processes); the speedup is the ratio of the rounds' medians. Rounds
-# stop once the last MIN_ROUNDS ratios agree within ROUND_AGREEMENT, or at MAX_ROUNDS (without `settle`:
-# after MIN_ROUNDS, their median outvoting one disturbed round).
-MIN_ROUNDS, MAX_ROUNDS = 3, 7
-ROUND_AGREEMENT = 0.015
 # The GPU busy share's profiler pass (judge/busy.py) takes well under a second; these bound a stuck one.
 BUSY_MIN_LEFT_S, BUSY_TIMEOUT_S = 5.0, 60.0
 
@@ -208,45 +201,27 @@ class CandidateSession:
             )
 
     def _time(self, deadline: float) -> None:
-        """Candidate and eager in alternating rounds (see MIN_ROUNDS); torch.compile once per judge."""
-        rounds = {"candidate": [], "eager": []}
-        per_round = {"min_runs": max(10, self.options.min_runs // MIN_ROUNDS),
-                     "min_time_s": self.options.min_time_s / MIN_ROUNDS}
-        # The candidate reads its timing inputs once, in its first round.
+        """Candidate and eager in alternating rounds (judge/timing.py); torch.compile once per judge."""
+        # The candidate reads its timing inputs once, in its first round (round 0 times it first).
         inputs = self.judge._reference_request({"op": "share_timing_inputs"})["inputs"]
         with gpu_timing():
-            most = MAX_ROUNDS if self.options.settle else MIN_ROUNDS
-            while len(rounds["eager"]) < most and not _settled(rounds):
-                command = {"op": "time", "inputs": inputs, "locked": True, **per_round}
-                clock = time.monotonic()
-                reply = self.worker.request(command, self._left(deadline))
-                self._count("timing_candidate_s", time.monotonic() - clock)
-                self._count("timing_candidate_measure_s", reply["timing"]["seconds"])
-                clock = time.monotonic()
-                Path(inputs).unlink(missing_ok=True)  # read in the first round
-                self._check(reply)
-                self._note_memory("candidate_peak_bytes", reply)
-                rounds["candidate"].append(reply["timing"])
-                eager = self.judge._reference_request({"op": "time", "which": "eager", "locked": True,
-                                                       **per_round})
-                self._count("timing_eager_s", time.monotonic() - clock)
-                self._count("timing_eager_measure_s", eager["timing"]["seconds"])
-                self._note_memory("reference_peak_bytes", eager)
-                rounds["eager"].append(eager["timing"])
+            rounds = alternating_rounds(
+                lambda side, settings: self._time_round(side, {"op": "time", "locked": True, **settings},
+                                                        inputs, deadline),
+                ("candidate", "eager"), per_round(self.options.min_runs, self.options.min_time_s),
+                self.options.settle)
             # After the candidate's last timed round: its process is closed next, so the profiler never
             # precedes one of its timings.
             busy = self._candidate_busy(deadline) if self.judge.measures_busy() else None
         self.worker.close()  # its memory is not needed for the torch.compile timing
         stats, eager = combine_rounds(rounds["candidate"]), combine_rounds(rounds["eager"])
         timings = self.verdict["timings"]
-        timings["candidate"] = _public(stats)
-        timings["eager"] = _public(eager)
+        timings["candidate"] = public(stats)
+        timings["eager"] = public(eager)
         self.flags["timing_disagreement"] = bool(stats["disagrees"])
         # With work hidden from the events, the wall clock is the honest time.
-        candidate_ms = (
-            max(stats["median_ms"], stats["wall_median_ms"]) if stats["disagrees"] else stats["median_ms"]
-        )
-        reference = self.judge.reference_timings(eager=False)
+        paired = paired_ratio(rounds["candidate"], rounds["eager"], wall=bool(stats["disagrees"]))
+        reference = self.judge.reference_timings()
         timings["compile"] = reference["compile"]
         if "compile_reduce_overhead" in reference:
             timings["compile_reduce_overhead"] = reference["compile_reduce_overhead"]
@@ -254,12 +229,30 @@ class CandidateSession:
             self.verdict["warnings"].append(
                 {"check": "compile", "line": None, "message": reference["compile_error"]}
             )
-        for key, name in (("speedup_vs_eager", "eager"), ("speedup_vs_compile", "compile"),
-                          ("speedup_vs_compile_reduce_overhead", "compile_reduce_overhead")):
-            if timings.get(name) and candidate_ms > 0:
-                self.verdict[key] = round(timings[name]["median_ms"] / candidate_ms, 4)
+        if paired is not None:
+            self.verdict["speedup_vs_eager"] = round(paired, 4)
+            # torch.compile was timed in rounds beside eager (once per judge): eager bridges the two pairings
+            for key, name in (("speedup_vs_compile", "compile"),
+                              ("speedup_vs_compile_reduce_overhead", "compile_reduce_overhead")):
+                if reference.get(f"eager_over_{name}"):
+                    self.verdict[key] = round(paired / reference[f"eager_over_{name}"], 4)
         if busy is not None:
             self.verdict["launch_bound"] = launch_bound_section(self.judge.reference_busy(), busy)
+
+    def _time_round(self, side: str, command: dict, inputs: str, deadline: float) -> dict:
+        """One round of `side` ("candidate" or "eager"): its timing stats."""
+        clock = time.monotonic()
+        if side == "eager":
+            reply = self.judge._reference_request({**command, "which": "eager"})
+            self._note_memory("reference_peak_bytes", reply)
+        else:
+            reply = self.worker.request({**command, "inputs": inputs}, self._left(deadline))
+            Path(inputs).unlink(missing_ok=True)  # read in the first round
+            self._check(reply)
+            self._note_memory("candidate_peak_bytes", reply)
+        self._count(f"timing_{side}_s", time.monotonic() - clock)
+        self._count(f"timing_{side}_measure_s", reply["timing"]["seconds"])
+        return reply["timing"]
 
     def _trial_phase(self, seconds: dict[str, float], phase: str, value: float) -> None:
         """One trial's `phase` took `value` s: in its entry's seconds and the profile's trials_<phase>."""
@@ -297,22 +290,6 @@ class CandidateSession:
         if self.verdict["speedup_vs_compile"] is not None:
             text += f", {self.verdict['speedup_vs_compile']:.2f}x vs torch.compile"
         return text
-
-
-def _settled(rounds: dict[str, list[dict]]) -> bool:
-    """The last MIN_ROUNDS candidate/eager ratios agree within ROUND_AGREEMENT."""
-    pairs = list(zip(rounds["candidate"], rounds["eager"], strict=True))[-MIN_ROUNDS:]
-    if len(pairs) < MIN_ROUNDS or any(c["median_ms"] <= 0 for c, _ in pairs):
-        return False
-    ratios = [e["median_ms"] / c["median_ms"] for c, e in pairs]
-    middle = statistics.median(ratios)
-    return all(abs(r - middle) <= ROUND_AGREEMENT * middle for r in ratios)
-
-
-def _public(stats: dict) -> dict:
-    """The timing fields a verdict carries: median, IQR, runs, and the rounds and their spread."""
-    return {k: stats[k] for k in ("median_ms", "iqr_ms", "n", "wall_median_ms", "rounds", "round_spread")
-            if k in stats}
 
 
 def protected_paths(problem: Problem) -> list[str]:

@@ -12,7 +12,7 @@ from test_report import markdown_table
 
 from kernelwright.bench.plan import BenchTask, SystemRun
 from kernelwright.bench.report import write_report
-from kernelwright.bench.rows import candidate_row
+from kernelwright.bench.rows import candidate_row, reference_row
 from kernelwright.bench.runner import BenchConfig, run_bench
 from kernelwright.bench.store import ResultsStore
 from kernelwright.bench.summary import with_derived_speedups
@@ -50,6 +50,25 @@ def test_a_candidate_without_custom_kernels_is_credited_as_eager():
     derived = with_derived_speedups([compile_row, late])[1]
     assert derived["speedup_vs_compile"] == pytest.approx(0.5)
     assert derived["measured_speedup_vs_compile"] == pytest.approx(1.0)
+
+
+def test_reference_rows_take_the_paired_ratio_of_eager_to_compile():
+    """The eager and compile rows' speedups are eager's ratio to compile paired by timing rounds where the
+    reference report has it (each side's median of medians can come from different host episodes), else the
+    ratio of the two medians."""
+    report = {"status": "reference", "timings": {"eager": {"median_ms": 1.5}, "compile": {"median_ms": 1.0}},
+              "eager_over_compile": 1.2}
+    eager = reference_row(TASK, SystemRun("eager", "reference"), report)
+    compiled = reference_row(TASK, SystemRun("compile", "reference"), report)
+    assert eager["time_ms"] == 1.5 and eager["speedup_vs_eager"] == 1.0
+    assert eager["speedup_vs_compile"] == pytest.approx(1 / 1.2)
+    assert compiled["time_ms"] == 1.0 and compiled["speedup_vs_eager"] == 1.2
+    assert compiled["speedup_vs_compile"] == 1.0
+    unpaired = reference_row(TASK, SystemRun("compile", "reference"), {**report, "eager_over_compile": None})
+    assert unpaired["speedup_vs_eager"] == 1.5
+    alone = reference_row(TASK, SystemRun("eager", "reference"),
+                          {"status": "reference", "timings": {"eager": {"median_ms": 1.5}, "compile": None}})
+    assert alone["speedup_vs_eager"] == 1.0 and alone["speedup_vs_compile"] is None
 
 
 def test_reduce_overhead_timing_reaches_the_row_and_the_report():
