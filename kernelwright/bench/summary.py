@@ -24,19 +24,26 @@ AA_TOLERANCE = 0.03
 
 def with_derived_speedups(rows: list[dict]) -> list[dict]:
     """Rows whose candidate was judged without its own torch.compile timing get their speedup vs
-    compile from the `compile` row of the same problem on the same device model (same run of the bench);
-    a row not credited gets eager's own (compile time / its eager time), its measured one aside."""
-    compile_ms = {(r["problem"], r["device"]): r["time_ms"] for r in rows
-                  if r["system"] == "compile" and r["status"] == "correct" and r["time_ms"]}
+    compile from the `compile` row of the same problem on the same device model (same run of the bench):
+    through eager, the row's ratio to eager over the compile row's (both paired by timing rounds:
+    judge/timing.py), else the ratio of the times; a row not credited gets eager's own, its measured one
+    aside."""
+    compiled = {(r["problem"], r["device"]): r for r in rows
+                if r["system"] == "compile" and r["status"] == "correct" and r["time_ms"]}
     out = []
     for row in rows:
-        reference = compile_ms.get((row["problem"], row["device"]))
+        reference = compiled.get((row["problem"], row["device"]))
         if row.get("speedup_vs_compile") is None and reference and row.get("time_ms"):
-            measured = reference / row["time_ms"]
+            over = reference.get("speedup_vs_eager")   # eager's time over compile's
+            mine = row.get("measured_speedup_vs_eager")
+            measured = mine / over if mine and over else reference["time_ms"] / row["time_ms"]
             credited = measured
             if row.get("credited") is False:
-                credited = reference / row["eager_ms"] if row.get("eager_ms") else None
-            row = {**row, "compile_ms": reference, "speedup_vs_compile": credited,
+                if over:
+                    credited = 1.0 / over
+                else:
+                    credited = reference["time_ms"] / row["eager_ms"] if row.get("eager_ms") else None
+            row = {**row, "compile_ms": reference["time_ms"], "speedup_vs_compile": credited,
                    "measured_speedup_vs_compile": measured}
         out.append(row)
     return out

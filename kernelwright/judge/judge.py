@@ -216,14 +216,16 @@ class Judge:
         if loading is not None:
             loading.kill()
 
-    def reference_timings(self) -> dict:
+    def reference_timings(self, eager: bool = True) -> dict:
         """{"eager": stats, "compile": stats or None, "eager_over_compile": ratio, ...}, measured once per
         Judge: eager and each torch.compile mode wanted in alternating rounds (judge/timing.py), each
         `eager_over_<mode>` the median of the rounds' ratios. A candidate's ratio to a mode is its own
         paired ratio to eager over this one (eager bridges the two pairings). A mode that fails to compile
-        leaves None and `<mode>_error`."""
-        if self._reference_timings:
-            return self._reference_timings
+        or to run leaves None and `<mode>_error`. `eager=False` (a candidate's verdict, which has its own
+        eager rounds): eager is timed only as the bridge to a compile mode."""
+        cached = self._reference_timings
+        if cached and (not eager or "eager" in cached):
+            return cached
         timings: dict = {"compile": None}
         sides = ["eager"]
         for which, wanted in (("compile", self.options.compile_baseline),
@@ -231,6 +233,9 @@ class Judge:
             if not wanted:
                 continue
             timings[which] = None
+            if f"{which}_error" in cached:   # failed already (a call with eager=False): not compiled again
+                timings[f"{which}_error"] = cached[f"{which}_error"]
+                continue
             try:
                 reply = self._reference_request({"op": "prepare_compile", "which": which})
                 sides.append(which)
@@ -238,15 +243,18 @@ class Judge:
                 timings[f"{which}_error"] = str(exc)
                 continue
             self.reference_peak = max(self.reference_peak or 0, reply.get("peak_memory_bytes") or 0) or None
-        options = self.options
-        reply = self._reference_request({"op": "time_rounds", "sides": sides, "min_runs": options.min_runs,
-                                         "min_time_s": options.min_time_s, "settle": options.settle})
-        self.reference_peak = max(self.reference_peak or 0, reply.get("peak_memory_bytes") or 0) or None
-        rounds = reply["rounds"]
-        for side in sides:
-            timings[side] = public(combine_rounds(rounds[side]))
-            if side != "eager":
-                timings[f"eager_over_{side}"] = paired_ratio(rounds[side], rounds["eager"])
+        if eager or len(sides) > 1:
+            options = self.options
+            reply = self._reference_request({"op": "time_rounds", "sides": sides, "settle": options.settle,
+                                             "min_runs": options.min_runs, "min_time_s": options.min_time_s})
+            self.reference_peak = max(self.reference_peak or 0, reply.get("peak_memory_bytes") or 0) or None
+            rounds = reply["rounds"]
+            for side, detail in (reply.get("errors") or {}).items():
+                timings[f"{side}_error"] = f"{self.problem.path}: torch.compile failed while timed: {detail}"
+            for side in rounds:
+                timings[side] = public(combine_rounds(rounds[side]))
+                if side != "eager":
+                    timings[f"eager_over_{side}"] = paired_ratio(rounds[side], rounds["eager"])
         self._reference_timings = timings
         return timings
 

@@ -209,7 +209,7 @@ class CandidateSession:
                 lambda side, settings: self._time_round(side, {"op": "time", "locked": True, **settings},
                                                         inputs, deadline),
                 ("candidate", "eager"), per_round(self.options.min_runs, self.options.min_time_s),
-                self.options.settle)
+                self.options.settle, pin=self.options.device == "cuda")
             # After the candidate's last timed round: its process is closed next, so the profiler never
             # precedes one of its timings.
             busy = self._candidate_busy(deadline) if self.judge.measures_busy() else None
@@ -221,7 +221,7 @@ class CandidateSession:
         self.flags["timing_disagreement"] = bool(stats["disagrees"])
         # With work hidden from the events, the wall clock is the honest time.
         paired = paired_ratio(rounds["candidate"], rounds["eager"], wall=bool(stats["disagrees"]))
-        reference = self.judge.reference_timings()
+        reference = self.judge.reference_timings(eager=False)
         timings["compile"] = reference["compile"]
         if "compile_reduce_overhead" in reference:
             timings["compile_reduce_overhead"] = reference["compile_reduce_overhead"]

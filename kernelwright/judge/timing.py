@@ -6,12 +6,12 @@ background thread is invisible to those events, so a second, shorter series brac
 around a device-wide synchronize; a large gap between the two medians is reported as a timing
 disagreement (`disagrees`). On the CPU runs are timed by wall clock.
 
-A series runs with its thread pinned to one CPU (`quiet_cpu`: the least busy allowed one just before), and
-the judge gives both sides of a timing round the same CPU (`$KERNELWRIGHT_TIMING_CPU`: `off`, or a CPU
+The judge's timing rounds (`alternating_rounds`) run both sides of a round with their threads pinned to one
+CPU, the least busy allowed one just before (`quiet_cpu`; `$KERNELWRIGHT_TIMING_CPU`: `off`, or a CPU
 number). A launch-bound model's time is the host's: on the lent 16-vCPU H100 VMs a pass pinned to each CPU in
 turn timed one eager FireModule forward at 0.80-2.97 ms a CPU, and the slow CPUs of one pass were fast in
 the next (so no CPU is "the fast one"; /proc/stat showed them all idle); what helps is timing the two sides
-of a comparison close together (`alternating_rounds`).
+of a comparison close together, in short rounds.
 
 The timing functions are bound when this module is imported, before any candidate code runs, so a
 candidate that patches `time` or `torch.cuda` afterwards cannot change what the judge measures.
@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import random
 import statistics
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -74,7 +75,8 @@ def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time
     """{"median_ms", "iqr_ms", "n", "wall_median_ms", "disagrees", "seconds", "cpu"} for `fn` on `device`
     (seconds: the whole measurement's, warm-up included; cpu: the CPU the series ran on, None unpinned).
     `locked`: the caller (the judge, timing candidate and eager in turn) already holds the timing lock.
-    `cpu`: the CPU to run on (the judge picks one per round for both sides); None: `quiet_cpu()`'s.
+    `cpu`: the CPU to run on (the judge picks one per round for both sides); None: where the scheduler
+    puts it.
     `warm_s`, `wall_s`: the least time of the warm-up and of the wall-clock cross-check (the judge's later
     rounds of an already warm process take less)."""
     started = perf_counter()
@@ -82,7 +84,7 @@ def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time
         with contextlib.ExitStack() as stack:
             if not locked:  # no other process's GPU work overlaps the series (kernelwright/gpulock.py)
                 stack.enter_context(gpu_timing())
-            cpu = pinned_cpu(stack, quiet_cpu() if cpu is None else cpu)
+            cpu = pinned_cpu(stack, cpu)
             stats = _measure_cuda_alone(fn, min_runs, min_time_s, warm_s, wall_s)
     else:
         stats = _measure_cpu(fn, min_runs, min_time_s)
@@ -96,8 +98,9 @@ def round_settings(command: dict) -> dict:
 
 def quiet_cpu(window_s: float = CPU_WINDOW_S) -> int | None:
     """The allowed CPU that was least busy over the next `window_s` (user, system, interrupts and a VM's
-    steal time from /proc/stat; ties to the highest number: CPU 0 takes interrupts),
-    `$KERNELWRIGHT_TIMING_CPU` when it names one, or None: pinning off, or no /proc/stat (not Linux)."""
+    steal time from /proc/stat; ties broken at random: on an idle host every CPU ties, and timings on two
+    GPUs of one host must not pick the same one), `$KERNELWRIGHT_TIMING_CPU` when it names one, or None:
+    pinning off, or no /proc/stat (not Linux)."""
     setting = os.environ.get(CPU_ENV, "").strip().lower()
     if setting == "off" or _getaffinity is None:
         return None
@@ -111,7 +114,10 @@ def quiet_cpu(window_s: float = CPU_WINDOW_S) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     busy = {c: after[c] - before[c] for c in allowed if c in before and c in after}
-    return min(busy, key=lambda c: (busy[c], -c)) if busy else None
+    if not busy:
+        return None
+    least = min(busy.values())
+    return random.choice(sorted(c for c, ticks in busy.items() if ticks == least))
 
 
 def _busy_ticks() -> dict[int, int]:
@@ -138,8 +144,13 @@ def pinned_cpu(stack: contextlib.ExitStack, cpu: int | None) -> int | None:
         _setaffinity(0, {cpu})
     except OSError:
         return None
-    stack.callback(_setaffinity, 0, before)
+    stack.callback(_restore_affinity, before)
     return cpu
+
+
+def _restore_affinity(cpus: set[int]) -> None:
+    with contextlib.suppress(OSError):   # never in place of the series' own exception
+        _setaffinity(0, cpus)
 
 
 def per_round(min_runs: int, min_time_s: float) -> dict:
@@ -149,16 +160,16 @@ def per_round(min_runs: int, min_time_s: float) -> dict:
 
 
 def alternating_rounds(time_side: Callable[[str, dict], dict], sides: Sequence[str], settings: dict,
-                       settle: bool = True) -> dict[str, list[dict]]:
+                       settle: bool = True, pin: bool = True) -> dict[str, list[dict]]:
     """Each side's `measure` stats per round: `time_side(side, settings)` for every side in a round, back to
-    back on one CPU (`quiet_cpu`), in turns of who goes first (an order effect cancels), the warm-up
-    shortened once every side has run; until the rounds settle or MAX_ROUNDS (MIN_ROUNDS without
-    `settle`). The caller holds the timing lock around all of it."""
+    back on one CPU (`quiet_cpu`, with `pin`: on CUDA), in turns of who goes first (an order effect
+    cancels), the warm-up shortened once every side has run; until the rounds settle or MAX_ROUNDS
+    (MIN_ROUNDS without `settle`). The caller holds the timing lock around all of it."""
     rounds: dict[str, list[dict]] = {side: [] for side in sides}
     most = MAX_ROUNDS if settle else MIN_ROUNDS
     while len(rounds[sides[0]]) < most and not settled(rounds, sides):
         done = len(rounds[sides[0]])
-        now = {**settings, "cpu": quiet_cpu()}
+        now = {**settings, "cpu": quiet_cpu() if pin else None}
         if done:   # every side's process is warm after its first round
             now["warm_s"] = LATER_WARM_S
         for side in sides if done % 2 == 0 else sides[::-1]:
@@ -199,7 +210,7 @@ def paired_ratio(ours: list[dict], theirs: list[dict], wall: bool = False) -> fl
 def public(stats: dict) -> dict:
     """The timing fields a verdict carries: median, IQR, runs, and the rounds, their spread and medians."""
     return {k: stats[k] for k in ("median_ms", "iqr_ms", "n", "wall_median_ms", "rounds", "round_spread",
-                                  "round_medians_ms") if k in stats}
+                                  "round_medians_ms", "round_cpus") if k in stats}
 
 
 def combine_rounds(rounds: list[dict]) -> dict:
@@ -216,6 +227,7 @@ def combine_rounds(rounds: list[dict]) -> dict:
         "rounds": len(rounds),
         "round_spread": (max(medians) - min(medians)) / middle if middle > 0 else 0.0,
         "round_medians_ms": [round(m, 6) for m in medians],
+        "round_cpus": [r.get("cpu") for r in rounds],
     }
 
 

@@ -19,10 +19,11 @@ from kernelwright.judge.failures import classify_failure
 
 # How each command is guarded (kernelwright/gpulock.py): `build` and `load` are heavy CPU work (imports, nvcc,
 # making inputs), which no timing on this machine may overlap; `time` takes the timing lock itself (or runs
-# under the judge's), `busy` (the GPU busy share, a timing of sorts) runs under the judge's; the rest hold the
-# shared GPU lock, so that no other process's timing overlaps them.
+# under the judge's), `time_rounds` takes it itself, `prepare_compile` compiles under the machine's CPU-work
+# lock, `busy` (the GPU busy share, a timing of sorts) runs under the judge's; the rest hold the shared GPU
+# lock, so that no other process's timing overlaps them.
 CPU_OPS = frozenset({"build", "load"})
-SELF_LOCKED_OPS = frozenset({"time", "busy", "exit"})
+SELF_LOCKED_OPS = frozenset({"time", "time_rounds", "prepare_compile", "busy", "exit"})
 
 
 def guard_for(op: str):

@@ -50,6 +50,10 @@ def test_a_candidate_without_custom_kernels_is_credited_as_eager():
     derived = with_derived_speedups([compile_row, late])[1]
     assert derived["speedup_vs_compile"] == pytest.approx(0.5)
     assert derived["measured_speedup_vs_compile"] == pytest.approx(1.0)
+    # the compile row's paired ratio to eager (1.6: eager 1.6x compile's time) bridges the row's own (2.0)
+    paired = with_derived_speedups([{**compile_row, "speedup_vs_eager": 1.6}, late])[1]
+    assert paired["speedup_vs_compile"] == pytest.approx(1 / 1.6)
+    assert paired["measured_speedup_vs_compile"] == pytest.approx(2.0 / 1.6)
 
 
 def test_reference_rows_take_the_paired_ratio_of_eager_to_compile():

@@ -163,9 +163,15 @@ def test_rounds_alternate_who_goes_first_on_one_cpu(monkeypatch):
     assert all(cpu == 7 for _, cpu, _ in calls)
     assert calls[0][2] is None and calls[1][2] is None   # the first round warms up in full
     assert {warm for _, _, warm in calls[2:]} == {timing.LATER_WARM_S}
-    # steady ratios settle after MIN_ROUNDS; without `settle`, MIN_ROUNDS exactly
+    # steady ratios settle after MIN_ROUNDS; without `settle`, never more than MIN_ROUNDS
     steady = timing.alternating_rounds(lambda side, settings: _round(1.0), ("eager", "compile"), {})
     assert len(steady["eager"]) == timing.MIN_ROUNDS
+    unsettled = timing.alternating_rounds(time_side, ("eager", "compile"), {}, settle=False)
+    assert len(unsettled["eager"]) == timing.MIN_ROUNDS
+    # off the GPU nothing is pinned
+    calls.clear()
+    timing.alternating_rounds(time_side, ("eager", "compile"), {}, settle=False, pin=False)
+    assert {cpu for _, cpu, _ in calls} == {None}
     alone = timing.alternating_rounds(lambda side, settings: _round(1.0), ("eager",), {}, settle=True)
     assert len(alone["eager"]) == timing.MIN_ROUNDS
 
@@ -235,12 +241,19 @@ def test_a_judge_closed_while_its_reference_loads_does_not_wait_for_it(tmp_path:
     assert loading.proc.poll() is not None and not judge.workdir.exists()
 
 
-def test_torch_compile_is_timed_in_rounds_beside_eager(tmp_path: Path):
+def test_torch_compile_is_timed_in_rounds_beside_eager(tmp_path: Path, monkeypatch):
     """torch.compile is timed once per judge, in rounds alternating with eager; a candidate's ratio to it
-    is its paired ratio to eager over eager's paired ratio to compile (eager bridges the two pairings)."""
+    is its paired ratio to eager over eager's paired ratio to compile (eager bridges the two pairings). With
+    the GPU lock on in every process, as on a GPU (a worker op that takes the timing lock itself must not
+    run inside the shared lock its guard would take: `time_rounds` failed every time that way)."""
+    from kernelwright.gpulock import ENV
+
+    lock = str(tmp_path / "gpu.lock")
+    monkeypatch.setenv(ENV, lock)
     problem, candidate = _files(tmp_path, "0.0")
     options = replace(CPU_OPTIONS, compile_baseline=True)
     with Judge(problem, options) as judge:
+        judge.worker_env = {ENV: lock}
         report = judge.reference_report()
         verdict = judge.evaluate(candidate)
     timings = report["timings"]
@@ -251,3 +264,42 @@ def test_torch_compile_is_timed_in_rounds_beside_eager(tmp_path: Path):
     assert verdict["status"] == "correct" and verdict["timings"]["compile"] == timings["compile"]
     assert verdict["speedup_vs_compile"] == pytest.approx(
         verdict["speedup_vs_eager"] / report["eager_over_compile"], rel=1e-3)
+
+
+def test_a_pinned_series_gives_its_thread_back_its_cpus():
+    import contextlib
+    import os
+
+    from kernelwright.judge import timing
+
+    before = os.sched_getaffinity(0)
+    cpu = max(before)
+    with contextlib.ExitStack() as stack:
+        assert timing.pinned_cpu(stack, cpu) == cpu and os.sched_getaffinity(0) == {cpu}
+    assert os.sched_getaffinity(0) == before
+    with pytest.raises(ZeroDivisionError), contextlib.ExitStack() as stack:
+        timing.pinned_cpu(stack, cpu)
+        raise ZeroDivisionError
+    assert os.sched_getaffinity(0) == before
+    with contextlib.ExitStack() as stack:   # not allowed here, or not asked for: not pinned
+        assert timing.pinned_cpu(stack, 10_000) is None and timing.pinned_cpu(stack, None) is None
+    assert timing.quiet_cpu(0.01) in before
+
+
+def test_a_compile_mode_that_fails_while_timed_is_dropped_not_the_timing():
+    """A torch.compile mode that compiled but fails while timed leaves eager's rounds and its own error."""
+    import torch
+
+    from kernelwright.judge.reference_worker import ReferenceWorker
+
+    def broken(*inputs):
+        raise RuntimeError("CUDA graph replay failed\nmore")
+
+    worker = ReferenceWorker()
+    worker.device, worker.model, worker.timing_inputs = "cpu", lambda x: x + 1, [torch.ones(4)]
+    worker.compiled = {"compile": torch.nn.Identity(), "compile_reduce_overhead": broken}
+    reply = worker.op_time_rounds({"sides": ["eager", "compile", "compile_reduce_overhead"], "min_runs": 10,
+                                   "min_time_s": 0.0})
+    assert set(reply["rounds"]) == {"eager", "compile"}
+    assert reply["errors"] == {"compile_reduce_overhead": "RuntimeError: CUDA graph replay failed"}
+    assert worker.compiled == {}
