@@ -7,11 +7,11 @@ around a device-wide synchronize; a large gap between the two medians is reporte
 disagreement (`disagrees`). On the CPU runs are timed by wall clock.
 
 The judge's timing rounds (`alternating_rounds`) run both sides of a round with their threads pinned to one
-CPU, the least busy allowed one just before (`quiet_cpu`; `$KERNELWRIGHT_TIMING_CPU`: `off`, or a CPU
-number). A launch-bound model's time is the host's: on the lent 16-vCPU H100 VMs a pass pinned to each CPU in
-turn timed one eager FireModule forward at 0.80-2.97 ms a CPU, and the slow CPUs of one pass were fast in
-the next (so no CPU is "the fast one"; /proc/stat showed them all idle); what helps is timing the two sides
-of a comparison close together, in short rounds.
+CPU, the least busy allowed one since the last round (`CpuWatch`; `$KERNELWRIGHT_TIMING_CPU`: `off`, or a
+CPU number). A launch-bound model's time is the host's: on the lent 16-vCPU H100 VMs a pass pinned to each
+CPU in turn timed one eager FireModule forward at 0.80-2.97 ms a CPU, and the slow CPUs of one pass were
+fast in the next (so no CPU is "the fast one"; /proc/stat showed them all idle); what helps is timing the
+two sides of a comparison close together, in short rounds.
 
 The timing functions are bound when this module is imported, before any candidate code runs, so a
 candidate that patches `time` or `torch.cuda` afterwards cannot change what the judge measures.
@@ -57,7 +57,7 @@ MIN_ROUNDS, MAX_ROUNDS, ROUND_SHARE = 5, 15, 10
 ROUND_AGREEMENT = 0.015
 LATER_WARM_S, ROUND_WALL_S = 0.02, 0.05
 CPU_ENV = "KERNELWRIGHT_TIMING_CPU"
-CPU_WINDOW_S = 0.1  # how long quiet_cpu watches the CPUs (/proc/stat counts in 10 ms ticks)
+CPU_WINDOW_S = 0.1  # how long CpuWatch's first pick watches the CPUs (/proc/stat counts in 10 ms ticks)
 
 
 def l2_flush_buffer(device: str) -> torch.Tensor | None:
@@ -96,28 +96,35 @@ def round_settings(command: dict) -> dict:
     return {key: command[key] for key in ("cpu", "warm_s", "wall_s") if key in command}
 
 
-def quiet_cpu(window_s: float = CPU_WINDOW_S) -> int | None:
-    """The allowed CPU that was least busy over the next `window_s` (user, system, interrupts and a VM's
-    steal time from /proc/stat; ties broken at random: on an idle host every CPU ties, and timings on two
-    GPUs of one host must not pick the same one), `$KERNELWRIGHT_TIMING_CPU` when it names one, or None:
-    pinning off, or no /proc/stat (not Linux)."""
-    setting = os.environ.get(CPU_ENV, "").strip().lower()
-    if setting == "off" or _getaffinity is None:
-        return None
-    if setting.isdigit():
-        return int(setting)
-    try:
-        allowed = _getaffinity(0)
-        before = _busy_ticks()
-        sleep(window_s)
-        after = _busy_ticks()
-    except (OSError, ValueError, IndexError):
-        return None
-    busy = {c: after[c] - before[c] for c in allowed if c in before and c in after}
-    if not busy:
-        return None
-    least = min(busy.values())
-    return random.choice(sorted(c for c, ticks in busy.items() if ticks == least))
+class CpuWatch:
+    """Picks the allowed CPU that was least busy (user, system, interrupts and a VM's steal time from
+    /proc/stat) since the previous pick, the first pick watching `window_s`, so that a run of timing rounds
+    does not sleep before each; ties broken at random (on an idle host every CPU ties, and timings on two
+    GPUs of one host must not pick the same one). `$KERNELWRIGHT_TIMING_CPU`: a CPU number, or `off`.
+    None: pinning off, or no /proc/stat (not Linux)."""
+
+    def __init__(self, window_s: float = CPU_WINDOW_S) -> None:
+        self.window_s, self.ticks = window_s, None
+
+    def pick(self) -> int | None:
+        setting = os.environ.get(CPU_ENV, "").strip().lower()
+        if setting == "off" or _getaffinity is None:
+            return None
+        if setting.isdigit():
+            return int(setting)
+        try:
+            allowed = _getaffinity(0)
+            if self.ticks is None:
+                self.ticks = _busy_ticks()
+                sleep(self.window_s)
+            before, self.ticks = self.ticks, _busy_ticks()
+        except (OSError, ValueError, IndexError):
+            return None
+        busy = {c: self.ticks[c] - before[c] for c in allowed if c in before and c in self.ticks}
+        if not busy:
+            return None
+        least = min(busy.values())
+        return random.choice(sorted(c for c, ticks in busy.items() if ticks == least))
 
 
 def _busy_ticks() -> dict[int, int]:
@@ -162,14 +169,15 @@ def per_round(min_runs: int, min_time_s: float) -> dict:
 def alternating_rounds(time_side: Callable[[str, dict], dict], sides: Sequence[str], settings: dict,
                        settle: bool = True, pin: bool = True) -> dict[str, list[dict]]:
     """Each side's `measure` stats per round: `time_side(side, settings)` for every side in a round, back to
-    back on one CPU (`quiet_cpu`, with `pin`: on CUDA), in turns of who goes first (an order effect
+    back on one CPU (`CpuWatch`, with `pin`: on CUDA), in turns of who goes first (an order effect
     cancels), the warm-up shortened once every side has run; until the rounds settle or MAX_ROUNDS
     (MIN_ROUNDS without `settle`). The caller holds the timing lock around all of it."""
     rounds: dict[str, list[dict]] = {side: [] for side in sides}
     most = MAX_ROUNDS if settle else MIN_ROUNDS
+    cpus = CpuWatch()
     while len(rounds[sides[0]]) < most and not settled(rounds, sides):
         done = len(rounds[sides[0]])
-        now = {**settings, "cpu": quiet_cpu() if pin else None}
+        now = {**settings, "cpu": cpus.pick() if pin else None}
         if done:   # every side's process is warm after its first round
             now["warm_s"] = LATER_WARM_S
         for side in sides if done % 2 == 0 else sides[::-1]:

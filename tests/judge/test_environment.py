@@ -149,7 +149,7 @@ def test_the_speedup_pairs_each_round_with_its_partner():
 def test_rounds_alternate_who_goes_first_on_one_cpu(monkeypatch):
     from kernelwright.judge import timing
 
-    monkeypatch.setattr(timing, "quiet_cpu", lambda: 7)
+    monkeypatch.setattr(timing.CpuWatch, "pick", lambda self: 7)
     calls = []
 
     def time_side(side: str, settings: dict) -> dict:
@@ -283,7 +283,8 @@ def test_a_pinned_series_gives_its_thread_back_its_cpus():
     assert os.sched_getaffinity(0) == before
     with contextlib.ExitStack() as stack:   # not allowed here, or not asked for: not pinned
         assert timing.pinned_cpu(stack, 10_000) is None and timing.pinned_cpu(stack, None) is None
-    assert timing.quiet_cpu(0.01) in before
+    watch = timing.CpuWatch(0.01)
+    assert watch.pick() in before and watch.pick() in before   # the second over the time since the first
 
 
 def test_a_compile_mode_that_fails_while_timed_is_dropped_not_the_timing():
