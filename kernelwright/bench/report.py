@@ -15,6 +15,7 @@ from kernelwright.bench.systems import AA_COPY
 NOTE_CHARS = 90
 NOT_CREDITED = "†"  # marks a speedup cell holding 1.00x for a candidate without a custom kernel
 NOTABLE_FLAGS = ("no_custom_kernel", "nondeterministic", "fallback_detected", "timing_disagreement")
+SPREAD_SHOWN = 0.01  # a speedup's spread over its timing rounds is shown from this much (±1%)
 
 
 def write_report(store: ResultsStore) -> dict:
@@ -203,6 +204,9 @@ def _problem_table(rows: list[dict]) -> list[str]:
     if graphs:
         lines += ['×reduce-overhead: the candidate against torch.compile(mode="reduce-overhead") (CUDA '
                   "graphs), timed in the same judge (`bench --reduce-overhead`).", ""]
+    if any((row.get("speedup_spread") or 0) >= SPREAD_SHOWN for row in rows):
+        lines += ["±: half the interquartile range of the judge's timing rounds' ratios over their median "
+                  "(each round times the two side by side); launch-bound models vary most.", ""]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     order = {s: i for i, s in enumerate(ordered_systems(rows))}
     for row in sorted(rows, key=lambda r: (r["problem"], order[r["system"]])):
@@ -214,6 +218,8 @@ def _problem_table(rows: list[dict]) -> list[str]:
         keys = ("speedup_vs_eager", "speedup_vs_compile",
                 *(["speedup_vs_compile_reduce_overhead"] if graphs else []))
         speedups = [fmt_speedup(row.get(key)) + mark for key in keys]
+        if (row.get("speedup_spread") or 0) >= SPREAD_SHOWN:
+            speedups[0] += f" ±{row['speedup_spread']:.0%}"
         share = [fmt_fraction(row.get("gpu_busy_share"))] if busy else []
         cells = [row["problem"], row["category"], row["system"], row["status"], fmt_ms(row["time_ms"]),
                  fmt_ms(row["eager_ms"]), fmt_ms(row["compile_ms"]), *speedups, *share, row["device"] or "-",

@@ -1,7 +1,9 @@
 """Result rows: one flat JSON object per (problem, system), built from judge verdicts.
 
 Fields: problem, level, category, system, status, detail, time_ms, iqr_ms, eager_ms, compile_ms,
-speedup_vs_eager, speedup_vs_compile, measured_speedup_vs_eager, measured_speedup_vs_compile, credited,
+speedup_vs_eager, speedup_spread (half the IQR of the judge's timing rounds' ratios over their median:
+the "±" of speedup_vs_eager), speedup_vs_compile, measured_speedup_vs_eager, measured_speedup_vs_compile,
+credited,
 gpu_busy_share and eager_gpu_busy_share (the share of a forward's wall time the GPU was busy, the
 system's own and eager's, where the judge measured them: judge/busy.py), memory, build_seconds,
 optimize_seconds, optimize_profile (where optimize's time went: stages, build steps, judge phases), flags,
@@ -46,8 +48,9 @@ def base_row(task: BenchTask, run: SystemRun) -> dict[str, Any]:
     return {
         "problem": task.problem_id, "level": task.level, "category": task.category, "system": run.system,
         "status": None, "detail": "", "time_ms": None, "iqr_ms": None, "eager_ms": None, "compile_ms": None,
-        "speedup_vs_eager": None, "speedup_vs_compile": None, "measured_speedup_vs_eager": None,
-        "measured_speedup_vs_compile": None, "credited": True, "gpu_busy_share": None,
+        "speedup_vs_eager": None, "speedup_spread": None, "speedup_vs_compile": None,
+        "measured_speedup_vs_eager": None, "measured_speedup_vs_compile": None, "credited": True,
+        "gpu_busy_share": None,
         "eager_gpu_busy_share": None, "memory": None, "build_seconds": None,
         "optimize_seconds": None, "optimize_profile": None, "flags": {}, "device": None, "gpu": None,
         "seconds": None, "finished": None, "candidate": run.candidate,
@@ -81,6 +84,7 @@ def candidate_row(task: BenchTask, run: SystemRun, verdict: dict) -> dict[str, A
         time_ms=candidate.get("median_ms"), iqr_ms=candidate.get("iqr_ms"),
         eager_ms=eager.get("median_ms"), compile_ms=compiled.get("median_ms"),
         speedup_vs_eager=verdict.get("speedup_vs_eager"),
+        speedup_spread=verdict.get("speedup_vs_eager_spread"),
         speedup_vs_compile=verdict.get("speedup_vs_compile"),
         measured_speedup_vs_eager=verdict.get("speedup_vs_eager"),
         measured_speedup_vs_compile=verdict.get("speedup_vs_compile"),
@@ -98,6 +102,7 @@ def candidate_row(task: BenchTask, run: SystemRun, verdict: dict) -> dict[str, A
         # (both paired by timing rounds: judge/timing.py), else the ratio of the medians
         eager_ratio = row["speedup_vs_eager"]
         row.update(credited=False, speedup_vs_eager=1.0 if eager_ratio is not None else None,
+                   speedup_spread=None,   # 1.00x is not a measurement
                    speedup_vs_compile=_as_eager(row, "speedup_vs_compile", eager_ratio, "compile_ms"))
         if reduce_overhead:
             row["speedup_vs_compile_reduce_overhead"] = _as_eager(

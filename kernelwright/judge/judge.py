@@ -374,7 +374,8 @@ class Judge:
             # reference_s, candidate_s, compare_s (float64_s, the float64 re-check, is part of it), summed
             # over the trials run), timing_s (timing_<side>_s: each side of the rounds, its measure alone)
             "profile": {},
-            "speedup_vs_eager": None,
+            "speedup_vs_eager": None,   # the median of the timing rounds' ratios (judge/timing.py) ...
+            "speedup_vs_eager_spread": None,   # ... and half their interquartile range over it
             "speedup_vs_compile": None,
             "flags": {
                 "no_custom_kernel": None,

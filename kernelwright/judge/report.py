@@ -31,7 +31,10 @@ def print_verdict(verdict: dict, console: Console | None = None) -> None:
     for key, label in (("speedup_vs_eager", "vs eager"), ("speedup_vs_compile", "vs torch.compile"),
                        ("speedup_vs_compile_reduce_overhead", "vs torch.compile reduce-overhead")):
         if verdict.get(key) is not None:
-            table.add_row(label, f"{verdict[key]:.3f}x")
+            rounds = verdict.get("speedup_vs_eager_rounds") or []
+            spread = f" ±{verdict['speedup_vs_eager_spread']:.1%} over {len(rounds)} paired timing rounds" \
+                if key == "speedup_vs_eager" and verdict.get("speedup_vs_eager_spread") else ""
+            table.add_row(label, f"{verdict[key]:.3f}x{spread}")
     if verdict.get("launch_bound"):
         table.add_row("GPU busy", escape(busy_text(verdict["launch_bound"])))
     flags = {k: v for k, v in (verdict.get("flags") or {}).items() if v not in (False, None, "fp32")}

@@ -3,6 +3,7 @@ reply is folded into the verdict; the first failing step decides the status."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 
@@ -10,7 +11,14 @@ from kernelwright.gpulock import gpu_timing
 from kernelwright.judge.build import trim_build_log
 from kernelwright.judge.busy import launch_bound_section
 from kernelwright.judge.process import WorkerDied, WorkerProcess, WorkerTimeout, describe_exit
-from kernelwright.judge.timing import alternating_rounds, combine_rounds, paired_ratio, per_round, public
+from kernelwright.judge.timing import (
+    alternating_rounds,
+    combine_rounds,
+    paired_ratios,
+    per_round,
+    public,
+    ratio_spread,
+)
 from kernelwright.problem import BUNDLED_DIR, Problem
 
 # The GPU busy share's profiler pass (judge/busy.py) takes well under a second; these bound a stuck one.
@@ -220,7 +228,8 @@ class CandidateSession:
         timings["eager"] = public(eager)
         self.flags["timing_disagreement"] = bool(stats["disagrees"])
         # With work hidden from the events, the wall clock is the honest time.
-        paired = paired_ratio(rounds["candidate"], rounds["eager"], wall=bool(stats["disagrees"]))
+        ratios = paired_ratios(rounds["candidate"], rounds["eager"], wall=bool(stats["disagrees"]))
+        paired = statistics.median(ratios) if ratios else None
         reference = self.judge.reference_timings(eager=False)
         timings["compile"] = reference["compile"]
         if "compile_reduce_overhead" in reference:
@@ -231,6 +240,9 @@ class CandidateSession:
             )
         if paired is not None:
             self.verdict["speedup_vs_eager"] = round(paired, 4)
+            # every round's ratio and their spread (the "±" of the speedup: judge/timing.py)
+            self.verdict["speedup_vs_eager_rounds"] = [round(r, 4) for r in ratios]
+            self.verdict["speedup_vs_eager_spread"] = round(ratio_spread(ratios), 4)
             # torch.compile was timed in rounds beside eager (once per judge): eager bridges the two pairings
             for key, name in (("speedup_vs_compile", "compile"),
                               ("speedup_vs_compile_reduce_overhead", "compile_reduce_overhead")):

@@ -200,19 +200,34 @@ def settled(rounds: dict[str, list[dict]], sides: Sequence[str] = ("candidate", 
     return True
 
 
-def paired_ratio(ours: list[dict], theirs: list[dict], wall: bool = False) -> float | None:
-    """Their time over ours, the median over rounds of each round's ratio (None without a positive time).
-    A round's series run back to back on one CPU, so a ratio cancels what the host did to both (a
-    launch-bound model's rounds ranged 0.85-1.6 ms in one process on an H100 VM, and the median of each
-    side's medians paired a fast round with a slow one). `wall`: our time is the larger of the event and
-    wall-clock medians (work hidden from the events)."""
+def paired_ratios(ours: list[dict], theirs: list[dict], wall: bool = False) -> list[float] | None:
+    """Their time over ours, round by round (None without a positive time of ours). A round's series run
+    back to back on one CPU, so a ratio cancels what the host did to both (a launch-bound model's rounds
+    ranged 0.85-1.6 ms in one process on an H100 VM, and the median of each side's medians paired a fast
+    round with a slow one). `wall`: our time is the larger of the event and wall-clock medians (work hidden
+    from the events)."""
     ratios = []
     for mine, other in zip(ours, theirs, strict=True):
         ms = max(mine["median_ms"], mine["wall_median_ms"]) if wall else mine["median_ms"]
         if ms <= 0:
             return None
         ratios.append(other["median_ms"] / ms)
+    return ratios
+
+
+def paired_ratio(ours: list[dict], theirs: list[dict], wall: bool = False) -> float | None:
+    """The median of `paired_ratios` (None without any)."""
+    ratios = paired_ratios(ours, theirs, wall)
     return statistics.median(ratios) if ratios else None
+
+
+def ratio_spread(ratios: list[float]) -> float:
+    """Half the interquartile range of the rounds' ratios over their median: the "±" of a paired ratio
+    (0 for fewer than four rounds' worth of spread to tell)."""
+    if len(ratios) < 4:
+        return 0.0
+    q1, middle, q3 = statistics.quantiles(ratios, n=4)
+    return (q3 - q1) / 2 / statistics.median(ratios)
 
 
 def public(stats: dict) -> dict:

@@ -75,6 +75,20 @@ def test_reference_rows_take_the_paired_ratio_of_eager_to_compile():
     assert alone["speedup_vs_eager"] == 1.0 and alone["speedup_vs_compile"] is None
 
 
+def test_a_speedup_shows_its_spread_over_the_timing_rounds():
+    from kernelwright.bench.report import _problem_table
+
+    noisy = {**verdict(2.0, 1.0, 1.5, True), "speedup_vs_eager_spread": 0.04}
+    steady = {**verdict(2.0, 1.0, 1.5, True), "speedup_vs_eager_spread": 0.002}
+    rows = [{**candidate_row(TASK, OURS, v), "device": "gpu", "problem": name}
+            for name, v in (("a", noisy), ("b", steady))]
+    assert rows[0]["speedup_spread"] == 0.04
+    table = "\n".join(_problem_table(rows))
+    assert "±4%" in table and table.count("±") == 2   # the legend's and row a's
+    fallback = {**candidate_row(TASK, OURS, {**noisy, "flags": {"no_custom_kernel": True}}), "device": "gpu"}
+    assert "±" not in "\n".join(_problem_table([fallback]))   # 1.00x, not a measurement
+
+
 def test_reduce_overhead_timing_reaches_the_row_and_the_report():
     """`bench --reduce-overhead`: the CUDA-graph torch.compile time and the speedup against it, per row."""
     timed = verdict(2.0, 0.5, 1.5, True)

@@ -120,3 +120,13 @@ def test_eval_prints_the_reduce_overhead_baseline_where_timed():
     verdict["speedup_vs_compile_reduce_overhead"] = 1.0
     printed = _printed(verdict)
     assert "time compile_reduce_overhead" in printed and "vs torch.compile reduce-overhead" in printed
+
+
+def test_eval_prints_the_speedup_with_its_spread_over_the_rounds():
+    stats = {"median_ms": 0.5, "iqr_ms": 0.01, "n": 100}
+    verdict = {"status": "correct", "problem_id": "level3/17_DeepMLPBatch1", "device": "cuda",
+               "timings": {"candidate": stats}, "flags": {}, "env": {}, "speedup_vs_eager": 2.0,
+               "speedup_vs_eager_rounds": [1.9, 2.0, 2.0, 2.1, 2.0], "speedup_vs_eager_spread": 0.025}
+    assert "2.000x ±2.5% over 5 paired timing rounds" in _printed(verdict)
+    verdict["speedup_vs_eager_spread"] = 0.0   # no spread to tell: the ratio alone
+    assert "±" not in _printed(verdict)

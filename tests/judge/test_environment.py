@@ -94,6 +94,8 @@ def test_candidate_and_eager_are_timed_in_rounds(tmp_path: Path):
     ours, eager = timings["candidate"]["round_medians_ms"], timings["eager"]["round_medians_ms"]
     ratios = [e / c for c, e in zip(ours, eager, strict=True)]
     assert verdict["speedup_vs_eager"] == pytest.approx(statistics.median(ratios), rel=1e-3)
+    assert verdict["speedup_vs_eager_rounds"] == pytest.approx(ratios, rel=1e-3)
+    assert verdict["speedup_vs_eager_spread"] >= 0
     assert set(verdict["memory"]) == {"reference_peak_bytes", "candidate_peak_bytes"}
     # where the time went: each trial's phases, summed in the profile beside the timing rounds'
     profile = verdict["profile"]
@@ -144,6 +146,11 @@ def test_the_speedup_pairs_each_round_with_its_partner():
     hidden, slow = [{**_round(0.5), "wall_median_ms": 1.0}] * 3, [_round(2.0)] * 3
     assert paired_ratio(hidden, slow, wall=True) == 2.0 and paired_ratio(hidden, slow) == 4.0
     assert paired_ratio([_round(0.0)], [_round(1.0)]) is None
+    # the speedup's "±": half the rounds' interquartile range over their median
+    from kernelwright.judge.timing import ratio_spread
+
+    assert ratio_spread([1.0, 1.0, 1.0]) == 0.0   # too few rounds to tell
+    assert ratio_spread([0.9, 1.0, 1.0, 1.1, 1.0]) == pytest.approx((1.05 - 0.95) / 2)
 
 
 def test_rounds_alternate_who_goes_first_on_one_cpu(monkeypatch):
