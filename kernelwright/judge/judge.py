@@ -375,7 +375,8 @@ class Judge:
             # over the trials run), timing_s (timing_<side>_s: each side of the rounds, its measure alone)
             "profile": {},
             "speedup_vs_eager": None,   # the median of the timing rounds' ratios (judge/timing.py) ...
-            "speedup_vs_eager_spread": None,   # ... and half their interquartile range over it
+            "speedup_vs_eager_rounds": None,   # ... each round's ratio ...
+            "speedup_vs_eager_spread": None,   # ... and half their interquartile range over the median
             "speedup_vs_compile": None,
             "flags": {
                 "no_custom_kernel": None,

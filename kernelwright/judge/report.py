@@ -32,8 +32,9 @@ def print_verdict(verdict: dict, console: Console | None = None) -> None:
                        ("speedup_vs_compile_reduce_overhead", "vs torch.compile reduce-overhead")):
         if verdict.get(key) is not None:
             rounds = verdict.get("speedup_vs_eager_rounds") or []
-            spread = f" ±{verdict['speedup_vs_eager_spread']:.1%} over {len(rounds)} paired timing rounds" \
-                if key == "speedup_vs_eager" and verdict.get("speedup_vs_eager_spread") else ""
+            spread = f"{verdict.get('speedup_vs_eager_spread') or 0:.1%}"
+            spread = f" ±{spread} over {len(rounds)} paired timing rounds" \
+                if key == "speedup_vs_eager" and spread != "0.0%" else ""
             table.add_row(label, f"{verdict[key]:.3f}x{spread}")
     if verdict.get("launch_bound"):
         table.add_row("GPU busy", escape(busy_text(verdict["launch_bound"])))

@@ -99,9 +99,10 @@ def round_settings(command: dict) -> dict:
 class CpuWatch:
     """Picks the allowed CPU that was least busy (user, system, interrupts and a VM's steal time from
     /proc/stat) since the previous pick, the first pick watching `window_s`, so that a run of timing rounds
-    does not sleep before each; ties broken at random (on an idle host every CPU ties, and timings on two
-    GPUs of one host must not pick the same one). `$KERNELWRIGHT_TIMING_CPU`: a CPU number, or `off`.
-    None: pinning off, or no /proc/stat (not Linux)."""
+    does not sleep before each. The CPU a round ran on looks busy with that round itself, so rounds move
+    between idle CPUs (both sides of each round still share one). Ties are broken at random: on an idle
+    host every CPU ties, and timings on two GPUs of one host must not pick the same one.
+    `$KERNELWRIGHT_TIMING_CPU`: a CPU number, or `off`. None: pinning off, or no /proc/stat (not Linux)."""
 
     def __init__(self, window_s: float = CPU_WINDOW_S) -> None:
         self.window_s, self.ticks = window_s, None
@@ -222,12 +223,14 @@ def paired_ratio(ours: list[dict], theirs: list[dict], wall: bool = False) -> fl
 
 
 def ratio_spread(ratios: list[float]) -> float:
-    """Half the interquartile range of the rounds' ratios over their median: the "±" of a paired ratio
-    (0 for fewer than four rounds' worth of spread to tell)."""
-    if len(ratios) < 4:
+    """Half the interquartile range of the rounds' ratios over their median: the "±" of a paired ratio (0
+    for fewer than four rounds). Quartiles by the inclusive method, so that one disturbed round of five,
+    which the median outvotes, does not widen it either."""
+    middle = statistics.median(ratios) if len(ratios) >= 4 else 0.0
+    if middle <= 0:
         return 0.0
-    q1, middle, q3 = statistics.quantiles(ratios, n=4)
-    return (q3 - q1) / 2 / statistics.median(ratios)
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return (q3 - q1) / 2 / middle
 
 
 def public(stats: dict) -> dict:

@@ -150,13 +150,17 @@ def test_the_speedup_pairs_each_round_with_its_partner():
     from kernelwright.judge.timing import ratio_spread
 
     assert ratio_spread([1.0, 1.0, 1.0]) == 0.0   # too few rounds to tell
-    assert ratio_spread([0.9, 1.0, 1.0, 1.1, 1.0]) == pytest.approx((1.05 - 0.95) / 2)
+    assert ratio_spread([0.9, 1.0, 1.0, 1.1, 1.0]) == pytest.approx((1.0 - 1.0) / 2)
+    assert ratio_spread([0.8, 0.9, 1.0, 1.1, 1.2]) == pytest.approx((1.1 - 0.9) / 2)
+    assert ratio_spread([1.0, 1.0, 1.0, 1.0, 1.5]) == 0.0   # one disturbed round: outvoted, not spread
+    assert ratio_spread([1.0, 1.2, 1.4, 1.6]) == pytest.approx((1.45 - 1.15) / 2 / 1.3)
 
 
 def test_rounds_alternate_who_goes_first_on_one_cpu(monkeypatch):
     from kernelwright.judge import timing
 
-    monkeypatch.setattr(timing.CpuWatch, "pick", lambda self: 7)
+    watches = []
+    monkeypatch.setattr(timing.CpuWatch, "pick", lambda self: watches.append(self) or 7)
     calls = []
 
     def time_side(side: str, settings: dict) -> dict:
@@ -168,6 +172,7 @@ def test_rounds_alternate_who_goes_first_on_one_cpu(monkeypatch):
     firsts = [calls[i][0] for i in range(0, len(calls), 2)]
     assert firsts[:4] == ["eager", "compile", "eager", "compile"]
     assert all(cpu == 7 for _, cpu, _ in calls)
+    assert len(watches) == timing.MAX_ROUNDS and len(set(map(id, watches))) == 1   # one watch for the run
     assert calls[0][2] is None and calls[1][2] is None   # the first round warms up in full
     assert {warm for _, _, warm in calls[2:]} == {timing.LATER_WARM_S}
     # steady ratios settle after MIN_ROUNDS; without `settle`, never more than MIN_ROUNDS
@@ -291,7 +296,26 @@ def test_a_pinned_series_gives_its_thread_back_its_cpus():
     with contextlib.ExitStack() as stack:   # not allowed here, or not asked for: not pinned
         assert timing.pinned_cpu(stack, 10_000) is None and timing.pinned_cpu(stack, None) is None
     watch = timing.CpuWatch(0.01)
-    assert watch.pick() in before and watch.pick() in before   # the second over the time since the first
+    assert watch.pick() in before and watch.pick() in before
+
+
+def test_the_cpu_watch_sleeps_once_and_counts_ticks_since_its_last_pick(monkeypatch):
+    from kernelwright.judge import timing
+
+    reads = iter([{0: 10, 1: 10, 2: 10}, {0: 15, 1: 11, 2: 30}, {0: 25, 1: 12, 2: 30}, {0: 25, 1: 30, 2: 31}])
+    sleeps = []
+    monkeypatch.setattr(timing, "_busy_ticks", lambda: next(reads))
+    monkeypatch.setattr(timing, "sleep", sleeps.append)
+    monkeypatch.setattr(timing, "_getaffinity", lambda pid: {0, 1, 2})
+    monkeypatch.delenv(timing.CPU_ENV, raising=False)
+    watch = timing.CpuWatch(0.05)
+    assert watch.pick() == 1 and sleeps == [0.05]   # 5, 1, 20 ticks over the first window
+    assert watch.pick() == 2 and sleeps == [0.05]   # 10, 1, 0 since then: no second sleep
+    assert watch.pick() == 0                         # 0, 18, 1
+    monkeypatch.setenv(timing.CPU_ENV, "off")
+    assert watch.pick() is None
+    monkeypatch.setenv(timing.CPU_ENV, "3")
+    assert watch.pick() == 3
 
 
 def test_a_compile_mode_that_fails_while_timed_is_dropped_not_the_timing():
