@@ -242,12 +242,12 @@ class Judge:
             except ProblemLoadError as exc:
                 timings[f"{which}_error"] = str(exc)
                 continue
-            self.reference_peak = max(self.reference_peak or 0, reply.get("peak_memory_bytes") or 0) or None
+            self._note_reference_peak(reply)
         if eager or len(sides) > 1:
             options = self.options
             reply = self._reference_request({"op": "time_rounds", "sides": sides, "settle": options.settle,
                                              "min_runs": options.min_runs, "min_time_s": options.min_time_s})
-            self.reference_peak = max(self.reference_peak or 0, reply.get("peak_memory_bytes") or 0) or None
+            self._note_reference_peak(reply)
             rounds = reply["rounds"]
             for side, detail in (reply.get("errors") or {}).items():
                 timings[f"{side}_error"] = f"{self.problem.path}: torch.compile failed while timed: {detail}"
@@ -257,6 +257,9 @@ class Judge:
                     timings[f"eager_over_{side}"] = paired_ratio(rounds[side], rounds["eager"])
         self._reference_timings = timings
         return timings
+
+    def _note_reference_peak(self, reply: dict) -> None:
+        self.reference_peak = max(self.reference_peak or 0, reply.get("peak_memory_bytes") or 0) or None
 
     def measures_busy(self) -> bool:
         """Whether verdicts get the GPU busy share (judge/busy.py): on CUDA, with timing."""

@@ -266,6 +266,7 @@ class ReferenceWorker:
         rounds start again without it (`errors`: its failure); the compiled models are let go after."""
         inputs, sides, errors = self._timing_inputs(), list(command["sides"]), {}
         models = {side: self.model if side == "eager" else self.compiled[side] for side in sides}
+        settings = per_round(command["min_runs"], command["min_time_s"])
 
         def time_side(side: str, settings: dict) -> dict:
             model = models[side]
@@ -280,9 +281,8 @@ class ReferenceWorker:
             with torch.no_grad(), gpu_timing():
                 while True:
                     try:
-                        rounds = alternating_rounds(time_side, sides,
-                                                    per_round(command["min_runs"], command["min_time_s"]),
-                                                    command.get("settle", True), pin=self.device == "cuda")
+                        rounds = alternating_rounds(time_side, sides, settings, command.get("settle", True),
+                                                    pin=self.device == "cuda")
                         break
                     except _SideFailed as failed:
                         errors[failed.side] = failed.detail

@@ -28,14 +28,13 @@ def print_verdict(verdict: dict, console: Console | None = None) -> None:
         if stats:
             text = f"{stats['median_ms']:.4f} ms median, IQR {stats['iqr_ms']:.4f} ms, n={stats['n']}"
             table.add_row(f"time {name}", text)
+    spread = f"{verdict.get('speedup_vs_eager_spread') or 0:.1%}"
+    rounds = len(verdict.get("speedup_vs_eager_rounds") or [])
+    eager_spread = f" ±{spread} over {rounds} paired timing rounds" if spread != "0.0%" else ""
     for key, label in (("speedup_vs_eager", "vs eager"), ("speedup_vs_compile", "vs torch.compile"),
                        ("speedup_vs_compile_reduce_overhead", "vs torch.compile reduce-overhead")):
         if verdict.get(key) is not None:
-            rounds = verdict.get("speedup_vs_eager_rounds") or []
-            spread = f"{verdict.get('speedup_vs_eager_spread') or 0:.1%}"
-            spread = f" ±{spread} over {len(rounds)} paired timing rounds" \
-                if key == "speedup_vs_eager" and spread != "0.0%" else ""
-            table.add_row(label, f"{verdict[key]:.3f}x{spread}")
+            table.add_row(label, f"{verdict[key]:.3f}x" + (eager_spread if key == "speedup_vs_eager" else ""))
     if verdict.get("launch_bound"):
         table.add_row("GPU busy", escape(busy_text(verdict["launch_bound"])))
     flags = {k: v for k, v in (verdict.get("flags") or {}).items() if v not in (False, None, "fp32")}

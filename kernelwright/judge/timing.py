@@ -193,8 +193,7 @@ def settled(rounds: dict[str, list[dict]], sides: Sequence[str] = ("candidate", 
     if len(first) < MIN_ROUNDS or any(r["median_ms"] <= 0 for r in first):
         return False
     for other in sides[1:]:
-        theirs = rounds[other][-MIN_ROUNDS:]
-        ratios = [o["median_ms"] / f["median_ms"] for f, o in zip(first, theirs, strict=True)]
+        ratios = paired_ratios(first, rounds[other][-MIN_ROUNDS:])
         middle = statistics.median(ratios)
         if not all(abs(r - middle) <= ROUND_AGREEMENT * middle for r in ratios):
             return False
