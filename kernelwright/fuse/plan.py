@@ -148,14 +148,20 @@ class Matching:
 
 
 def plan_fusion(graph: Graph, matchers: Sequence[Matcher] | None = None,
-                derived: Sequence[Node] = ()) -> FusionPlan:
+                derived: Sequence[Node] = (), split_statistics: bool = True) -> FusionPlan:
     """Run the matchers in priority order, keep the groups that are valid, order all steps. `derived`:
     roots of parameter-only subgraphs to compute once (`rewrite.hoistable_nodes`), kept out of the groups
-    and the per-call steps."""
+    and the per-call steps. First, norms read only by reductions over other rows are split into their
+    statistics and a prologue of those reductions (`fuse/statistics.py`, off with `split_statistics`);
+    the plan's `graph` is the graph after that."""
     if matchers is None:
         from kernelwright.fuse import MATCHERS
 
         matchers = MATCHERS
+    if split_statistics:
+        from kernelwright.fuse.statistics import statistics_apart
+
+        graph = statistics_apart(graph)
     users = graph.users()
     partition = Partition(graph, users)
     once = derived_nodes(graph, derived, users)

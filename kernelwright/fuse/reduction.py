@@ -288,8 +288,31 @@ class _Growth:
                 if all(lv == form or _is_scalar_like(i) for i, lv in inside):
                     return form
         if node.shape == self.space.shape and all(lv != "rowsq" or _is_scalar_like(i) for i, lv in inside):
-            return "elem"
+            return None if self._prologue_elsewhere(node) else "elem"
         return None
+
+    def _prologue_elsewhere(self, node: Node) -> bool:
+        """True when every path from `node` runs through pointwise ops of its shape into reductions or
+        norms over other rows: computed here it would be written out and read back, computed as their
+        prologue it is neither (a norm's statistics apart, `fuse/statistics.py`)."""
+        found, stack, seen = False, [node], {id(node)}
+        while stack:
+            value = stack.pop()
+            if id(value) in self.roots:
+                return False
+            for user in self.users[id(value)]:
+                if id(user) in seen:
+                    continue
+                seen.add(id(user))
+                if user.op in REDUCE_OPS or user.op in ELEM_ANCHORS:
+                    if space_of(user) == self.space or user.inputs[0] is not value:
+                        return False
+                    found = True
+                elif user.op in POINTWISE_OPS and user.shape == node.shape and _prologue_ok(user):
+                    stack.append(user)
+                else:
+                    return False
+        return found
 
     def _elem_operand(self, node: Node) -> bool:
         """An input an elementwise member may read: a member evaluated per element or per row in keepdim

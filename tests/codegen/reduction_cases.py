@@ -135,6 +135,57 @@ def batch_norm_train(shape: tuple[int, ...], momentum: float = 0.1, channel_dim:
                                                          ("bn.running_var", update(rv, var))), training=True)
 
 
+def _channel_shape(rank: int, c: int, size: int) -> tuple[int, ...]:
+    return (1,) * c + (size,) + (1,) * (rank - 1 - c)
+
+
+def norm_then_reduce(shape, c, *, norm="group_norm", groups=1, op="amin", dims=None, keepdim=True,
+                     tail="clamp", bias=True, chain=("relu",)) -> Graph:
+    """x (+ a channel bias) -> norm -> pointwise chain -> reduce -> tail: the level-2 shape of the
+    pattern (a conv's output, its bias, GroupNorm, min over channels, clamp). A "residual" in `chain`
+    adds a second input of x's shape (a ResNet block's shortcut)."""
+    x = input_node("x", 0, shape)
+    inputs = [x]
+    size = shape[c]
+    params: list[Node] = []
+    h = x
+    if bias:
+        cb = param_node("cb", (size,))
+        params.append(cb)
+        h = make_node("add", [x, make_node("reshape", [cb], shape=_channel_shape(len(shape), c, size))])
+    if norm == "layer_norm":
+        w, b = param_node("w", shape[-1:]), param_node("b", shape[-1:])
+        y = make_node("layer_norm", [h, w, b], normalized_ndim=1, normalized_shape=shape[-1:], eps=1e-5,
+                      has_weight=True, has_bias=True)
+    elif norm == "batch_norm":
+        w, b = param_node("w", (size,)), param_node("b", (size,))
+        y = make_node("batch_norm", [h, w, b], training=True, momentum=0.1, eps=1e-5, has_weight=True,
+                      has_bias=True, has_running=False, channel_dim=c)
+    else:
+        w, b = param_node("w", (size,)), param_node("b", (size,))
+        y = make_node("group_norm", [h, w, b], groups=groups, eps=1e-5, has_weight=True, has_bias=True,
+                      channel_dim=c)
+    params += [w, b]
+    for unary in chain:
+        if unary == "residual":
+            inputs.append(input_node("r", 1, shape))
+            y = make_node("add", [y, inputs[-1]])
+        else:
+            y = make_node(unary, [y])
+    extra = {"correction": 1} if op == "var" else {}
+    out = make_node(op, [y], dims=(c,) if dims is None else dims, keepdim=keepdim, **extra)
+    if tail:
+        out = make_node(tail, [out], min=-0.5, max=0.5)
+    mutations = ()
+    if norm == "batch_norm":      # the running mean as capture writes it: a reduction of the norm's input
+        rm = buffer_node("rm", (size,))
+        params.append(rm)
+        stat = make_node("mean", [h], dims=tuple(d for d in range(len(shape)) if d != c))
+        mutations = (("rm", make_node("add", [make_node("mul", [rm, const_node(0.9)]),
+                                               make_node("mul", [stat, const_node(0.1)])])),)
+    return Graph(tuple(inputs), tuple(params), (out,), mutations=mutations, training=norm == "batch_norm")
+
+
 def residual_batch_norms(shape: tuple[int, ...]) -> Graph:
     """relu(bn1(x) + bn2(y)), both in training mode (a ResNet block whose shortcut has a conv and a
     BatchNorm): the shortcut's norm is a producer of the sum, over the same rows: one kernel, both sets of

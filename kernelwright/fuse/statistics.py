@@ -1,0 +1,292 @@
+"""Norm statistics apart: a normalization whose output only feeds reductions over other rows is split
+into its statistics (a reduction kernel of their own) and its elementwise apply, which becomes the prologue
+of the reductions that read it. The planner calls this before the matchers (`plan_fusion`).
+
+Why: `GroupNorm -> min over channels` as one norm kernel and one reduction kernel writes the normalized
+tensor and reads it back (an NHWC conv's [64, 126, 126, 128] output: 0.52 GB each way), where the
+reduction could normalize each element as it loads it. Statistics first (one read of x), then the
+reduction reading x with `(x - mean) * rstd * w + b` applied per element (one more read): two passes over
+x instead of three or four, and no full-size intermediate.
+
+    y = norm(x); r = reduce(f(y))
+      ->  mean, var = stats(x); r = reduce(f((x - mean) * rsqrt(var + eps) * w + b))
+
+It applies when every path from the norm's output runs through pointwise ops of its shape into
+reductions (no output, no other reader) that all reduce the same dims, and those dims are not the norm's
+own rows (a reduction over the norm's rows is a sibling in the norm's kernel already). GroupNorm's rows are
+no IR shape: the whole region runs on the *domain* view, the channel dim c split into (groups, channels
+per group), every full-size value read through a reshape (a view: those values must be contiguous, so no
+view op among them), broadcast operands split alike, each reduction's dims mapped (c -> c, c + 1) and its
+result reshaped back. BatchNorm (batch statistics) and LayerNorm run on their own shape.
+
+The pointwise producers of x that only the norm reads (a conv bias add) are computed once more for the
+apply: they would otherwise be read by two kernels and so written out. Both copies are prologues.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernelwright.fuse.plan import VIEW_OPS
+from kernelwright.fuse.pointwise import POINTWISE_OPS
+from kernelwright.fuse.reduction import ARG_OPS, REDUCE_OPS, Space, space_of
+from kernelwright.ir.graph import Graph, Node
+from kernelwright.ir.ops import const_node, make_node
+
+NORMS = frozenset({"group_norm", "batch_norm", "layer_norm"})
+TERMINALS = REDUCE_OPS - ARG_OPS
+
+
+def statistics_apart(graph: Graph) -> Graph:
+    """`graph` with every norm that qualifies (module docstring) split into statistics and a prologue.
+    Nodes the change does not reach are kept as they are (derived roots stay valid)."""
+    users = graph.users()
+    roots = {id(n) for n in graph.roots()}
+    replaced: dict[int, Node] = {}
+    for norm in graph.nodes():
+        region = _region(norm, users, roots)
+        if region is not None and not any(id(t) in replaced for t in region.terminals):
+            replaced.update(_split(norm, region, users, roots))
+    if not replaced:
+        return graph
+    done: dict[int, Node] = {}
+    for node in graph.nodes():
+        if id(node) in replaced:
+            done[id(node)] = _rebased(replaced[id(node)], done, graph)
+        elif node.is_leaf:
+            done[id(node)] = node
+        else:
+            inputs = tuple(done[id(i)] for i in node.inputs)
+            same = all(a is b for a, b in zip(inputs, node.inputs, strict=True))
+            done[id(node)] = node if same else node.with_(inputs=inputs)
+    return graph.with_(outputs=tuple(done[id(n)] for n in graph.outputs),
+                       mutations=tuple((fqn, done[id(n)]) for fqn, n in graph.mutations))
+
+
+def _rebased(new: Node, done: dict[int, Node], graph: Graph) -> Node:
+    """A replacement built from old nodes, with the old nodes it reads swapped for their rebuilt selves
+    (an outside operand upstream may itself have changed: two norms in a row)."""
+    memo: dict[int, Node] = {}
+
+    def walk(node: Node) -> Node:
+        if id(node) in memo:
+            return memo[id(node)]
+        if id(node) in done:
+            result = done[id(node)]
+        elif node.is_leaf:
+            result = node
+        else:
+            inputs = tuple(walk(i) for i in node.inputs)
+            same = all(a is b for a, b in zip(inputs, node.inputs, strict=True))
+            result = node if same else node.with_(inputs=inputs)
+        memo[id(node)] = result
+        return result
+
+    return walk(new)
+
+
+class _Region:
+    """The pointwise nodes between a norm and its reductions (`chain`, topological order) and the
+    reductions (`terminals`)."""
+
+    def __init__(self, chain: list[Node], terminals: list[Node]):
+        self.chain, self.terminals = chain, terminals
+
+
+def _region(norm: Node, users: dict[int, list[Node]], roots: set[int]) -> _Region | None:
+    if norm.op not in NORMS or norm.dtype != torch.float32 or norm.inputs[0].dtype != torch.float32:
+        return None
+    if norm.op == "batch_norm" and (not norm.attr("training") or norm.attr("has_running")):
+        return None
+    space = space_of(norm)
+    if space is None or id(norm) in roots:
+        return None
+    chain: dict[int, Node] = {}
+    terminals: dict[int, Node] = {}
+    inside = {id(norm)}
+    stack = [norm]
+    while stack:
+        value = stack.pop()
+        for user in users[id(value)]:
+            if id(user) in chain or id(user) in terminals:
+                continue
+            if user.op in TERMINALS and user.inputs[0] is value and user.dtype == torch.float32:
+                terminals[id(user)] = user
+            elif (user.op in POINTWISE_OPS and user.shape == norm.shape and user.dtype == torch.float32
+                  and id(user) not in roots):
+                chain[id(user)] = user
+                inside.add(id(user))
+                stack.append(user)
+            else:
+                return None
+    if not terminals:
+        return None
+    # every operand a chain node reads from outside broadcasts to the norm's shape and does not depend on
+    # the region (it would be a reader found above, so it is inside or the region was refused)
+    for node in chain.values():
+        for operand in node.inputs:
+            if id(operand) not in inside and operand.op != "const" and (
+                    operand.dtype != torch.float32 or not _broadcasts(operand.shape, norm.shape)):
+                return None
+    mapped = {_mapped_dims(space, t.attr("dims"), len(norm.shape)) for t in terminals.values()}
+    if len(mapped) != 1 or next(iter(mapped)) == space.reduce:
+        return None
+    order = {id(n): i for i, n in enumerate(_topological(norm, chain))}
+    region = _Region(sorted(chain.values(), key=lambda n: order[id(n)]), list(terminals.values()))
+    if space.domain != space.shape and not _viewable(norm, region, inside):
+        return None
+    return region
+
+
+def _topological(norm: Node, chain: dict[int, Node]) -> list[Node]:
+    order: list[Node] = []
+    seen: set[int] = set()
+
+    def visit(node: Node) -> None:
+        if id(node) in seen or id(node) not in chain:
+            return
+        seen.add(id(node))
+        for i in node.inputs:
+            visit(i)
+        order.append(node)
+
+    for node in chain.values():
+        visit(node)
+    return order
+
+
+def _viewable(norm: Node, region: _Region, inside: set[int]) -> bool:
+    """Every full-size value the domain view reads through a reshape is contiguous memory (no view op)."""
+    full = [norm.inputs[0]] + [o for n in region.chain for o in n.inputs
+                               if id(o) not in inside and o.shape == norm.shape]
+    return all(v.op not in VIEW_OPS for v in full)
+
+
+def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    return len(shape) <= len(target) and all(
+        s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False))
+
+
+def _split_dim(space: Space) -> int | None:
+    """The IR dim the domain splits in two (GroupNorm's channels), or None."""
+    return next((d for d, parts in enumerate(space.split) if parts == 2), None)
+
+
+def _mapped_dims(space: Space, dims: tuple[int, ...], rank: int) -> tuple[int, ...]:
+    c = _split_dim(space)
+    dims = tuple(range(rank)) if not dims else dims
+    if c is None:
+        return tuple(dims)
+    out: list[int] = []
+    for d in dims:
+        out += [d] if d < c else [c, c + 1] if d == c else [d + 1]
+    return tuple(out)
+
+
+def _in_domain(space: Space, operand: Node) -> Node:
+    """`operand` (broadcasting to the norm's shape) as a value broadcasting to the domain."""
+    c = _split_dim(space)
+    if c is None or operand.op == "const":
+        return operand
+    rank = len(space.shape)
+    shape = (1,) * (rank - len(operand.shape)) + tuple(operand.shape)
+    split = space.domain[c:c + 2] if shape[c] != 1 else (1, 1)
+    return make_node("reshape", [operand], shape=shape[:c] + tuple(split) + shape[c + 1:])
+
+
+def _private_producers(x: Node, norm: Node, users: dict[int, list[Node]]) -> set[int]:
+    """The pointwise producers of x (x included) that only the norm, each other and the norm's own
+    sibling reductions (BatchNorm's running statistics over the same rows) read."""
+    space = space_of(norm)
+    private: set[int] = set()
+
+    def only_ours(node: Node) -> bool:
+        return all(u is norm or id(u) in private or (u.op in REDUCE_OPS and space_of(u) == space)
+                   for u in users[id(node)])
+
+    frontier = [x]
+    while frontier:
+        node = frontier.pop()
+        if id(node) in private or node.op not in POINTWISE_OPS or node.dtype != torch.float32:
+            continue
+        if not only_ours(node):
+            continue
+        private.add(id(node))
+        frontier.extend(node.inputs)
+    return private
+
+
+def _split(norm: Node, region: _Region, users: dict[int, list[Node]], roots: set[int]) -> dict[int, Node]:
+    """Replacements (old id -> new node, built on old nodes) for the region's reductions."""
+    space = space_of(norm)
+    c = _split_dim(space)
+    private = _private_producers(norm.inputs[0], norm, users)
+
+    def copy_of_x() -> Node:
+        """x in the domain, its private producers computed once more (a fresh copy per call)."""
+        memo: dict[int, Node] = {}
+
+        def walk(node: Node) -> Node:
+            if id(node) not in memo:
+                memo[id(node)] = make_node(node.op, [walk(i) for i in node.inputs], **node.attr_dict) \
+                    if id(node) in private else _in_domain(space, node)
+            return memo[id(node)]
+
+        return walk(norm.inputs[0])
+
+    # BatchNorm / LayerNorm: the statistics read x itself (its running statistics read it too)
+    x_stats = norm.inputs[0] if c is None else copy_of_x()
+    mean = make_node("mean", [x_stats], dims=space.reduce, keepdim=True)
+    var = make_node("var", [x_stats], dims=space.reduce, correction=0, keepdim=True)
+    rstd = make_node("rsqrt", [make_node("add", [var, const_node(float(norm.attr("eps")))])])
+    x_apply = copy_of_x() if private or c is not None else norm.inputs[0]
+    y = make_node("mul", [make_node("sub", [x_apply, mean]), rstd])
+    for op, vector in _affine(norm):
+        y = make_node(op, [y, _in_domain(space, vector)])
+    values: dict[int, Node] = {id(norm): y}
+    for node in region.chain:
+        inputs = [values[id(i)] if id(i) in values else _in_domain(space, i) for i in node.inputs]
+        values[id(node)] = make_node(node.op, inputs, **node.attr_dict)
+    replaced: dict[int, Node] = {}
+    for terminal in region.terminals:
+        dims = _mapped_dims(space, terminal.attr("dims"), len(space.shape))
+        reduced = make_node(terminal.op, [values[id(terminal.inputs[0])]],
+                            **{**terminal.attr_dict, "dims": dims})
+        last = terminal
+        if reduced.shape != terminal.shape:
+            # pointwise ops of the result alone (a clamp) move before the reshape: the epilogue of the
+            # reduction's kernel, not a kernel of their own after a view
+            while id(last) not in roots and (tail := _tail_op(last, users)) is not None:
+                operands = [reduced if i is last else i for i in tail.inputs]
+                reduced = make_node(tail.op, operands, **tail.attr_dict)
+                last = tail
+            reduced = make_node("reshape", [reduced], shape=last.shape)
+        replaced[id(last)] = reduced
+    return replaced
+
+
+def _tail_op(value: Node, users: dict[int, list[Node]]) -> Node | None:
+    """The one reader of `value` when it is a float32 pointwise op of it and scalars only."""
+    readers = users[id(value)]
+    if len(readers) != 1:
+        return None
+    op = readers[0]
+    if op.op not in POINTWISE_OPS or op.dtype != torch.float32 or op.shape != value.shape:
+        return None
+    return op if all(i is value or i.op == "const" for i in op.inputs) else None
+
+
+def _affine(norm: Node) -> list[tuple[str, Node]]:
+    """("mul", weight) and ("add", bias) where present, each broadcasting to the norm's shape."""
+    present = iter(norm.inputs[1:])
+    rank = len(norm.shape)
+    out = []
+    for flag, op in (("has_weight", "mul"), ("has_bias", "add")):
+        if not norm.attr(flag):
+            continue
+        vector = next(present)
+        if norm.op != "layer_norm":       # a per-channel vector at channel_dim
+            c = norm.attr("channel_dim", 1)
+            vector = make_node("reshape", [vector], shape=(1,) * c + (vector.numel,) + (1,) * (rank - 1 - c))
+        out.append((op, vector))
+    return out

@@ -1,0 +1,158 @@
+"""Norm statistics apart (`fuse/statistics.py`): a norm read only by reductions over other rows becomes a
+statistics kernel and a prologue of those reductions. Every rewrite is proven by the interpreter in
+float64 on random values (outputs and buffer updates); the plans are checked for what they write."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "codegen"))
+from reduction_cases import norm_then_reduce  # noqa: E402
+
+from kernelwright.fuse import plan_fusion  # noqa: E402
+from kernelwright.fuse.plan import FusedGroup  # noqa: E402
+from kernelwright.fuse.statistics import statistics_apart  # noqa: E402
+from kernelwright.ir.graph import Graph, Node  # noqa: E402
+from kernelwright.ir.interpret import interpret  # noqa: E402
+from kernelwright.ir.ops import const_node, input_node, make_node, param_node  # noqa: E402
+
+
+def assert_same_values(before: Graph, after: Graph, seed: int = 0) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(x.shape, generator=gen, dtype=torch.float64) * 3 + 1 for x in before.inputs]
+    params = {p.name: torch.randn(p.shape, generator=gen, dtype=torch.float64) for p in before.params}
+    want, want_buffers = interpret(before, xs, params)
+    got, got_buffers = interpret(after, xs, params)
+    for a, b in zip(want, got, strict=True):
+        assert a.shape == b.shape
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
+    for fqn, value in want_buffers.items():
+        torch.testing.assert_close(got_buffers[fqn], value, rtol=1e-12, atol=1e-12)
+
+
+def full_size_outputs(graph: Graph, split: bool = True) -> list[Node]:
+    """Values of the input's size a kernel writes: what the split is there to avoid."""
+    numel = graph.inputs[0].numel
+    groups = plan_fusion(graph, split_statistics=split).groups
+    return [o for g in groups for o in g.outputs if o.numel == numel]
+
+
+def reduction_groups(graph: Graph) -> list[FusedGroup]:
+    return [g for g in plan_fusion(graph).groups if g.family == "reduction"]
+
+
+@pytest.mark.parametrize("shape, c", [((2, 5, 7, 12), 3), ((2, 12, 5, 7), 1), ((3, 4, 3, 5, 12), 4)])
+def test_group_norm_then_min_over_channels_reads_x_twice_and_writes_no_full_size_value(shape, c):
+    graph = norm_then_reduce(shape, c, groups=3)
+    assert [o.op for o in full_size_outputs(graph, split=False)] == ["group_norm"]
+    after = statistics_apart(graph)
+    assert after is not graph
+    assert_same_values(graph, after)
+    stats, consumer = reduction_groups(after)
+    stat_ops = {n.op for n in stats.nodes}
+    assert {"mean", "var", "rsqrt"} <= stat_ops and "amin" not in stat_ops
+    ops = [n.op for n in consumer.nodes]
+    assert ops[-2:] == ["amin", "clamp"] and "sub" in ops and "relu" in ops
+    assert ops.count("add") >= 2          # the bias add, recomputed in the prologue, and the norm's bias
+    assert not full_size_outputs(after)   # plan_fusion splits by itself: the planned graph writes none
+
+
+def test_the_plan_carries_the_split_graph_and_the_switch_turns_it_off():
+    graph = norm_then_reduce((2, 5, 7, 12), 3, groups=4)
+    assert plan_fusion(graph).graph is not graph
+    assert plan_fusion(graph, split_statistics=False).graph is graph
+    assert full_size_outputs(graph) == [] and full_size_outputs(graph, split=False)
+
+
+def test_batch_norm_before_a_global_average_pool_keeps_its_running_statistics():
+    """A ResNet's last block: BatchNorm (batch statistics) -> relu -> mean over the spatial dims. The
+    running mean reads the norm's input too; it stays beside the statistics."""
+    graph = norm_then_reduce((4, 6, 5, 3), 1, norm="batch_norm", op="mean", dims=(2, 3), keepdim=False,
+                             tail=None)
+    after = statistics_apart(graph)
+    assert after is not graph
+    assert_same_values(graph, after)
+    assert not full_size_outputs(after)
+
+
+def test_layer_norm_then_a_sum_over_other_rows_is_split():
+    graph = norm_then_reduce((3, 17, 10), 2, norm="layer_norm", op="sum", dims=(1,), keepdim=False,
+                             tail=None, chain=("tanh",))
+    after = statistics_apart(graph)
+    assert after is not graph
+    assert_same_values(graph, after)
+    assert not full_size_outputs(after)
+
+
+@pytest.mark.parametrize("case", ["own rows", "output", "two spaces", "pointwise reader", "view input"])
+def test_what_stays_one_norm_kernel(case):
+    if case == "own rows":        # LayerNorm -> sum over the normalized dim: one kernel already
+        graph = norm_then_reduce((3, 17, 10), 2, norm="layer_norm", op="sum", dims=(2,), tail=None)
+    elif case == "output":        # the normalized tensor is an output: it is written anyway
+        graph = norm_then_reduce((2, 5, 7, 12), 3, groups=3)
+        graph = graph.with_(outputs=graph.outputs + (graph.outputs[0].inputs[0].inputs[0].inputs[0],))
+    elif case == "two spaces":    # min over channels and a mean over space: the apply would be written out
+        graph = norm_then_reduce((2, 5, 7, 12), 3, groups=3, tail=None)
+        relu = graph.outputs[0].inputs[0]
+        graph = graph.with_(outputs=graph.outputs + (make_node("mean", [relu], dims=(1, 2)),))
+    elif case == "pointwise reader":
+        graph = norm_then_reduce((2, 5, 7, 12), 3, groups=3, tail=None)
+        relu = graph.outputs[0].inputs[0]
+        graph = graph.with_(outputs=graph.outputs + (make_node("exp", [relu]),))
+    else:                         # GroupNorm's domain view of a permuted tensor would be a copy
+        x = input_node("x", 0, (2, 12, 5, 7))
+        w, b = param_node("w", (12,)), param_node("b", (12,))
+        view = make_node("permute", [x], dims=(0, 2, 3, 1))
+        y = make_node("group_norm", [view, w, b], groups=3, eps=1e-5, has_weight=True, has_bias=True,
+                      channel_dim=3)
+        graph = Graph((x,), (w, b), (make_node("amin", [y], dims=(3,), keepdim=True),))
+    assert statistics_apart(graph) is graph
+
+
+def test_two_norms_into_one_sum_split_once_and_stay_exact():
+    """sum(gn1(x) + gn2(x2)): both regions end in the same reduction; one of them is split (the other
+    norm stays a kernel whose output the prologue reads), and the values are unchanged."""
+    x = input_node("x", 0, (2, 6, 4, 5))
+    params, normed = [], []
+    for k in range(2):
+        w, b = param_node(f"w{k}", (6,)), param_node(f"b{k}", (6,))
+        params += [w, b]
+        scaled = make_node("mul", [x, const_node(float(k + 1))])
+        normed.append(make_node("group_norm", [scaled, w, b], groups=2, eps=1e-5, has_weight=True,
+                                has_bias=True, channel_dim=1))
+    total = make_node("sum", [make_node("add", normed)], dims=(1,))
+    graph = Graph((x,), tuple(params), (total,))
+    after = statistics_apart(graph)
+    assert after is not graph
+    assert_same_values(graph, after)
+
+
+def test_random_norm_reduction_regions_keep_their_values():
+    """Odd sizes, size-1 dims, every norm kind, channel dim anywhere but the batch, any reduced dims."""
+    rng = random.Random(20261127)
+    split = 0
+    for trial in range(60):
+        rank = rng.choice((3, 4, 5))
+        norm = rng.choice(("group_norm", "batch_norm", "layer_norm"))
+        c = rng.randrange(1, rank)
+        groups = rng.choice((1, 2, 3))
+        shape = [rng.choice((1, 2, 3, 5, 7)) for _ in range(rank)]
+        shape[c] = groups * rng.choice((1, 2, 3)) if norm == "group_norm" else shape[c]
+        if norm == "batch_norm" and shape[0] == 1:
+            shape[0] = 2          # batch statistics need more than one value per channel
+        dims = tuple(sorted(rng.sample(range(rank), rng.randrange(1, rank + 1))))
+        op = rng.choice(("sum", "mean", "amax", "amin", "var", "logsumexp"))
+        kwargs = dict(norm=norm, groups=groups, op=op, dims=dims, keepdim=rng.random() < 0.5,
+                      tail=rng.choice((None, "clamp")), bias=rng.random() < 0.7,
+                      chain=rng.choice(((), ("relu",), ("tanh", "sigmoid"), ("residual", "relu"))))
+        graph = norm_then_reduce(tuple(shape), c, **kwargs)
+        after = statistics_apart(graph)
+        split += after is not graph
+        assert_same_values(graph, after, seed=trial)
+        plan_fusion(graph)        # plans without error, split or not
+    assert split >= 20
