@@ -293,9 +293,11 @@ class _Growth:
 
     def _prologue_elsewhere(self, node: Node) -> bool:
         """True when every path from `node` runs through pointwise ops of its shape into reductions or
-        norms over other rows: computed here it would be written out and read back, computed as their
-        prologue it is neither (a norm's statistics apart, `fuse/statistics.py`)."""
-        found, stack, seen = False, [node], {id(node)}
+        norms over other rows, all over the same ones: computed here it would be written out and read back,
+        computed as their prologue (one kernel) it is neither (a norm's statistics apart,
+        `fuse/statistics.py`)."""
+        spaces: list[Space] = []
+        stack, seen = [node], {id(node)}
         while stack:
             value = stack.pop()
             if id(value) in self.roots:
@@ -305,14 +307,15 @@ class _Growth:
                     continue
                 seen.add(id(user))
                 if user.op in REDUCE_OPS or user.op in ELEM_ANCHORS:
-                    if space_of(user) == self.space or user.inputs[0] is not value:
+                    space = space_of(user)
+                    if space == self.space or user.inputs[0] is not value or spaces and space != spaces[0]:
                         return False
-                    found = True
+                    spaces.append(space)
                 elif user.op in POINTWISE_OPS and user.shape == node.shape and _prologue_ok(user):
                     stack.append(user)
                 else:
                     return False
-        return found
+        return bool(spaces)
 
     def _elem_operand(self, node: Node) -> bool:
         """An input an elementwise member may read: a member evaluated per element or per row in keepdim

@@ -21,6 +21,11 @@ result reshaped back. BatchNorm (batch statistics) and LayerNorm run on their ow
 
 The pointwise producers of x that only the norm reads (a conv bias add) are computed once more for the
 apply: they would otherwise be read by two kernels and so written out. Both copies are prologues.
+
+Not split: a norm of parameters only (a derived value, computed once), a region whose pointwise ops read a
+value computed from the norm (a logsumexp by hand reads its own maximum back: the apply would be written
+out), rows of one element. One norm is split at a time, on the graph the last split left (a norm whose
+input another split rewrote sees the rewritten nodes).
 """
 
 from __future__ import annotations
@@ -32,27 +37,44 @@ from kernelwright.fuse.pointwise import POINTWISE_OPS
 from kernelwright.fuse.reduction import ARG_OPS, REDUCE_OPS, Space, space_of
 from kernelwright.ir.graph import Graph, Node
 from kernelwright.ir.ops import const_node, make_node
+from kernelwright.rewrite.engine import is_param_only
 
 NORMS = frozenset({"group_norm", "batch_norm", "layer_norm"})
 TERMINALS = REDUCE_OPS - ARG_OPS
 
 
 def statistics_apart(graph: Graph) -> Graph:
-    """`graph` with every norm that qualifies (module docstring) split into statistics and a prologue.
-    Nodes the change does not reach are kept as they are (derived roots stay valid)."""
-    users = graph.users()
-    roots = {id(n) for n in graph.roots()}
-    replaced: dict[int, Node] = {}
-    for norm in graph.nodes():
-        region = _region(norm, users, roots)
-        if region is not None and not any(id(t) in replaced for t in region.terminals):
-            replaced.update(_split(norm, region, users, roots))
-    if not replaced:
-        return graph
+    """`graph` with every norm that qualifies (module docstring) split into statistics and a prologue,
+    one at a time. Nodes a split does not reach are kept as they are (derived roots stay valid)."""
+    refused: set[int] = set()
+    kept: list[Node] = []     # the refused norms, alive: their ids are never reused by new nodes
+    while True:
+        users = graph.users()
+        roots = {id(n) for n in graph.roots()}
+        memo: dict[int, bool] = {}
+        nodes = graph.nodes()
+        position = {id(n): i for i, n in enumerate(nodes)}     # a topological order
+        for norm in nodes:
+            if id(norm) in refused:
+                continue
+            region = _region(norm, users, roots, memo, position)
+            if region is None:
+                refused.add(id(norm))
+                kept.append(norm)
+                continue
+            graph = _rebuilt(graph, _split(norm, region, users, roots))
+            break
+        else:
+            return graph
+
+
+def _rebuilt(graph: Graph, replaced: dict[int, Node]) -> Graph:
+    """`graph` with the nodes of `replaced` (old id -> new node, built on nodes of `graph` upstream of
+    them) swapped in; every other node kept, or rebuilt where its inputs changed."""
     done: dict[int, Node] = {}
     for node in graph.nodes():
         if id(node) in replaced:
-            done[id(node)] = _rebased(replaced[id(node)], done, graph)
+            done[id(node)] = replaced[id(node)]
         elif node.is_leaf:
             done[id(node)] = node
         else:
@@ -63,47 +85,25 @@ def statistics_apart(graph: Graph) -> Graph:
                        mutations=tuple((fqn, done[id(n)]) for fqn, n in graph.mutations))
 
 
-def _rebased(new: Node, done: dict[int, Node], graph: Graph) -> Node:
-    """A replacement built from old nodes, with the old nodes it reads swapped for their rebuilt selves
-    (an outside operand upstream may itself have changed: two norms in a row)."""
-    memo: dict[int, Node] = {}
-
-    def walk(node: Node) -> Node:
-        if id(node) in memo:
-            return memo[id(node)]
-        if id(node) in done:
-            result = done[id(node)]
-        elif node.is_leaf:
-            result = node
-        else:
-            inputs = tuple(walk(i) for i in node.inputs)
-            same = all(a is b for a, b in zip(inputs, node.inputs, strict=True))
-            result = node if same else node.with_(inputs=inputs)
-        memo[id(node)] = result
-        return result
-
-    return walk(new)
-
-
 class _Region:
-    """The pointwise nodes between a norm and its reductions (`chain`, topological order) and the
-    reductions (`terminals`)."""
+    """The pointwise nodes between a norm and its reductions (`chain`, topological order), the reductions
+    (`terminals`) and the norm's private producers (`private`, topological order, x last if private)."""
 
-    def __init__(self, chain: list[Node], terminals: list[Node]):
-        self.chain, self.terminals = chain, terminals
+    def __init__(self, chain: list[Node], terminals: list[Node], private: list[Node]):
+        self.chain, self.terminals, self.private = chain, terminals, private
 
 
-def _region(norm: Node, users: dict[int, list[Node]], roots: set[int]) -> _Region | None:
+def _region(norm: Node, users: dict[int, list[Node]], roots: set[int], memo: dict[int, bool],
+            position: dict[int, int]) -> _Region | None:
     if norm.op not in NORMS or norm.dtype != torch.float32 or norm.inputs[0].dtype != torch.float32:
         return None
     if norm.op == "batch_norm" and (not norm.attr("training") or norm.attr("has_running")):
         return None
     space = space_of(norm)
-    if space is None or id(norm) in roots:
+    if space is None or id(norm) in roots or space.row_length <= 1 or is_param_only(norm, memo):
         return None
     chain: dict[int, Node] = {}
     terminals: dict[int, Node] = {}
-    inside = {id(norm)}
     stack = [norm]
     while stack:
         value = stack.pop()
@@ -115,51 +115,44 @@ def _region(norm: Node, users: dict[int, list[Node]], roots: set[int]) -> _Regio
             elif (user.op in POINTWISE_OPS and user.shape == norm.shape and user.dtype == torch.float32
                   and id(user) not in roots):
                 chain[id(user)] = user
-                inside.add(id(user))
                 stack.append(user)
             else:
                 return None
     if not terminals:
         return None
-    # every operand a chain node reads from outside broadcasts to the norm's shape and does not depend on
-    # the region (it would be a reader found above, so it is inside or the region was refused)
-    for node in chain.values():
-        for operand in node.inputs:
-            if id(operand) not in inside and operand.op != "const" and (
-                    operand.dtype != torch.float32 or not _broadcasts(operand.shape, norm.shape)):
-                return None
-    mapped = {_mapped_dims(space, t.attr("dims"), len(norm.shape)) for t in terminals.values()}
-    if len(mapped) != 1 or next(iter(mapped)) == space.reduce:
+    rank = len(norm.shape)
+    mapped = {_kept_dims(space, _mapped_dims(space, t.attr("dims"), rank)) for t in terminals.values()}
+    if len(mapped) != 1 or next(iter(mapped)) == _kept_dims(space, space.reduce):
         return None
-    order = {id(n): i for i, n in enumerate(_topological(norm, chain))}
-    region = _Region(sorted(chain.values(), key=lambda n: order[id(n)]), list(terminals.values()))
-    if space.domain != space.shape and not _viewable(norm, region, inside):
+    inside = {id(norm), *chain}
+    downstream = _downstream(norm, users)
+    outside = [o for n in chain.values() for o in n.inputs if id(o) not in inside and o.op != "const"]
+    # every operand a chain node reads from outside broadcasts to the norm's shape and is computed before
+    # the norm's region (a value reduced from it, read back, would make the apply an output)
+    if any(o.dtype != torch.float32 or not _broadcasts(o.shape, norm.shape) or id(o) in downstream
+           for o in outside):
         return None
-    return region
+    private = _private_producers(norm, users, memo, position)
+    if space.domain != space.shape:
+        # the domain view reads every full-size value through a reshape: contiguous memory only (no view)
+        private_ids = {id(n) for n in private}
+        leaves = [o for n in private for o in n.inputs if id(o) not in private_ids]
+        full = [o for o in [*outside, *leaves, norm.inputs[0]]
+                if o.shape == norm.shape and id(o) not in private_ids]
+        if any(v.op in VIEW_OPS for v in full):
+            return None
+    return _Region(sorted(chain.values(), key=lambda n: position[id(n)]), list(terminals.values()), private)
 
 
-def _topological(norm: Node, chain: dict[int, Node]) -> list[Node]:
-    order: list[Node] = []
-    seen: set[int] = set()
-
-    def visit(node: Node) -> None:
-        if id(node) in seen or id(node) not in chain:
-            return
-        seen.add(id(node))
-        for i in node.inputs:
-            visit(i)
-        order.append(node)
-
-    for node in chain.values():
-        visit(node)
-    return order
-
-
-def _viewable(norm: Node, region: _Region, inside: set[int]) -> bool:
-    """Every full-size value the domain view reads through a reshape is contiguous memory (no view op)."""
-    full = [norm.inputs[0]] + [o for n in region.chain for o in n.inputs
-                               if id(o) not in inside and o.shape == norm.shape]
-    return all(v.op not in VIEW_OPS for v in full)
+def _downstream(node: Node, users: dict[int, list[Node]]) -> set[int]:
+    """Ids of the nodes computed from `node` (itself included)."""
+    seen, stack = {id(node)}, [node]
+    while stack:
+        for user in users[id(stack.pop())]:
+            if id(user) not in seen:
+                seen.add(id(user))
+                stack.append(user)
+    return seen
 
 
 def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -183,6 +176,12 @@ def _mapped_dims(space: Space, dims: tuple[int, ...], rank: int) -> tuple[int, .
     return tuple(out)
 
 
+def _kept_dims(space: Space, reduced: tuple[int, ...]) -> tuple[int, ...]:
+    """The domain dims of more than one element that a reduction over `reduced` keeps (what its rows are:
+    a GroupNorm of one group reduces the same rows whether its group dim is named or not)."""
+    return tuple(d for d, size in enumerate(space.domain) if size > 1 and d not in reduced)
+
+
 def _in_domain(space: Space, operand: Node) -> Node:
     """`operand` (broadcasting to the norm's shape) as a value broadcasting to the domain."""
     c = _split_dim(space)
@@ -194,52 +193,58 @@ def _in_domain(space: Space, operand: Node) -> Node:
     return make_node("reshape", [operand], shape=shape[:c] + tuple(split) + shape[c + 1:])
 
 
-def _private_producers(x: Node, norm: Node, users: dict[int, list[Node]]) -> set[int]:
-    """The pointwise producers of x (x included) that only the norm, each other and the norm's own
-    sibling reductions (BatchNorm's running statistics over the same rows) read."""
+def _private_producers(norm: Node, users: dict[int, list[Node]], memo: dict[int, bool],
+                       position: dict[int, int]) -> list[Node]:
+    """The pointwise producers of the norm's input (it included) that only the norm, each other and the
+    norm's sibling reductions (BatchNorm's running statistics over the same rows) read, in topological
+    order; never a value of parameters only (a derived weight stays computed once)."""
     space = space_of(norm)
-    private: set[int] = set()
-
-    def only_ours(node: Node) -> bool:
-        return all(u is norm or id(u) in private or (u.op in REDUCE_OPS and space_of(u) == space)
-                   for u in users[id(node)])
-
-    frontier = [x]
+    private: dict[int, Node] = {}
+    frontier = [norm.inputs[0]]
     while frontier:
         node = frontier.pop()
-        if id(node) in private or node.op not in POINTWISE_OPS or node.dtype != torch.float32:
+        if (id(node) in private or node.op not in POINTWISE_OPS or node.dtype != torch.float32
+                or is_param_only(node, memo)):
             continue
-        if not only_ours(node):
+        if not all(u is norm or id(u) in private or (u.op in REDUCE_OPS and space_of(u) == space)
+                   for u in users[id(node)]):
             continue
-        private.add(id(node))
+        private[id(node)] = node
         frontier.extend(node.inputs)
-    return private
+    # a producer found before one of its readers joined may not be private after all: keep the ones whose
+    # readers all are (to a fixpoint), then order them
+    changed = True
+    while changed:
+        changed = False
+        for key, node in list(private.items()):
+            if not all(u is norm or id(u) in private or (u.op in REDUCE_OPS and space_of(u) == space)
+                       for u in users[id(node)]):
+                del private[key]
+                changed = True
+    return sorted(private.values(), key=lambda n: position[id(n)])
 
 
 def _split(norm: Node, region: _Region, users: dict[int, list[Node]], roots: set[int]) -> dict[int, Node]:
-    """Replacements (old id -> new node, built on old nodes) for the region's reductions."""
+    """Replacements (old id -> new node, built on nodes of the graph) for the region's reductions."""
     space = space_of(norm)
     c = _split_dim(space)
-    private = _private_producers(norm.inputs[0], norm, users)
+    private_ids = {id(n) for n in region.private}
 
     def copy_of_x() -> Node:
         """x in the domain, its private producers computed once more (a fresh copy per call)."""
-        memo: dict[int, Node] = {}
-
-        def walk(node: Node) -> Node:
-            if id(node) not in memo:
-                memo[id(node)] = make_node(node.op, [walk(i) for i in node.inputs], **node.attr_dict) \
-                    if id(node) in private else _in_domain(space, node)
-            return memo[id(node)]
-
-        return walk(norm.inputs[0])
+        made: dict[int, Node] = {}
+        for node in region.private:
+            inputs = [made[id(i)] if id(i) in private_ids else _in_domain(space, i) for i in node.inputs]
+            made[id(node)] = make_node(node.op, inputs, **node.attr_dict)
+        x = norm.inputs[0]
+        return made[id(x)] if id(x) in made else _in_domain(space, x)
 
     # BatchNorm / LayerNorm: the statistics read x itself (its running statistics read it too)
     x_stats = norm.inputs[0] if c is None else copy_of_x()
     mean = make_node("mean", [x_stats], dims=space.reduce, keepdim=True)
     var = make_node("var", [x_stats], dims=space.reduce, correction=0, keepdim=True)
     rstd = make_node("rsqrt", [make_node("add", [var, const_node(float(norm.attr("eps")))])])
-    x_apply = copy_of_x() if private or c is not None else norm.inputs[0]
+    x_apply = copy_of_x() if region.private or c is not None else norm.inputs[0]
     y = make_node("mul", [make_node("sub", [x_apply, mean]), rstd])
     for op, vector in _affine(norm):
         y = make_node(op, [y, _in_domain(space, vector)])
@@ -267,10 +272,10 @@ def _split(norm: Node, region: _Region, users: dict[int, list[Node]], roots: set
 
 def _tail_op(value: Node, users: dict[int, list[Node]]) -> Node | None:
     """The one reader of `value` when it is a float32 pointwise op of it and scalars only."""
-    readers = users[id(value)]
+    readers = {id(u): u for u in users[id(value)]}
     if len(readers) != 1:
         return None
-    op = readers[0]
+    (op,) = readers.values()
     if op.op not in POINTWISE_OPS or op.dtype != torch.float32 or op.shape != value.shape:
         return None
     return op if all(i is value or i.op == "const" for i in op.inputs) else None

@@ -156,3 +156,90 @@ def test_random_norm_reduction_regions_keep_their_values():
         assert_same_values(graph, after, seed=trial)
         plan_fusion(graph)        # plans without error, split or not
     assert split >= 20
+
+
+# ---- what a review found (each was a worse plan or a crash; values were always right)
+
+def test_an_epilogue_read_by_reductions_over_two_spaces_stays_in_the_norm_kernel():
+    """GN -> relu -> {min over channels, mean over space} is not split, and the relu stays the norm's
+    epilogue: written once and read by both (it was left out of every kernel, a fourth one)."""
+    graph = norm_then_reduce((2, 5, 7, 12), 3, groups=3, tail=None)
+    relu = graph.outputs[0].inputs[0]
+    graph = graph.with_(outputs=graph.outputs + (make_node("mean", [relu], dims=(1, 2)),))
+    plan = plan_fusion(graph)
+    assert len(plan.groups) == 3 and len(full_size_outputs(graph)) == 1
+
+
+def test_a_region_reading_its_own_reduction_back_is_not_split():
+    """A logsumexp over channels written by hand after a GroupNorm reads its maximum back: split, the apply
+    would be a kernel's output; unsplit, everything after the norm is one kernel."""
+    x = input_node("x", 0, (4, 16, 5, 6))
+    w, b = param_node("w", (16,)), param_node("b", (16,))
+    y = make_node("group_norm", [x, w, b], groups=4, eps=1e-5, has_weight=True, has_bias=True)
+    m = make_node("amax", [y], dims=(1,), keepdim=True)
+    s = make_node("sum", [make_node("exp", [make_node("sub", [y, m])])], dims=(1,), keepdim=True)
+    graph = Graph((x,), (w, b), (make_node("add", [make_node("log", [s]), m]),))
+    assert statistics_apart(graph) is graph
+
+
+def test_a_view_under_the_private_producers_is_not_reshaped():
+    """permute(x) + bias -> GroupNorm over NHWC -> min: the domain view of permute(x) would be a copy."""
+    x = input_node("x", 0, (2, 12, 5, 7))
+    cb, w, b = param_node("cb", (12,)), param_node("w", (12,)), param_node("b", (12,))
+    h = make_node("add", [make_node("permute", [x], dims=(0, 2, 3, 1)), cb])
+    y = make_node("group_norm", [h, w, b], groups=3, eps=1e-5, has_weight=True, has_bias=True, channel_dim=3)
+    graph = Graph((x,), (cb, w, b), (make_node("amin", [y], dims=(3,), keepdim=True),))
+    assert statistics_apart(graph) is graph
+
+
+def test_derived_values_stay_derived():
+    """A norm of parameters only is a derived value (computed once): not split. A derived weight among
+    the producers of x stays one value, not recomputed per call by the copies."""
+    from kernelwright.rewrite import hoistable_nodes
+
+    x = input_node("x", 0, (2, 1, 4, 4))
+    p, w, b = param_node("p", (2, 8, 4, 4)), param_node("w", (8,)), param_node("b", (8,))
+    y = make_node("group_norm", [p, w, b], groups=4, eps=1e-5, has_weight=True, has_bias=True)
+    t = make_node("clamp", [make_node("amin", [y], dims=(1,), keepdim=True)], min=-0.5, max=0.5)
+    graph = Graph((x,), (p, w, b), (make_node("add", [x, t]),))
+    derived = hoistable_nodes(graph)
+    assert len(plan_fusion(graph, derived=derived).derived_steps) == len(
+        plan_fusion(graph, derived=derived, split_statistics=False).derived_steps) > 0
+
+    x = input_node("x", 0, (2, 8, 4, 4))
+    q = param_node("q", (8, 1, 1))
+    h = make_node("add", [x, make_node("mul", [q, q])])
+    y = make_node("group_norm", [h, w, b], groups=4, eps=1e-5, has_weight=True, has_bias=True)
+    graph = Graph((x,), (q, w, b), (make_node("amin", [y], dims=(1,), keepdim=True),))
+    derived = hoistable_nodes(graph)
+    plan = plan_fusion(graph, derived=derived)
+    assert plan.graph is not graph and len(plan.derived_steps) == 1
+    assert_same_values(graph, plan.graph)
+
+
+def test_chained_norms_are_split_one_after_the_other():
+    """GN -> relu -> min -> clamp -> LayerNorm -> sum: the LayerNorm's split sees the GroupNorm's rewrite,
+    so no GroupNorm is left in the plan."""
+    graph = norm_then_reduce((2, 12, 5, 7), 1, groups=3, bias=False)
+    clamp = graph.outputs[0]
+    w2, b2 = param_node("w2", (7,)), param_node("b2", (7,))
+    ln = make_node("layer_norm", [clamp, w2, b2], normalized_ndim=1, normalized_shape=(7,), eps=1e-5,
+                   has_weight=True, has_bias=True)
+    graph = graph.with_(params=graph.params + (w2, b2), outputs=(make_node("sum", [ln], dims=(2,)),))
+    plan = plan_fusion(graph)
+    assert not any(n.op in ("group_norm", "layer_norm") for n in plan.graph.nodes())
+    assert_same_values(graph, plan.graph)
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_long_pointwise_chains_plan_without_recursion(where):
+    x = input_node("x", 0, (2, 8, 3, 3))
+    w, b = param_node("w", (8,)), param_node("b", (8,))
+    h = x
+    for _ in range(600 if where == "before" else 0):
+        h = make_node("relu", [h])
+    y = make_node("group_norm", [h, w, b], groups=4, eps=1e-5, has_weight=True, has_bias=True)
+    for _ in range(600 if where == "after" else 0):
+        y = make_node("relu", [y])
+    graph = Graph((x,), (w, b), (make_node("amin", [y], dims=(1,)),))
+    assert plan_fusion(graph).graph is not graph
