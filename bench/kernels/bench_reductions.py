@@ -118,6 +118,15 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
     # two log_softmaxes and the sum of their divergence per row (a distillation loss), rows cached in
     # clusters: one read of 5.4 GB is 1.8 ms at the copy bandwidth
     "rows_kl_sums_8192x81920": (lambda: log_softmax_divergence((8192, 81920), row_sums=True), None),
+    # short rows (several to a warp): a softmax / min over the channels of channels-last conv outputs
+    "softmax_524288x128": (lambda: one("softmax", (524288, 128), dim=1),
+                           lambda x, p: torch.softmax(x, dim=1)),
+    "softmax_262144x64": (lambda: one("softmax", (262144, 64), dim=1),
+                          lambda x, p: torch.softmax(x, dim=1)),
+    "amin_last_524288x32": (lambda: one("amin", (524288, 32), dims=(1,)),
+                            lambda x, p: torch.amin(x, dim=1)),
+    "sum_last_1048576x99": (lambda: one("sum", (1048576, 99), dims=(1,)),
+                            lambda x, p: torch.sum(x, dim=1)),
     # pointwise chains >= 256 MB (the pointwise family, for the copy-bandwidth bar)
     "pointwise_gelu_affine_16384x16384": (lambda: _gelu_affine((16384, 16384)),
                                           lambda x, p: torch.nn.functional.gelu(x) * p["w"] + p["b"]),
@@ -135,7 +144,8 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
 # prefetching the next row (`ReductionSpec.persistent`); "+one": split rows whose blocks wait for each other's
 # partials in one cooperative launch and re-read their share from L2 (`ReductionSpec.one_launch`);
 # "+vec1": rows whose length is not a multiple of 4 with 4-byte loads, against the planner's 16-byte chunks
-# from each row's first aligned element.
+# from each row's first aligned element. "+warp": short rows one to a warp, against the planner's several
+# (`ReductionSpec.lanes`).
 FORCED = {"+rolled": ("sum_last_16384x10240", "sum_last_20480x16384", "rows_three_sums_16384x10240",
                         "logsumexp_32768x4093", "rows_kl_sums_8192x81920", "softmax_4096x393216",
                         "layernorm_4096x65536"),
@@ -149,6 +159,7 @@ FORCED = {"+rolled": ("sum_last_16384x10240", "sum_last_20480x16384", "rows_thre
                    "groupnorm_32x128x224x224_g8"),
           "+w8": ("softmax_16384x12288", "sum_last_16384x10240", "sum_last_20480x16384",
                   "rows_three_sums_16384x10240"),
+          "+warp": ("softmax_524288x128", "softmax_262144x64", "amin_last_524288x32", "sum_last_1048576x99"),
           "+w16": ("softmax_16384x12288", "sum_last_16384x10240", "sum_last_20480x16384",
                    "rows_three_sums_16384x10240", "layernorm_4096x65536")}
 WORKLOADS.update({name + suffix: (WORKLOADS[name][0], None)
@@ -199,7 +210,7 @@ def forced_warps(group, warps: int):
 # workload name suffix -> the launch it forces
 FORCINGS = {"+split": forced_split, "+rolled": rolled, "+uncached": forced_uncached, "+persist": persistent,
             "+one": one_launch, "+one256": forced_small_one_launch,
-            "+vec1": lambda group: forced(group, vec=1),
+            "+vec1": lambda group: forced(group, vec=1), "+warp": lambda group: forced(group, lanes=32),
             "+w8": lambda group: forced_warps(group, 8), "+w16": lambda group: forced_warps(group, 16)}
 
 

@@ -201,7 +201,8 @@ class _RowKernel:
     def source(self) -> KernelSource:
         spec, space = self.spec, self.spec.space
         column = spec.layout == "column"
-        rows_per_block = 32 if column else spec.threads // 32 // spec.warps_per_row
+        row_threads = 32 * spec.warps_per_row if spec.lanes >= 32 else spec.lanes
+        rows_per_block = 32 if column else spec.threads // row_threads
         params = self._params()
         structs = [self._struct(p) for p in range(self.reduction_passes)]
         body = self._split_body(column) if spec.split else self._body(column)
@@ -209,9 +210,10 @@ class _RowKernel:
             name=self.name,
             summary=", ".join(n.op for n in self.group.nodes),
             row_owner="lane l of a 32-row tile, the warps splitting the row" if column
-            else f"{spec.warps_per_row} warp(s)",
+            else f"{spec.lanes} lanes of a warp" if spec.lanes < 32 else f"{spec.warps_per_row} warp(s)",
             idx_t=self.idx_t, rows=space.rows, length=space.row_length, threads=spec.threads,
-            warps=spec.warps_per_row, rows_per_block=rows_per_block, cached=max(1, len(self.cached)),
+            warps=spec.warps_per_row, row_threads=row_threads, rows_per_block=rows_per_block,
+            cached=max(1, len(self.cached)),
             structs="\n\n".join(structs), params=", ".join(params),
             persistent="true" if self.persistent else "false",
             block_order=self._rows_open(), rows_close=self._rows_close(),
@@ -319,10 +321,10 @@ class _RowKernel:
                      "  const idx_t row = block_row * 32 + slot;",
                      "  constexpr int STEP = WARPS;"]
         else:
-            lines = ["  const int slot = threadIdx.x / (32 * WARPS);    // the row within the block",
-                     "  const int t = threadIdx.x % (32 * WARPS);",
+            lines = ["  const int slot = threadIdx.x / ROW_THREADS;    // the row within the block",
+                     "  const int t = threadIdx.x % ROW_THREADS;",
                      "  const idx_t row = block_row * ROWS_PER_BLOCK + slot;",
-                     "  constexpr int STEP = 32 * WARPS;"]
+                     "  constexpr int STEP = ROW_THREADS;"]
         # split rows: only the block that combines the partials gets past the reduction
         leader = "t == 0" if self.spec.split else "t == 0 && rank == 0"
         return "\n".join(lines + [f"  const bool leader = {leader};", "  (void)leader;"])
@@ -531,7 +533,7 @@ class _RowKernel:
                 inner.append(f"u{i}[j] = {x};")
                 after.append(f"{field}.update_vec<VEC>(u{i});")
         scratch = "THREADS" if column else "THREADS / 32"
-        reduce = "column_reduce" if column else "group_reduce"
+        reduce = "column_reduce<WARPS>" if column else "group_reduce<WARPS, LANES>"
         slots = "32" if column else "ROWS_PER_BLOCK"
         lines = [f"  // ---- pass {p}"]
         if p == 0 and self.cached:
@@ -540,7 +542,7 @@ class _RowKernel:
         lines += self._loop(env, inner, after, decls)
         lines += ["  {",
                   f"    __shared__ Pass{p} scratch[{scratch}];",
-                  f"    acc{p} = kw::{reduce}<WARPS>(acc{p}, scratch);",
+                  f"    acc{p} = kw::{reduce}(acc{p}, scratch);",
                   "  }"]
         if self.spec.split:
             return lines + self._split_combine(p, column)

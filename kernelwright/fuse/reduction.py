@@ -114,7 +114,10 @@ class ReductionSpec:
     blocks as fit at once, walking the rows' shares in row order; each block stores its partial, waits
     for its row's other blocks, combines all partials and writes its share, re-reading it from L2 while
     it is still there (the rows in flight are few MB) instead of from HBM in a second launch. The
-    launcher falls back to the two launches where a cooperative launch is refused."""
+    launcher falls back to the two launches where a cooperative launch is refused.
+    `lanes` (row layout, one warp per row, no cluster, unsplit): 8 or 16 when a warp holds several short
+    rows, each walked by that many lanes (32: a warp or more per row). A 128-long row on 32 lanes is one
+    16-byte load a lane; on 8 lanes, four, all in flight at once, and a warp reduces four rows."""
 
     space: Space
     levels: tuple[str, ...]      # per group node: "elem", "row" (keepdim form) or "rowsq" (squeezed form)
@@ -129,6 +132,7 @@ class ReductionSpec:
     full_unroll: bool = False
     persistent: bool = False
     one_launch: bool = False
+    lanes: int = 32
 
 
 def space_of(node: Node) -> Space | None:
@@ -513,7 +517,14 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
         if cache and budget // max(row_bytes * rows_per_block // cluster, 1) >= 3:
             warps = min(warps, 8)
     threads = 32 * warps * rows_per_block
-    return ReductionSpec(space, levels, "row", threads, warps, cluster, cache, passes, vec, full_unroll=True)
+    lanes = 32
+    if warps == 1 and cluster == 1 and length < 32 * 16:
+        # short rows: at least 16 elements a lane (as for the warps above), at least 8 lanes (a shifted row's
+        # edges take up to 6 threads), several rows to a warp, the same 256-thread blocks
+        lanes = max(8, 1 << max(0, (length - 1) // 16).bit_length())
+        rows_per_block, threads = 256 // lanes, 256
+    return ReductionSpec(space, levels, "row", threads, warps, cluster, cache, passes, vec, full_unroll=True,
+                         lanes=lanes)
 
 
 def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
@@ -527,7 +538,8 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     - split rows with elementwise outputs: both phases in one launch (`ReductionSpec.one_launch`; NCHW
       training BatchNorm over 32x128x112x112 0.243 against 0.268 ms in two launches, channels-last
       GroupNorm 0.770 against 0.671). Cached rows split in one launch never won (softmax 4096 x 393216
-      9.06 against 6.47 ms cached, LayerNorm 4096 x 65536 1.50 against 0.85), so they are not offered."""
+      9.06 against 6.47 ms cached, LayerNorm 4096 x 65536 1.50 against 0.85), so they are not offered.
+    - short rows several to a warp (`ReductionSpec.lanes` 8 or 16): one row per warp."""
     spec = group.config[0] if group.family == "reduction" and group.config else None
     if spec is None or spec.layout != "row":
         return []
@@ -538,6 +550,9 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
         if spec.vec == 1 or spec.space.row_length % 4 == 0:
             # (rows of other lengths take shifted chunks, which persistent clusters do not)
             others.append(dataclasses.replace(spec, persistent=True))
+    elif spec.lanes < 32:
+        # short rows a warp apiece, one 16-byte load a lane at most, as they ran before several shared a warp
+        others = [dataclasses.replace(spec, lanes=32)]
     else:
         others = []
     return [dataclasses.replace(group, config=(other,)) for other in others if other != spec]

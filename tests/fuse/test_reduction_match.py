@@ -303,3 +303,25 @@ def test_rows_in_pieces_split_their_statistics_rather_than_cache_at_one_block_pe
     assert softmax.cache and not softmax.split and softmax.cluster == 8
     # a row that two blocks per SM can cache stays cached
     assert groups_of(CASES["group_norm_1_4mb_rows"](), "reduction")[0].config[0].cache
+
+
+def test_short_rows_share_a_warp_and_keep_one_row_per_warp_as_an_alternative():
+    """Rows under 512 floats take 8 or 16 lanes each (at least 16 elements a lane, at least 8 lanes for a
+    shifted row's edges), blocks of 256 threads; longer rows a warp or more. The one-row-per-warp launch
+    is offered beside it (verify keeps the faster)."""
+    from kernelwright.fuse import launch_alternatives
+
+    def spec_of(length, op="softmax"):
+        graph = one(op, (1000, length), **({"dim": 1} if op == "softmax" else {"dims": (1,)}))
+        (group,) = groups_of(graph, "reduction")
+        return group, group.config[0]
+
+    for length, lanes in ((7, 8), (32, 8), (64, 8), (128, 8), (130, 16), (200, 16), (256, 16), (257, 32),
+                          (511, 32), (4096, 32)):
+        group, spec = spec_of(length)
+        assert spec.lanes == lanes, length
+        if lanes < 32:
+            assert spec.threads == 256 and spec.warps_per_row == 1 and spec.cluster == 1
+            (other,) = launch_alternatives(group)
+            assert other.config[0].lanes == 32
+    assert spec_of(64, "amin")[1].lanes == 8

@@ -207,20 +207,24 @@ struct ArgAcc {
 using ArgMaxAcc = ArgAcc<true>;
 using ArgMinAcc = ArgAcc<false>;
 
-// Butterfly reduction: every lane ends with the combination of all 32 lanes.
-template <class Acc>
+// Butterfly reduction: every lane ends with the combination of its aligned group of LANES lanes (all 32,
+// or 8 / 16 when a warp holds several short rows; the shuffles never cross a group).
+template <int LANES = 32, class Acc>
 __device__ __forceinline__ Acc warp_reduce(Acc a) {
+    static_assert(LANES >= 1 && LANES <= 32 && (LANES & (LANES - 1)) == 0, "LANES: a power of two <= 32");
 #pragma unroll
-    for (int m = 16; m > 0; m >>= 1) a.combine(a.shfl_xor(m));
+    for (int m = LANES / 2; m > 0; m >>= 1) a.combine(a.shfl_xor(m));
     return a;
 }
 
-// Reduce over the WARPS consecutive warps that share one row (a block may hold several rows).
-// `scratch` holds one Acc per warp of the block. Every thread of the block must call it (it has
-// block-wide barriers); every thread of the group gets the same result, combined in the same order.
-template <int WARPS, class Acc>
+// Reduce over the WARPS consecutive warps that share one row (a block may hold several rows), or, with
+// LANES < 32 (WARPS 1), over the LANES lanes of one row. `scratch` holds one Acc per warp of the block.
+// Every thread of the block must call it (it has block-wide barriers); every thread of the group gets the
+// same result, combined in the same order.
+template <int WARPS, int LANES = 32, class Acc>
 __device__ __forceinline__ Acc group_reduce(Acc a, Acc* scratch) {
-    a = warp_reduce(a);
+    static_assert(LANES == 32 || WARPS == 1, "rows of a part of a warp are one warp's");
+    a = warp_reduce<LANES>(a);
     if (WARPS == 1) return a;
     const int warp = threadIdx.x >> 5, first = warp - warp % WARPS;
     if ((threadIdx.x & 31) == 0) scratch[warp] = a;
@@ -235,7 +239,7 @@ __device__ __forceinline__ Acc group_reduce(Acc a, Acc* scratch) {
 // Whole-block reduction (one row per block).
 template <int WARPS, class Acc>
 __device__ __forceinline__ Acc block_reduce(Acc a, Acc* scratch) {
-    return group_reduce<WARPS, Acc>(a, scratch);
+    return group_reduce<WARPS, 32, Acc>(a, scratch);
 }
 
 // Column layout: lane l of every warp holds a partial for column l; warp w covered rows w, w+W, ...
