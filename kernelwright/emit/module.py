@@ -177,6 +177,23 @@ def _own_outputs(graph: Graph, value) -> list[str]:
     return sources
 
 
+def _buffer_updates(graph: Graph, value) -> list[str]:
+    """The in-place buffer updates, each dtype's in one `torch._foreach_copy_` (one multi-tensor kernel
+    where a copy_ each is a copy each: a BatchNorm's running mean and variance, two norms' four; on an H100
+    level3/08's seven copies took 0.049 of 0.660 ms), a lone one by `copy_`."""
+    by_dtype: dict[object, list[tuple[str, str]]] = {}
+    for fqn, node in graph.mutations:
+        by_dtype.setdefault(node.dtype, []).append((_self_path(fqn), value(node)))
+    lines = []
+    for pairs in by_dtype.values():
+        if len(pairs) == 1:
+            lines.append(f"{pairs[0][0]}.copy_({pairs[0][1]})")
+        else:
+            lines.append(f"torch._foreach_copy_([{', '.join(d for d, _ in pairs)}], "
+                         f"[{', '.join(v for _, v in pairs)}])")
+    return lines
+
+
 def _model_new(graph: Graph, plan: FusionPlan, kernels: dict[int, KernelSource], replay: bool = False) -> str:
     names: dict[int, str] = {}
     args = []
@@ -214,7 +231,7 @@ def _model_new(graph: Graph, plan: FusionPlan, kernels: dict[int, KernelSource],
             body.append(f"{names[id(node)]} = {source}")
     if graph.mutations:
         body.append("with torch.no_grad():")
-        body += [f"    {_self_path(fqn)}.copy_({value(node)})" for fqn, node in graph.mutations]
+        body += [f"    {line}" for line in _buffer_updates(graph, value)]
     outputs = _own_outputs(graph, value)
     if graph.output_kind == "tensor":
         body.append(f"return {outputs[0]}")

@@ -258,3 +258,11 @@ def test_outputs_are_distinct_tensors_that_alias_no_argument(tmp_path):
         torch.testing.assert_close(got, want)
     pointers = [t.data_ptr() for t in outputs] + [x.data_ptr()]
     assert len(set(pointers)) == len(pointers)
+
+
+def test_buffer_updates_are_one_copy_per_dtype():
+    """level3/08's two training BatchNorms update four float32 running statistics and two int64 counters:
+    one `torch._foreach_copy_` each (a multi-tensor kernel, not six copies); the values are checked by
+    `test_emitted_forward_computes_what_model_computes`."""
+    _, _, _, source = emitted("level3/08_SqueezeExcitationBlock")
+    assert source.count("torch._foreach_copy_(") == 2 and ".copy_(" not in source.replace("_foreach_copy_(", "")
