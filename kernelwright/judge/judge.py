@@ -219,9 +219,8 @@ class Judge:
     def reference_timings(self, eager: bool = True) -> dict:
         """{"eager": stats, "compile": stats or None, "eager_over_compile": ratio, ...}, measured once per
         Judge: eager and each torch.compile mode wanted in alternating rounds (judge/timing.py), each
-        `eager_over_<mode>` the median of the rounds' ratios (`..._wall`: each side by the larger of its
-        event and wall-clock medians). A candidate's ratio to a mode is its own paired ratio to eager over
-        this one, by the same clock (eager bridges the two pairings). A mode that fails to compile
+        `eager_over_<mode>` the median of the rounds' ratios. A candidate's ratio to a mode is its own
+        paired ratio to eager over this one (eager bridges the two pairings). A mode that fails to compile
         or to run leaves None and `<mode>_error`. `eager=False` (a candidate's verdict, which has its own
         eager rounds): eager is timed only as the bridge to a compile mode."""
         cached = self._reference_timings
@@ -255,10 +254,7 @@ class Judge:
             for side in rounds:
                 timings[side] = public(combine_rounds(rounds[side]))
                 if side != "eager":
-                    pair = (rounds[side], rounds["eager"])
-                    timings[f"eager_over_{side}"] = paired_ratio(*pair)
-                    # both by the larger of events and wall clock: the bridge for a candidate timed so
-                    timings[f"eager_over_{side}_wall"] = paired_ratio(*pair, wall=True)
+                    timings[f"eager_over_{side}"] = paired_ratio(rounds[side], rounds["eager"])
         self._reference_timings = timings
         return timings
 

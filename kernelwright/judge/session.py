@@ -227,9 +227,8 @@ class CandidateSession:
         timings["candidate"] = public(stats)
         timings["eager"] = public(eager)
         self.flags["timing_disagreement"] = bool(stats["disagrees"])
-        # With work hidden from the candidate's events, the wall clock is the honest time: both sides' then.
-        wall = bool(stats["disagrees"])
-        ratios = paired_ratios(rounds["candidate"], rounds["eager"], wall=wall)
+        # With work hidden from the events, the wall clock is the honest time.
+        ratios = paired_ratios(rounds["candidate"], rounds["eager"], wall=bool(stats["disagrees"]))
         paired = statistics.median(ratios) if ratios else None
         reference = self.judge.reference_timings(eager=False)
         timings["compile"] = reference["compile"]
@@ -245,12 +244,10 @@ class CandidateSession:
             self.verdict["speedup_vs_eager_rounds"] = [round(r, 4) for r in ratios]
             self.verdict["speedup_vs_eager_spread"] = round(ratio_spread(ratios), 4)
             # torch.compile was timed in rounds beside eager (once per judge): eager bridges the two pairings
-            # (by the clock the candidate's own ratio used)
             for key, name in (("speedup_vs_compile", "compile"),
                               ("speedup_vs_compile_reduce_overhead", "compile_reduce_overhead")):
-                bridge = reference.get(f"eager_over_{name}_wall" if wall else f"eager_over_{name}")
-                if bridge:
-                    self.verdict[key] = round(paired / bridge, 4)
+                if reference.get(f"eager_over_{name}"):
+                    self.verdict[key] = round(paired / reference[f"eager_over_{name}"], 4)
         if busy is not None:
             self.verdict["launch_bound"] = launch_bound_section(self.judge.reference_busy(), busy)
 

@@ -204,19 +204,14 @@ def paired_ratios(ours: list[dict], theirs: list[dict], wall: bool = False) -> l
     """Their time over ours, round by round (None without a positive time of ours). A round's series run
     back to back on one CPU, so a ratio cancels what the host did to both (a launch-bound model's rounds
     ranged 0.85-1.6 ms in one process on an H100 VM, and the median of each side's medians paired a fast
-    round with a slow one). `wall` (work hidden from our events): each side's time is the larger of its
-    event and wall-clock medians, so that both are measured alike (a launch-bound candidate charged its
-    wall clock against eager's or torch.compile's events, whose own host time the queue hides, read
-    0.76x torch.compile where it was faster by either clock alike: level2/27, H100, 2026-11-27)."""
-
-    def time(stats: dict) -> float:
-        return max(stats["median_ms"], stats["wall_median_ms"]) if wall else stats["median_ms"]
-
+    round with a slow one). `wall`: our time is the larger of the event and wall-clock medians (work hidden
+    from the events)."""
     ratios = []
     for mine, other in zip(ours, theirs, strict=True):
-        if time(mine) <= 0:
+        ms = max(mine["median_ms"], mine["wall_median_ms"]) if wall else mine["median_ms"]
+        if ms <= 0:
             return None
-        ratios.append(time(other) / time(mine))
+        ratios.append(other["median_ms"] / ms)
     return ratios
 
 
