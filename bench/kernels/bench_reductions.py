@@ -271,7 +271,8 @@ def main() -> None:
         if group.family == "reduction":
             spec = group.config[0]
             cache = "cached" if spec.cache else "uncached"
-            row["planned"] = f"vec{spec.vec} cluster{spec.cluster} {cache} {spec.threads} threads"
+            lanes = f" {spec.lanes} lanes a row" if spec.lanes < 32 else ""
+            row["planned"] = f"vec{spec.vec} cluster{spec.cluster} {cache} {spec.threads} threads{lanes}"
             row["variant"] = " ".join(str(v) for v in launched_variants(lambda k=kernel, a=args_in: k(a)))
         if eager is not None:
             x = inputs[0]

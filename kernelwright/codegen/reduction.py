@@ -562,7 +562,8 @@ class _RowKernel:
         last of the row's blocks to arrive (a counter per row or tile, zeroed by the launcher) combines
         all of them in rank order (the result does not depend on which block is last); the others are
         done."""
-        reduce, scratch = ("column_reduce", "THREADS") if column else ("group_reduce", "THREADS / 32")
+        reduce, scratch = ("column_reduce<WARPS>", "THREADS") if column else ("group_reduce<WARPS, LANES>",
+                                                                             "THREADS / 32")
         if self.one_launch:
             # phase 2: every block waits for the row's partials (a cooperative launch: all blocks resident)
             arrive = ["    if (threadIdx.x == 0) {",
@@ -586,7 +587,7 @@ class _RowKernel:
                 "    for (int i = t; live && i < CL; i += STEP)",
                 "      mine.combine(kw::load_cg(&partials[row * CL + i]));",
                 f"    __shared__ Pass{p} combine_scratch[{scratch}];",
-                f"    acc{p} = kw::{reduce}<WARPS>(mine, combine_scratch);",
+                f"    acc{p} = kw::{reduce}(mine, combine_scratch);",
                 "  }"]
 
     def _output_pass(self) -> list[str]:

@@ -36,6 +36,7 @@ from kernelwright.emit.replay import REPLAY_SOURCE
 from kernelwright.fuse.plan import AtenStep, FusedGroup, FusionPlan
 from kernelwright.ir.graph import Graph, Node
 from kernelwright.ir.ops import aten_source, literal
+from kernelwright.rewrite.match import view_of_leaf
 
 FACTORY_OPS = frozenset({"full", "arange", "literal", "aten_fallback"})
 
@@ -178,14 +179,24 @@ def _own_outputs(graph: Graph, value) -> list[str]:
 
 
 def _buffer_updates(graph: Graph, value) -> list[str]:
-    """The in-place buffer updates, each dtype's in one `torch._foreach_copy_` (one multi-tensor kernel
-    where a copy_ each is a copy each: a BatchNorm's running mean and variance, two norms' four; on an H100
-    level3/08's seven copies took 0.049 of 0.660 ms), a lone one by `copy_`."""
-    by_dtype: dict[object, list[tuple[str, str]]] = {}
-    for fqn, node in graph.mutations:
-        by_dtype.setdefault(node.dtype, []).append((_self_path(fqn), value(node)))
-    lines = []
-    for pairs in by_dtype.values():
+    """The in-place buffer updates. A value that is a buffer or parameter itself (or a view of one) is
+    cloned first: the updates all read the values from before the forward, and another update may
+    overwrite that buffer (`prev.copy_(cur); cur.copy_(x)` in either order). Then the updates of buffers
+    of one dtype by values of that dtype go in one `torch._foreach_copy_` (one multi-tensor kernel where a
+    `copy_` each is a copy each: on an H100 level3/08's seven copies took 0.049 of 0.660 ms; the fast path
+    of older PyTorch releases takes every destination for the first one's dtype); a lone one, one that
+    converts, or one to a buffer the forward never reads (its dtype unknown here) by `copy_`."""
+    dtypes = {p.name: p.dtype for p in graph.params}
+    lines: list[str] = []
+    groups: dict[object, list[tuple[str, str]]] = {}
+    for k, (fqn, node) in enumerate(graph.mutations):
+        source = value(node)
+        if view_of_leaf(node):
+            lines.append(f"_kw_old{k} = {source}.clone()")
+            source = f"_kw_old{k}"
+        key = node.dtype if dtypes.get(fqn) == node.dtype else ("alone", k)
+        groups.setdefault(key, []).append((_self_path(fqn), source))
+    for pairs in groups.values():
         if len(pairs) == 1:
             lines.append(f"{pairs[0][0]}.copy_({pairs[0][1]})")
         else:

@@ -90,7 +90,8 @@ class Space:
 @dataclass(frozen=True)
 class ReductionSpec:
     """The kernel's launch shape. `layout` "row": the innermost domain dim is reduced, the threads of
-    `warps_per_row` warps walk one row (a block holds threads // 32 // warps_per_row rows); "column":
+    `warps_per_row` warps walk one row, or `lanes` lanes of one warp (a block holds threads // 32 //
+    warps_per_row rows, threads // lanes with lanes < 32); "column":
     the innermost dim is kept, lane l owns kept position l of a 32-wide tile and the warps split the
     row. `cluster` blocks share a row through distributed shared memory (sm_90; 1 = none). `cache`: the
     row's loaded inputs stay in shared memory between `passes`. `vec`: elements per load (4 = 16 bytes).
@@ -518,10 +519,12 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
             warps = min(warps, 8)
     threads = 32 * warps * rows_per_block
     lanes = 32
-    if warps == 1 and cluster == 1 and length < 32 * 16:
-        # short rows: at least 16 elements a lane (as for the warps above), at least 8 lanes (a shifted row's
-        # edges take up to 6 threads), several rows to a warp, the same 256-thread blocks
-        lanes = max(8, 1 << max(0, (length - 1) // 16).bit_length())
+    short = max(8, 1 << max(0, (length - 1) // 16).bit_length())
+    if warps == 1 and cluster == 1 and short < 32 and (not cache or row_bytes * 256 // short <= budget // 2):
+        # short rows: up to 16 elements a lane (as for the warps above), at least 8 lanes (a shifted row's
+        # edges take up to 6 threads), several rows to a warp, the same 256-thread blocks (whose row cache,
+        # a row per 8 or 16 threads, must still leave room for a second block)
+        lanes = short
         rows_per_block, threads = 256 // lanes, 256
     return ReductionSpec(space, levels, "row", threads, warps, cluster, cache, passes, vec, full_unroll=True,
                          lanes=lanes)

@@ -265,4 +265,47 @@ def test_buffer_updates_are_one_copy_per_dtype():
     one `torch._foreach_copy_` each (a multi-tensor kernel, not six copies); the values are checked by
     `test_emitted_forward_computes_what_model_computes`."""
     _, _, _, source = emitted("level3/08_SqueezeExcitationBlock")
-    assert source.count("torch._foreach_copy_(") == 2 and ".copy_(" not in source.replace("_foreach_copy_(", "")
+    assert source.count("torch._foreach_copy_(") == 2
+    assert ".copy_(" not in source.replace("_foreach_copy_(", "")
+
+
+SHIFT = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        for name in {names}:
+            self.register_buffer(name, torch.zeros(64))
+
+    def forward(self, x):
+        self.prev.copy_(self.cur)
+        self.cur.copy_(x.mean(0))
+        return torch.relu(x) + self.prev
+
+
+def get_inputs():
+    return [torch.randn(32, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("names", [("prev", "cur"), ("cur", "prev")])
+def test_a_buffer_update_reads_the_value_from_before_the_forward(names, tmp_path):
+    """`prev.copy_(cur); cur.copy_(x)`: prev gets cur's old value whatever order the buffers are
+    registered in (with `cur` first, the updates ran cur's first and prev read the new value)."""
+    path = tmp_path / "shift.py"
+    path.write_text(SHIFT.format(names=names))
+    problem, plan, kernels, source = emitted(path)
+    module = load_with_aten_kernels(source, plan, kernels, tmp_path)
+    model, new = problem.build_model(3), problem.build_model(3, model_class=module.ModelNew)
+    new.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for seed in (5, 6):
+            torch.testing.assert_close(new(*problem.inputs(seed)), model(*problem.inputs(seed)))
+    for name in names:
+        torch.testing.assert_close(new.state_dict()[name], model.state_dict()[name], rtol=0, atol=0)
