@@ -226,3 +226,22 @@ def test_a_heterogeneous_cluster_never_mixes_devices_in_a_speedup(tmp_path):
     assert "old has no rows on this device model" in delta
     # Sigmoid's verdict changed; its speedups (A100 now, H100 before) are not compared
     assert "| level1/06_Sigmoid | answers | correct → mismatch | - → - | 1.00× → - | other device |" in delta
+
+
+def test_a_speedup_moves_when_it_leaves_its_rows_noise():
+    """With spreads over the judge's rounds, a GPU-bound row's 6% gain is a change and a launch-bound
+    row's 12% is not (±4% spreads each); without spreads the fixed 10% applies."""
+    from kernelwright.bench.compare import noise
+
+    def row(problem, speedup, spread):
+        return {"problem": problem, "level": 1, "category": "c", "system": "kernelwright", "device": "H100",
+                "status": "correct",
+                "speedup_vs_eager": speedup, "speedup_spread": spread, "time_ms": 1.0}
+
+    old = [row("gpu", 2.0, 0.001), row("launch", 2.0, 0.04), row("legacy", 2.0, None)]
+    new = [row("gpu", 2.12, 0.001), row("launch", 2.24, 0.04), row("legacy", 2.16, None)]
+    assert noise(new[0], old[0]) == 0.05 and noise(new[1], old[1]) == pytest.approx(0.16)
+    assert noise(new[2], old[2]) == pytest.approx(0.10)
+    delta = render_comparison(new, old, "new", "old")
+    assert "| gpu | kernelwright |" in delta and "| launch | kernelwright |" not in delta
+    assert "| legacy | kernelwright |" not in delta
