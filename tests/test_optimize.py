@@ -332,3 +332,27 @@ def test_the_judge_starts_before_capture_and_is_closed_whatever_happens(monkeypa
     assert events[0] == "judge" and events[-2:] == ["stop", "close"]
     assert set(events) == {"judge", "prepare", "capture", "stop", "close"}
     assert pipeline.judge_session is None
+
+
+def test_replay_is_timed_in_alternating_rounds_and_judged_by_their_ratios():
+    """One disturbed series (a replay of a tiny ResNet read 2.2 ms beside another task where it runs
+    0.5-0.7) is outvoted by the other rounds' ratios; a slow host episode over a whole round cancels in
+    its ratio; the rounds take turns going first."""
+    from kernelwright.compiler import REPLAY_ROUNDS, _alternating_ms
+
+    calls = []
+    series = iter([2.0, 0.5,      # round 0: step first
+                   1.1, 2.4,      # round 1: replay first, its series disturbed
+                   4.0, 1.0])     # round 2: a slow episode over both
+
+    def timed(replay):
+        calls.append(replay)
+        return next(series)
+
+    step_ms, replay_ms = _alternating_ms(timed)
+    assert REPLAY_ROUNDS == 3 and calls == [False, True, True, False, False, True]
+    # round 1's pair is (step 2.4, replay 1.1): ratios 4.0, 2.18, 4.0 -> median 4.0; step median 2.4
+    assert step_ms == 2.4 and replay_ms == pytest.approx(0.6)
+    calls.clear()
+    series = iter([40.0, 39.9])   # a long forward: one round
+    assert _alternating_ms(timed) == pytest.approx((40.0, 39.9)) and calls == [False, True]
