@@ -298,10 +298,14 @@ class _Growth:
 
     def _prologue_elsewhere(self, node: Node) -> bool:
         """True when every path from `node` runs through pointwise ops of its shape into reductions or
-        norms over other rows, all over the same ones: computed here it would be written out and read back,
-        computed as their prologue (one kernel) it is neither (a norm's statistics apart,
+        norms over other rows, all over the same ones, or into one pointwise op that reads a value computed
+        from this group (so it can never join it: the gate of a squeeze-and-excitation block): computed
+        here `node` would be written out and read back, computed in that one kernel (a prologue, or a
+        producer the pointwise kernel inlines) it is neither (a norm's statistics apart,
         `fuse/statistics.py`)."""
         spaces: list[Space] = []
+        later: set[int] = set()
+        after: set[int] | None = None
         stack, seen = [node], {id(node)}
         while stack:
             value = stack.pop()
@@ -316,11 +320,36 @@ class _Growth:
                     if space == self.space or user.inputs[0] is not value or spaces and space != spaces[0]:
                         return False
                     spaces.append(space)
-                elif user.op in POINTWISE_OPS and user.shape == node.shape and _prologue_ok(user):
-                    stack.append(user)
+                elif user.op in POINTWISE_OPS and _prologue_ok(user) and len(user.shape) >= len(node.shape):
+                    after = self._after_members() if after is None else after
+                    if any(id(i) in after and id(i) not in seen and i is not node for i in user.inputs):
+                        later.add(id(user))
+                    elif user.shape == node.shape:
+                        stack.append(user)
+                    else:
+                        return False
                 else:
                     return False
-        return bool(spaces)
+        return bool(spaces) != bool(later) and len(later) <= 1
+
+    def _after_members(self) -> set[int]:
+        """Ids of the nodes computed from the group's members past an op the group cannot take (neither
+        pointwise nor a reduction over its rows: a GEMM, a reduction over other rows, a view): values no
+        member can ever read, so neither can any op reading them join the group."""
+        crossed: set[int] = set()
+        reached: set[int] = {id(n) for n in self.members}
+        stack = [(n, False) for n in self.members]
+        while stack:
+            node, past = stack.pop()
+            for user in self.users[id(node)]:
+                joinable = user.op in POINTWISE_OPS or (
+                    (user.op in REDUCE_OPS or user.op in ELEM_ANCHORS) and space_of(user) == self.space)
+                beyond = past or not joinable
+                if (beyond and id(user) in crossed) or (not beyond and id(user) in reached):
+                    continue
+                (crossed if beyond else reached).add(id(user))
+                stack.append((user, beyond))
+        return crossed
 
     def _elem_operand(self, node: Node) -> bool:
         """An input an elementwise member may read: a member evaluated per element or per row in keepdim

@@ -30,6 +30,8 @@ input another split rewrote sees the rewritten nodes).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from kernelwright.fuse.plan import VIEW_OPS
@@ -62,15 +64,18 @@ def statistics_apart(graph: Graph) -> Graph:
                 refused.add(id(norm))
                 kept.append(norm)
                 continue
-            graph = _rebuilt(graph, _split(norm, region, users, roots))
+            replaced, apply = _split(norm, region, users, roots)
+            graph = _rebuilt(graph, replaced, {id(f) for f in region.foreign}, norm, apply)
             break
         else:
             return graph
 
 
-def _rebuilt(graph: Graph, replaced: dict[int, Node]) -> Graph:
+def _rebuilt(graph: Graph, replaced: dict[int, Node], foreign: set[int] = frozenset(),
+             norm: Node | None = None, apply: Callable[[], Node] | None = None) -> Graph:
     """`graph` with the nodes of `replaced` (old id -> new node, built on nodes of `graph` upstream of
-    them) swapped in; every other node kept, or rebuilt where its inputs changed."""
+    them) swapped in, each node of `foreign` reading a fresh `apply()` where it read `norm`; every other
+    node kept, or rebuilt where its inputs changed."""
     done: dict[int, Node] = {}
     for node in graph.nodes():
         if id(node) in replaced:
@@ -78,7 +83,8 @@ def _rebuilt(graph: Graph, replaced: dict[int, Node]) -> Graph:
         elif node.is_leaf:
             done[id(node)] = node
         else:
-            inputs = tuple(done[id(i)] for i in node.inputs)
+            fresh = apply() if id(node) in foreign else None
+            inputs = tuple(fresh if i is norm and fresh is not None else done[id(i)] for i in node.inputs)
             same = all(a is b for a, b in zip(inputs, node.inputs, strict=True))
             done[id(node)] = node if same else node.with_(inputs=inputs)
     return graph.with_(outputs=tuple(done[id(n)] for n in graph.outputs),
@@ -87,10 +93,12 @@ def _rebuilt(graph: Graph, replaced: dict[int, Node]) -> Graph:
 
 class _Region:
     """The pointwise nodes between a norm and its reductions (`chain`, topological order), the reductions
-    (`terminals`) and the norm's private producers (`private`, topological order, x last if private)."""
+    (`terminals`), the norm's private producers (`private`, topological order, x last if private) and
+    the pointwise ops outside the region that read the norm itself (`foreign`: each gets the apply
+    computed once more, which its kernel inlines)."""
 
-    def __init__(self, chain: list[Node], terminals: list[Node], private: list[Node]):
-        self.chain, self.terminals, self.private = chain, terminals, private
+    def __init__(self, chain: list[Node], terminals: list[Node], private: list[Node], foreign: list[Node]):
+        self.chain, self.terminals, self.private, self.foreign = chain, terminals, private, foreign
 
 
 def _region(norm: Node, users: dict[int, list[Node]], roots: set[int], memo: dict[int, bool],
@@ -104,28 +112,34 @@ def _region(norm: Node, users: dict[int, list[Node]], roots: set[int], memo: dic
         return None
     chain: dict[int, Node] = {}
     terminals: dict[int, Node] = {}
+    foreign: dict[int, Node] = {}
+    downstream = _downstream(norm, users)
     stack = [norm]
     while stack:
         value = stack.pop()
         for user in users[id(value)]:
-            if id(user) in chain or id(user) in terminals:
+            if id(user) in chain or id(user) in terminals or id(user) in foreign:
                 continue
+            pointwise = user.op in POINTWISE_OPS and user.dtype == torch.float32
             if user.op in TERMINALS and user.inputs[0] is value and user.dtype == torch.float32:
                 terminals[id(user)] = user
-            elif (user.op in POINTWISE_OPS and user.shape == norm.shape and user.dtype == torch.float32
-                  and id(user) not in roots):
+            elif (pointwise and user.shape == norm.shape and id(user) not in roots and not any(
+                    id(i) in downstream and i is not norm and id(i) not in chain for i in user.inputs)):
                 chain[id(user)] = user
                 stack.append(user)
+            elif pointwise and value is norm and _split_dim(space) is None:
+                # the norm read beside a value computed from the region (the gate of a squeeze-and-excitation
+                # block, from the pooled mean): that reader normalizes x itself, in its own kernel
+                foreign[id(user)] = user
             else:
                 return None
-    if not terminals:
+    if not terminals or any(id(i) in chain for f in foreign.values() for i in f.inputs):
         return None
     rank = len(norm.shape)
     mapped = {_kept_dims(space, _mapped_dims(space, t.attr("dims"), rank)) for t in terminals.values()}
     if len(mapped) != 1 or next(iter(mapped)) == _kept_dims(space, space.reduce):
         return None
     inside = {id(norm), *chain}
-    downstream = _downstream(norm, users)
     outside = [o for n in chain.values() for o in n.inputs if id(o) not in inside and o.op != "const"]
     # every operand a chain node reads from outside broadcasts to the norm's shape and is computed before
     # the norm's region (a value reduced from it, read back, would make the apply an output)
@@ -141,7 +155,8 @@ def _region(norm: Node, users: dict[int, list[Node]], roots: set[int], memo: dic
                 if o.shape == norm.shape and id(o) not in private_ids]
         if any(v.op in VIEW_OPS for v in full):
             return None
-    return _Region(sorted(chain.values(), key=lambda n: position[id(n)]), list(terminals.values()), private)
+    return _Region(sorted(chain.values(), key=lambda n: position[id(n)]), list(terminals.values()), private,
+                   list(foreign.values()))
 
 
 def _downstream(node: Node, users: dict[int, list[Node]]) -> set[int]:
@@ -224,8 +239,10 @@ def _private_producers(norm: Node, users: dict[int, list[Node]], memo: dict[int,
     return sorted(private.values(), key=lambda n: position[id(n)])
 
 
-def _split(norm: Node, region: _Region, users: dict[int, list[Node]], roots: set[int]) -> dict[int, Node]:
-    """Replacements (old id -> new node, built on nodes of the graph) for the region's reductions."""
+def _split(norm: Node, region: _Region, users: dict[int, list[Node]], roots: set[int]
+           ) -> tuple[dict[int, Node], Callable[[], Node]]:
+    """Replacements (old id -> new node, built on nodes of the graph upstream of the norm) for the region's
+    reductions, and a maker of the apply (from statistics computed once) for each foreign reader."""
     space = space_of(norm)
     c = _split_dim(space)
     private_ids = {id(n) for n in region.private}
@@ -244,11 +261,16 @@ def _split(norm: Node, region: _Region, users: dict[int, list[Node]], roots: set
     mean = make_node("mean", [x_stats], dims=space.reduce, keepdim=True)
     var = make_node("var", [x_stats], dims=space.reduce, correction=0, keepdim=True)
     rstd = make_node("rsqrt", [make_node("add", [var, const_node(float(norm.attr("eps")))])])
-    x_apply = copy_of_x() if region.private or c is not None else norm.inputs[0]
-    y = make_node("mul", [make_node("sub", [x_apply, mean]), rstd])
-    for op, vector in _affine(norm):
-        y = make_node(op, [y, _in_domain(space, vector)])
-    values: dict[int, Node] = {id(norm): y}
+    def apply() -> Node:
+        """The normalized x from the statistics, its producers and the apply computed afresh (a reader's
+        kernel inlines its own copy)."""
+        x_apply = copy_of_x() if region.private or c is not None else norm.inputs[0]
+        y = make_node("mul", [make_node("sub", [x_apply, mean]), rstd])
+        for op, vector in _affine(norm):
+            y = make_node(op, [y, _in_domain(space, vector)])
+        return y
+
+    values: dict[int, Node] = {id(norm): apply()}
     for node in region.chain:
         inputs = [values[id(i)] if id(i) in values else _in_domain(space, i) for i in node.inputs]
         values[id(node)] = make_node(node.op, inputs, **node.attr_dict)
@@ -267,7 +289,7 @@ def _split(norm: Node, region: _Region, users: dict[int, list[Node]], roots: set
                 last = tail
             reduced = make_node("reshape", [reduced], shape=last.shape)
         replaced[id(last)] = reduced
-    return replaced
+    return replaced, apply
 
 
 def _tail_op(value: Node, users: dict[int, list[Node]]) -> Node | None:

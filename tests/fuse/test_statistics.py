@@ -243,3 +243,47 @@ def test_long_pointwise_chains_plan_without_recursion(where):
         y = make_node("relu", [y])
     graph = Graph((x,), (w, b), (make_node("amin", [y], dims=(1,)),))
     assert plan_fusion(graph).graph is not graph
+
+
+def se_block(norm="batch_norm", shape=(4, 6, 5, 3)) -> Graph:
+    """A squeeze-and-excitation block's end: y = norm(x); s = sigmoid(linear(mean(y over space)));
+    relu(y * s + x). The linear (a GEMM) keeps the gate out of the pooling kernel."""
+    from kernelwright.rewrite.match import linear_node
+
+    x = input_node("x", 0, shape)
+    n, c = shape[:2]
+    w, b, k = param_node("w", (c,)), param_node("b", (c,)), param_node("k", (c, c))
+    if norm == "batch_norm":
+        y = make_node("batch_norm", [x, w, b], training=True, momentum=0.1, eps=1e-5, has_weight=True,
+                      has_bias=True, has_running=False)
+    else:
+        y = make_node("group_norm", [x, w, b], groups=2, eps=1e-5, has_weight=True, has_bias=True)
+    pooled = make_node("mean", [y], dims=(2, 3))
+    gate = make_node("reshape", [make_node("sigmoid", [linear_node(pooled, k, None)])], shape=(n, c, 1, 1))
+    out = make_node("relu", [make_node("add", [make_node("mul", [y, gate]), x])])
+    return Graph((x,), (w, b, k), (out,), training=norm == "batch_norm")
+
+
+def test_a_gate_reading_the_norm_normalizes_x_itself():
+    """The squeeze-and-excitation gate multiplies the norm's output by a value computed from its pooled
+    mean: it cannot join the norm's kernel, so it reads x and the statistics and normalizes in its own
+    kernel; nothing full-size but the result is written (was: the normalized tensor, read twice)."""
+    graph = se_block()
+    plan = plan_fusion(graph)
+    assert plan.graph is not graph
+    assert_same_values(graph, plan.graph)
+    assert len(full_size_outputs(graph)) == 1 and len(full_size_outputs(graph, split=False)) == 2
+    gate = next(g for g in plan.groups if g.family == "pointwise" and "relu" in [n.op for n in g.nodes])
+    assert graph.inputs[0] in gate.inputs and "sub" in [n.op for n in gate.nodes]
+    grouped = se_block("group_norm")        # GroupNorm's region is a view: its readers are not rebuilt
+    assert statistics_apart(grouped) is grouped
+
+
+def test_epilogues_that_meet_again_stay_in_the_kernel():
+    """exp(y) * tanh(y) after a softmax: both halves can join the softmax's kernel, so neither is left to
+    a kernel of its own (the rule above is for readers of values from past the group only)."""
+    x = input_node("x", 0, (7, 33))
+    y = make_node("softmax", [x], dim=1)
+    graph = Graph((x,), (), (make_node("mul", [make_node("exp", [y]), make_node("tanh", [y])]),))
+    (group,) = plan_fusion(graph).groups
+    assert [n.op for n in group.nodes] == ["softmax", "exp", "tanh", "mul"]
