@@ -323,6 +323,8 @@ class _Growth:
                 elif user.op in POINTWISE_OPS and _prologue_ok(user) and len(user.shape) >= len(node.shape):
                     after = self._after_members() if after is None else after
                     if any(id(i) in after and id(i) not in seen and i is not node for i in user.inputs):
+                        if id(user) in self.taken:
+                            return False     # a GEMM's epilogue already: it would read a kernel's output
                         later.add(id(user))
                     elif user.shape == node.shape:
                         stack.append(user)

@@ -13,11 +13,16 @@ x instead of three or four, and no full-size intermediate.
 
 It applies when every path from the norm's output runs through pointwise ops of its shape into
 reductions (no output, no other reader) that all reduce the same dims, and those dims are not the norm's
-own rows (a reduction over the norm's rows is a sibling in the norm's kernel already). GroupNorm's rows are
-no IR shape: the whole region runs on the *domain* view, the channel dim c split into (groups, channels
-per group), every full-size value read through a reshape (a view: those values must be contiguous, so no
-view op among them), broadcast operands split alike, each reduction's dims mapped (c -> c, c + 1) and its
-result reshaped back. BatchNorm (batch statistics) and LayerNorm run on their own shape.
+own rows (a reduction over the norm's rows is a sibling in the norm's kernel already). One more kind of
+reader is allowed (BatchNorm / LayerNorm only): a pointwise op of the norm's shape reading the norm beside
+a value computed from it past the reductions (a squeeze-and-excitation gate, through a GEMM). It cannot
+join the norm's kernel, so it gets the apply computed afresh and normalizes x in its own kernel.
+
+GroupNorm's rows are no IR shape: the whole region runs on the *domain* view, the channel dim c split
+into (groups, channels per group), every full-size value read through a reshape (a view: those values must
+be contiguous, so no view op among them), broadcast operands split alike, each reduction's dims mapped
+(c -> c, c + 1) and its result reshaped back. BatchNorm (batch statistics) and LayerNorm run on their own
+shape.
 
 The pointwise producers of x that only the norm reads (a conv bias add) are computed once more for the
 apply: they would otherwise be read by two kernels and so written out. Both copies are prologues.
@@ -110,30 +115,39 @@ def _region(norm: Node, users: dict[int, list[Node]], roots: set[int], memo: dic
     space = space_of(norm)
     if space is None or id(norm) in roots or space.row_length <= 1 or is_param_only(norm, memo):
         return None
+    downstream = _downstream(norm, users)
+    # every node reached from the norm through pointwise ops, classified in topological order (so that a
+    # node's region inputs are known when it is): a terminal reduction, a chain node (pointwise, the
+    # norm's shape, reading nothing computed from the norm outside the region), or a foreign reader
+    reached: dict[int, Node] = {}
+    stack = [norm]
+    while stack:
+        for user in users[id(stack.pop())]:
+            if id(user) not in reached:
+                reached[id(user)] = user
+                if user.op in POINTWISE_OPS:
+                    stack.append(user)
     chain: dict[int, Node] = {}
     terminals: dict[int, Node] = {}
     foreign: dict[int, Node] = {}
-    downstream = _downstream(norm, users)
-    stack = [norm]
-    while stack:
-        value = stack.pop()
-        for user in users[id(value)]:
-            if id(user) in chain or id(user) in terminals or id(user) in foreign:
-                continue
-            pointwise = user.op in POINTWISE_OPS and user.dtype == torch.float32
-            if user.op in TERMINALS and user.inputs[0] is value and user.dtype == torch.float32:
-                terminals[id(user)] = user
-            elif (pointwise and user.shape == norm.shape and id(user) not in roots and not any(
-                    id(i) in downstream and i is not norm and id(i) not in chain for i in user.inputs)):
-                chain[id(user)] = user
-                stack.append(user)
-            elif pointwise and value is norm and _split_dim(space) is None:
-                # the norm read beside a value computed from the region (the gate of a squeeze-and-excitation
-                # block, from the pooled mean): that reader normalizes x itself, in its own kernel
-                foreign[id(user)] = user
-            else:
-                return None
-    if not terminals or any(id(i) in chain for f in foreign.values() for i in f.inputs):
+    for user in sorted(reached.values(), key=lambda n: position[id(n)]):
+        region = [i for i in user.inputs if i is norm or id(i) in chain]
+        if not region:
+            continue     # past a foreign reader or a terminal: outside the region
+        pointwise = user.op in POINTWISE_OPS and user.dtype == torch.float32 and user.shape == norm.shape
+        computed = [i for i in user.inputs if id(i) in downstream and i is not norm and id(i) not in chain]
+        if user.op in TERMINALS and user.dtype == torch.float32 and user.inputs[0] in region \
+                and len(user.inputs) == 1:
+            terminals[id(user)] = user
+        elif pointwise and not computed and id(user) not in roots:
+            chain[id(user)] = user
+        elif pointwise and computed and all(i is norm for i in region) and _split_dim(space) is None:
+            # the norm read beside a value computed from the region (the gate of a squeeze-and-excitation
+            # block, from the pooled mean through a GEMM): that reader normalizes x itself, in its own kernel
+            foreign[id(user)] = user
+        else:
+            return None
+    if not terminals:
         return None
     rank = len(norm.shape)
     mapped = {_kept_dims(space, _mapped_dims(space, t.attr("dims"), rank)) for t in terminals.values()}

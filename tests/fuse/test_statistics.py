@@ -287,3 +287,38 @@ def test_epilogues_that_meet_again_stay_in_the_kernel():
     graph = Graph((x,), (), (make_node("mul", [make_node("exp", [y]), make_node("tanh", [y])]),))
     (group,) = plan_fusion(graph).groups
     assert [n.op for n in group.nodes] == ["softmax", "exp", "tanh", "mul"]
+
+
+def test_what_a_review_of_the_gate_readers_found():
+    """(1) readers of the norm beside upstream values only (not a gate) are no foreign readers: no fresh
+    apply for each, written by the statistics kernel; (2) an epilogue whose one later reader is a GEMM's
+    epilogue already stays in its kernel (it would be a kernel of its own); (3) a reader of the norm and of
+    a deeper chain node is a chain node whatever order the search meets them in."""
+
+    x = input_node("x", 0, (6, 10))
+    u = input_node("u", 1, (2, 6, 10))
+    w = param_node("w", (10,))
+    y = make_node("layer_norm", [x, w], normalized_ndim=1, normalized_shape=(10,), eps=1e-5,
+                  has_weight=True, has_bias=False)
+    wide = make_node("add", [make_node("add", [y, u]), make_node("mul", [y, u])])
+    graph = Graph((x, u), (w,), (make_node("amax", [y], dims=(0,)), wide))
+    assert statistics_apart(graph) is graph
+
+    q, k = input_node("q", 0, (8, 256, 64)), input_node("k", 1, (8, 256, 64))
+    v = input_node("v", 2, (8, 256, 256))
+    s = make_node("softmax", [make_node("bmm", [q, make_node("permute", [k], dims=(0, 2, 1))])], dim=2)
+    graph = Graph((q, k, v), (), (make_node("mul", [make_node("exp", [s]), make_node("bmm", [s, v])]),))
+    plan = plan_fusion(graph)
+    gemm = [g for g in plan.groups if g.family == "gemm" and "mul" in [n.op for n in g.nodes]]
+    softmax = next(g for g in plan.groups if any(n.op == "softmax" for n in g.nodes))
+    assert gemm and "exp" in [n.op for n in softmax.nodes]
+    assert not any(g.family == "pointwise" for g in plan.groups)
+
+    x = input_node("x", 0, (5, 9))
+    y = make_node("layer_norm", [x], normalized_ndim=1, normalized_shape=(9,), eps=1e-5,
+                  has_weight=False, has_bias=False)
+    deep = make_node("exp", [make_node("relu", [y])])
+    graph = Graph((x,), (), (make_node("amax", [make_node("add", [y, deep])], dims=(0,)),))
+    after = statistics_apart(graph)
+    assert after is not graph
+    assert_same_values(graph, after)
