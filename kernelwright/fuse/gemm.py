@@ -24,7 +24,7 @@ from typing import NamedTuple
 import torch
 
 from kernelwright.environment import cutlass_include_dir
-from kernelwright.fuse.plan import FusedGroup, Partition, make_group
+from kernelwright.fuse.plan import FusedGroup, Partition, descendants, make_group
 from kernelwright.fuse.pointwise import is_pointwise
 from kernelwright.ir.graph import Graph, Node
 
@@ -315,7 +315,7 @@ def _epilogue(anchor: Node, view: GemmView, users: dict[int, list[Node]], roots:
     """The largest set of pointwise consumers that can run in the epilogue with one output: grow through
     every fusable consumer, then keep the prefix ending at the latest node whose ancestors in the set
     have no reader outside it."""
-    descendants = _descendants(anchor, users)
+    after = descendants(anchor, users)
     grown: list[Node] = []
     inside = {id(anchor)}
     operand_ids = {id(o.node) for o in view.operands}
@@ -325,7 +325,7 @@ def _epilogue(anchor: Node, view: GemmView, users: dict[int, list[Node]], roots:
         for user in users[id(node)]:
             if id(user) in inside or id(user) in claimed:
                 continue
-            new_operands = _fusable(user, anchor, inside, descendants, view)
+            new_operands = _fusable(user, anchor, inside, after, view)
             if new_operands is None or len(operand_ids | new_operands) > MAX_EPILOGUE_OPERANDS:
                 continue
             operand_ids |= new_operands
@@ -358,17 +358,6 @@ def _fusable(node: Node, anchor: Node, inside: set[int], descendants: set[int],
             return None     # a value computed from the GEMM outside the epilogue, or an unaddressable one
         new.add(id(inp))
     return new
-
-
-def _descendants(node: Node, users: dict[int, list[Node]]) -> set[int]:
-    seen: set[int] = set()
-    stack = list(users[id(node)])
-    while stack:
-        n = stack.pop()
-        if id(n) not in seen:
-            seen.add(id(n))
-            stack.extend(users[id(n)])
-    return seen
 
 
 def _ancestors_within(node: Node, allowed: set[int]) -> set[int]:

@@ -178,6 +178,18 @@ def plan_fusion(graph: Graph, matchers: Sequence[Matcher] | None = None,
                       tuple(AtenStep(n) for n in once))
 
 
+def descendants(node: Node, users: dict[int, list[Node]]) -> set[int]:
+    """Ids of the nodes computed from `node` (not itself)."""
+    seen: set[int] = set()
+    stack = list(users[id(node)])
+    while stack:
+        n = stack.pop()
+        if id(n) not in seen:
+            seen.add(id(n))
+            stack.extend(users[id(n)])
+    return seen
+
+
 def derived_nodes(graph: Graph, roots: Sequence[Node], users: dict[int, list[Node]] | None = None
                   ) -> list[Node]:
     """The non-leaf nodes computing `roots`, in topological order. Raises ValueError unless every root is

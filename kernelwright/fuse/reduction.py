@@ -265,7 +265,7 @@ class _Growth:
         if any(id(u) not in self.level for u in readers):
             return None     # would become an extra output: left to its own kernel
         if all(self.level[id(u)] == "elem" or _reads_elementwise(u) for u in readers):
-            return "elem" if _broadcasts_to(node.shape, self.space.shape) else None
+            return "elem" if broadcasts_to(node.shape, self.space.shape) else None
         forms = {self.level[id(u)] for u in readers}
         if len(forms) == 1 and next(iter(forms)) in self._row_forms(node.shape):
             return next(iter(forms))
@@ -277,7 +277,7 @@ class _Growth:
         if node.op in REDUCE_OPS or node.op in ELEM_ANCHORS:
             if space_of(node) != self.space or not self._elem_operand(node.inputs[0]):
                 return None
-            if any(not _broadcasts_to(operand_shape(node, k), self.space.shape) or i.dtype != torch.float32
+            if any(not broadcasts_to(operand_shape(node, k), self.space.shape) or i.dtype != torch.float32
                    for k, i in enumerate(node.inputs[1:], 1)):
                 return None
             return level_of_anchor(node)
@@ -359,7 +359,7 @@ class _Growth:
         level = self.level.get(id(node))
         if level is not None:
             return level in ("elem", "row") and not self._is_arg(node)
-        return _broadcasts_to(node.shape, self.space.shape) and (
+        return broadcasts_to(node.shape, self.space.shape) and (
             node.op == "const" or node.dtype == torch.float32)
 
     def _is_arg(self, node: Node) -> bool:
@@ -374,11 +374,11 @@ class _Growth:
             return ()     # group_norm's rows are not an IR shape
         full = space.shape
         forms = []
-        if len(shape) <= len(full) and _broadcasts_to(shape, full) and all(
+        if len(shape) <= len(full) and broadcasts_to(shape, full) and all(
                 shape[d - len(full) + len(shape)] == 1 for d in space.reduce if d >= len(full) - len(shape)):
             forms.append("row")
         kept = tuple(s for d, s in enumerate(full) if d not in space.reduce)
-        if _broadcasts_to(shape, kept):
+        if broadcasts_to(shape, kept):
             forms.append("rowsq")
         return tuple(forms)
 
@@ -433,7 +433,7 @@ def _is_scalar_like(node: Node) -> bool:
     return all(s == 1 for s in node.shape)
 
 
-def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     if len(shape) > len(target):
         return False
     return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False))

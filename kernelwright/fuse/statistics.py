@@ -39,9 +39,9 @@ from collections.abc import Callable
 
 import torch
 
-from kernelwright.fuse.plan import VIEW_OPS
+from kernelwright.fuse.plan import VIEW_OPS, descendants
 from kernelwright.fuse.pointwise import POINTWISE_OPS
-from kernelwright.fuse.reduction import ARG_OPS, REDUCE_OPS, Space, space_of
+from kernelwright.fuse.reduction import ARG_OPS, REDUCE_OPS, Space, broadcasts_to, space_of
 from kernelwright.ir.graph import Graph, Node
 from kernelwright.ir.ops import const_node, make_node
 from kernelwright.rewrite.engine import is_param_only
@@ -76,8 +76,8 @@ def statistics_apart(graph: Graph) -> Graph:
             return graph
 
 
-def _rebuilt(graph: Graph, replaced: dict[int, Node], foreign: set[int] = frozenset(),
-             norm: Node | None = None, apply: Callable[[], Node] | None = None) -> Graph:
+def _rebuilt(graph: Graph, replaced: dict[int, Node], foreign: set[int], norm: Node,
+             apply: Callable[[], Node]) -> Graph:
     """`graph` with the nodes of `replaced` (old id -> new node, built on nodes of `graph` upstream of
     them) swapped in, each node of `foreign` reading a fresh `apply()` where it read `norm`; every other
     node kept, or rebuilt where its inputs changed."""
@@ -115,7 +115,7 @@ def _region(norm: Node, users: dict[int, list[Node]], roots: set[int], memo: dic
     space = space_of(norm)
     if space is None or id(norm) in roots or space.row_length <= 1 or is_param_only(norm, memo):
         return None
-    downstream = _downstream(norm, users)
+    downstream = descendants(norm, users)
     # every node reached from the norm through pointwise ops, classified in topological order (so that a
     # node's region inputs are known when it is): a terminal reduction, a chain node (pointwise, the
     # norm's shape, reading nothing computed from the norm outside the region), or a foreign reader
@@ -135,7 +135,7 @@ def _region(norm: Node, users: dict[int, list[Node]], roots: set[int], memo: dic
         if not region:
             continue     # past a foreign reader or a terminal: outside the region
         pointwise = user.op in POINTWISE_OPS and user.dtype == torch.float32 and user.shape == norm.shape
-        computed = [i for i in user.inputs if id(i) in downstream and i is not norm and id(i) not in chain]
+        computed = [i for i in user.inputs if id(i) in downstream and id(i) not in chain]
         if user.op in TERMINALS and user.dtype == torch.float32 and user.inputs[0] in region \
                 and len(user.inputs) == 1:
             terminals[id(user)] = user
@@ -155,10 +155,9 @@ def _region(norm: Node, users: dict[int, list[Node]], roots: set[int], memo: dic
         return None
     inside = {id(norm), *chain}
     outside = [o for n in chain.values() for o in n.inputs if id(o) not in inside and o.op != "const"]
-    # every operand a chain node reads from outside broadcasts to the norm's shape and is computed before
-    # the norm's region (a value reduced from it, read back, would make the apply an output)
-    if any(o.dtype != torch.float32 or not _broadcasts(o.shape, norm.shape) or id(o) in downstream
-           for o in outside):
+    # every operand a chain node reads from outside broadcasts to the norm's shape (none is computed from
+    # the norm: a chain node reads no such value, above)
+    if any(o.dtype != torch.float32 or not broadcasts_to(o.shape, norm.shape) for o in outside):
         return None
     private = _private_producers(norm, users, memo, position)
     if space.domain != space.shape:
@@ -171,22 +170,6 @@ def _region(norm: Node, users: dict[int, list[Node]], roots: set[int], memo: dic
             return None
     return _Region(sorted(chain.values(), key=lambda n: position[id(n)]), list(terminals.values()), private,
                    list(foreign.values()))
-
-
-def _downstream(node: Node, users: dict[int, list[Node]]) -> set[int]:
-    """Ids of the nodes computed from `node` (itself included)."""
-    seen, stack = {id(node)}, [node]
-    while stack:
-        for user in users[id(stack.pop())]:
-            if id(user) not in seen:
-                seen.add(id(user))
-                stack.append(user)
-    return seen
-
-
-def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
-    return len(shape) <= len(target) and all(
-        s in (1, t) for s, t in zip(reversed(shape), reversed(target), strict=False))
 
 
 def _split_dim(space: Space) -> int | None:
@@ -229,14 +212,16 @@ def _private_producers(norm: Node, users: dict[int, list[Node]], memo: dict[int,
     order; never a value of parameters only (a derived weight stays computed once)."""
     space = space_of(norm)
     private: dict[int, Node] = {}
+
+    def read_privately(node: Node) -> bool:
+        return all(u is norm or id(u) in private or (u.op in REDUCE_OPS and space_of(u) == space)
+                   for u in users[id(node)])
+
     frontier = [norm.inputs[0]]
     while frontier:
         node = frontier.pop()
         if (id(node) in private or node.op not in POINTWISE_OPS or node.dtype != torch.float32
-                or is_param_only(node, memo)):
-            continue
-        if not all(u is norm or id(u) in private or (u.op in REDUCE_OPS and space_of(u) == space)
-                   for u in users[id(node)]):
+                or is_param_only(node, memo) or not read_privately(node)):
             continue
         private[id(node)] = node
         frontier.extend(node.inputs)
@@ -246,8 +231,7 @@ def _private_producers(norm: Node, users: dict[int, list[Node]], memo: dict[int,
     while changed:
         changed = False
         for key, node in list(private.items()):
-            if not all(u is norm or id(u) in private or (u.op in REDUCE_OPS and space_of(u) == space)
-                       for u in users[id(node)]):
+            if not read_privately(node):
                 del private[key]
                 changed = True
     return sorted(private.values(), key=lambda n: position[id(n)])
@@ -275,6 +259,7 @@ def _split(norm: Node, region: _Region, users: dict[int, list[Node]], roots: set
     mean = make_node("mean", [x_stats], dims=space.reduce, keepdim=True)
     var = make_node("var", [x_stats], dims=space.reduce, correction=0, keepdim=True)
     rstd = make_node("rsqrt", [make_node("add", [var, const_node(float(norm.attr("eps")))])])
+
     def apply() -> Node:
         """The normalized x from the statistics, its producers and the apply computed afresh (a reader's
         kernel inlines its own copy)."""
