@@ -447,3 +447,26 @@ def random_inputs(graph: Graph, device: str, seed: int = 0) -> tuple[list, dict[
             value = 1 + 0.05 * value      # products of many values stay finite
         inputs.append(value)
     return inputs, {p.name: tensor(p) for p in graph.params}
+
+
+# Norm-split plans that test_norm_statistics_gpu.py runs against the float64 interpreter;
+# tests/fuse/test_statistics.py checks on the CPU that every one still takes the split.
+NORM_SPLIT_CASES = {
+    "gn_nhwc_odd": lambda: norm_then_reduce((3, 17, 19, 24), 3, groups=4),
+    "gn_nchw_odd": lambda: norm_then_reduce((5, 12, 9, 13), 1, groups=3),
+    "gn_ndhwc_min": lambda: norm_then_reduce((2, 3, 5, 7, 20), 4, groups=5),
+    # size-1 batch and spatial dims; no conv bias: a [1, 1, 1, C] bias reshape is full-size there, and the
+    # split refuses a view among GroupNorm's full-size values (its domain view of it would be a copy)
+    "gn_size1": lambda: norm_then_reduce((1, 1, 1, 8), 3, groups=2, bias=False),
+    "gn_mean_over_space": lambda: norm_then_reduce((4, 6, 7, 16), 3, groups=4, op="mean", dims=(1, 2),
+                                                   keepdim=False, tail=None),
+    "bn_relu_global_pool": lambda: norm_then_reduce((4, 37, 9, 11), 1, norm="batch_norm", op="mean",
+                                                    dims=(2, 3), keepdim=False, tail=None),
+    "bn_nhwc_residual_pool": lambda: norm_then_reduce((2, 8, 8, 64), 3, norm="batch_norm", op="mean",
+                                                      dims=(1, 2), keepdim=False, tail=None, bias=False,
+                                                      chain=("residual", "relu")),
+    "bn_nhwc_pool_odd": lambda: norm_then_reduce((3, 5, 7, 37), 3, norm="batch_norm", op="mean",
+                                                 dims=(1, 2), keepdim=False, tail=None),
+    "ln_sum_over_rows": lambda: norm_then_reduce((3, 17, 1001), 2, norm="layer_norm", op="sum", dims=(1,),
+                                                 keepdim=False, tail=None, chain=("tanh",)),
+}

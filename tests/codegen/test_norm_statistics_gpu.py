@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from reduction_cases import norm_then_reduce, random_inputs
+from reduction_cases import NORM_SPLIT_CASES, norm_then_reduce, random_inputs
 
 from kernelwright.codegen.assemble import assemble
 from kernelwright.codegen.build import build_extension
@@ -20,24 +20,6 @@ from kernelwright.verify.measure import time_ms
 
 pytestmark = pytest.mark.gpu
 DEVICE = torch.device("cuda")
-
-CASES = {
-    "gn_nhwc_odd": lambda: norm_then_reduce((3, 17, 19, 24), 3, groups=4),
-    "gn_nchw_odd": lambda: norm_then_reduce((5, 12, 9, 13), 1, groups=3),
-    "gn_ndhwc_min": lambda: norm_then_reduce((2, 3, 5, 7, 20), 4, groups=5),
-    "gn_size1": lambda: norm_then_reduce((1, 1, 1, 8), 3, groups=2),
-    "gn_mean_over_space": lambda: norm_then_reduce((4, 6, 7, 16), 3, groups=4, op="mean", dims=(1, 2),
-                                                   keepdim=False, tail=None),
-    "bn_relu_global_pool": lambda: norm_then_reduce((4, 37, 9, 11), 1, norm="batch_norm", op="mean",
-                                                    dims=(2, 3), keepdim=False, tail=None),
-    "bn_nhwc_residual_pool": lambda: norm_then_reduce((2, 8, 8, 64), 3, norm="batch_norm", op="mean",
-                                                      dims=(1, 2), keepdim=False, tail=None, bias=False,
-                                                      chain=("residual", "relu")),
-    "bn_nhwc_pool_odd": lambda: norm_then_reduce((3, 5, 7, 37), 3, norm="batch_norm", op="mean",
-                                                 dims=(1, 2), keepdim=False, tail=None),
-    "ln_sum_over_rows": lambda: norm_then_reduce((3, 17, 1001), 2, norm="layer_norm", op="sum", dims=(1,),
-                                                 keepdim=False, tail=None, chain=("tanh",)),
-}
 
 
 def build_plan(graph, split: bool = True):
@@ -52,9 +34,9 @@ def build_plan(graph, split: bool = True):
     return plan, run_group
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", sorted(NORM_SPLIT_CASES))
 def test_split_plan_matches_the_interpreter(case):
-    graph = CASES[case]()
+    graph = NORM_SPLIT_CASES[case]()
     plan, run_group = build_plan(graph)
     assert plan.graph is not graph, "the case should take the split"
     inputs, params = random_inputs(graph, "cuda", seed=3)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "codegen"))
-from reduction_cases import norm_then_reduce  # noqa: E402
+from reduction_cases import NORM_SPLIT_CASES, norm_then_reduce  # noqa: E402
 
 from kernelwright.fuse import plan_fusion  # noqa: E402
 from kernelwright.fuse.plan import FusedGroup  # noqa: E402
@@ -322,3 +322,11 @@ def test_what_a_review_of_the_gate_readers_found():
     after = statistics_apart(graph)
     assert after is not graph
     assert_same_values(graph, after)
+
+
+@pytest.mark.parametrize("case", sorted(NORM_SPLIT_CASES))
+def test_every_gpu_case_takes_the_split(case):
+    """The GPU test runs these plans against the float64 interpreter: each must still take the split (a
+    planner change once refused one, found only on the GPU)."""
+    graph = NORM_SPLIT_CASES[case]()
+    assert plan_fusion(graph, split_statistics=True).graph is not graph
