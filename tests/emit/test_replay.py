@@ -88,3 +88,110 @@ def test_expanded_views_are_not_dense():
     assert not namespace["_kw_dense"](torch.zeros(3, 1).expand(3, 4))
     assert namespace["_kw_dense"](torch.zeros(3, 4).t())
     assert namespace["_kw_dense"](torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last))
+
+
+# ---- lent outputs, on the CPU: a stand-in for CUDA graphs with their semantics (a replay recomputes the
+# captured call into the same static outputs, overwriting what a caller may still hold)
+
+class _Graph:
+    capturing = None
+
+    def __init__(self):
+        self.replays, self.call, self.outputs = 0, None, None
+
+    def replay(self):
+        self.replays += 1
+        for static, fresh in zip(self.outputs, self.call(), strict=True):
+            static.copy_(fresh)
+
+    def pool(self):
+        return "pool"
+
+
+class _Capture:
+    def __init__(self, graph, pool=None, capture_error_mode=None):
+        self.graph = graph
+
+    def __enter__(self):
+        _Graph.capturing = self.graph
+
+    def __exit__(self, *exc):
+        _Graph.capturing = None
+        return False
+
+
+class _Torch:
+    """torch, with torch.cuda's graphs replaced by _Graph."""
+    cuda = type("cuda", (), {"CUDAGraph": _Graph, "graph": _Capture,
+                             "is_current_stream_capturing": staticmethod(lambda: False)})
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+def _lending_runtime():
+    namespace = {"torch": _Torch()}
+    exec(REPLAY_SOURCE, namespace)  # noqa: S102
+    namespace["_kw_replay_key"] = lambda model, args: ("key", tuple(a.shape for a in args))
+    return namespace
+
+
+def _forward(alias_input=False):
+    """A forward (x -> (2x + 1, x.sum())) that registers itself with the graph being captured."""
+    def compute(x):
+        return (x if alias_input else 2 * x + 1), x.sum().reshape(1)
+
+    def forward(model, x):
+        if _Graph.capturing is not None:
+            _Graph.capturing.call = lambda: compute(x)
+            _Graph.capturing.outputs = compute(x)
+            return _Graph.capturing.outputs
+        return compute(x)
+    return forward
+
+
+def _graphs(namespace, model):
+    (entry,) = namespace["_kw_runner"](model).entries.values()
+    return entry.direct
+
+
+def test_lent_outputs_are_never_overwritten_while_held():
+    rt, model, forward, x = _lending_runtime(), _Model(), _forward(), torch.zeros(5)
+    call = lambda: rt["_kw_replay"](model, forward, lambda m: (), (x,))   # noqa: E731
+    kept = []
+    for k in range(8):                        # keep every result: each stays what it was
+        x.fill_(k)
+        kept.append((k, call()))
+    for k, (y, s) in kept:
+        assert torch.equal(y, torch.full((5,), 2.0 * k + 1)) and s.item() == 5 * k
+    graphs = _graphs(rt, model)
+    assert [g.lent for g in graphs] == [True] * rt["_KW_LENT_SETS"] + [False]
+    assert graphs[-1].graph.replays > 0             # once every lent set is held: copies of the last graph
+
+
+def test_a_loop_holding_the_last_result_takes_the_lent_graphs_in_turn():
+    rt, model, forward, x = _lending_runtime(), _Model(), _forward(), torch.zeros(5)
+    previous = None
+    for k in range(10):
+        x.fill_(k)
+        y, _ = rt["_kw_replay"](model, forward, lambda m: (), (x,))
+        assert torch.equal(y, torch.full((5,), 2.0 * k + 1))
+        if previous is not None:
+            assert torch.equal(previous, torch.full((5,), 2.0 * k - 1)), "the held result was overwritten"
+        previous = y
+    graphs = _graphs(rt, model)
+    assert len(graphs) == rt["_KW_LENT_SETS"] and all(g.lent for g in graphs)
+    assert sum(g.graph.replays for g in graphs) == 10 - 1 - len(graphs) + 1   # eager first and per new graph
+    # a dropped result's memory is lent again, not copied
+    del previous, y
+    x.fill_(3)
+    y, _ = rt["_kw_replay"](model, forward, lambda m: (), (x,))
+    assert any(y.data_ptr() == g.outputs[0].data_ptr() for g in graphs)
+
+
+def test_outputs_sharing_memory_with_an_argument_are_copied_out():
+    rt, model, forward, x = _lending_runtime(), _Model(), _forward(alias_input=True), torch.zeros(5)
+    for _ in range(4):
+        y, _ = rt["_kw_replay"](model, forward, lambda m: (), (x,))
+    (graph,) = _graphs(rt, model)
+    assert not graph.lent and graph.graph.replays == 3 and y.data_ptr() != x.data_ptr()

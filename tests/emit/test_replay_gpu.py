@@ -91,12 +91,36 @@ def test_outputs_are_fresh_and_inputs_are_read_anew(state_heavy):
         third = new(*other)
     assert replayed(module, new)
     (entry,) = module._kw_runner(new).entries.values()
-    assert entry.copying is not None
+    assert entry.copying
     assert_same(third, want_b, "the same values at another address")
     assert_same(first, want_a, "the first output, after a later call")
     assert_same(second, want_b, "new values in the same input storage")
     pointers = {t.data_ptr() for out in (first, second) for t in (out if isinstance(out, tuple) else [out])}
     assert len(pointers) == 2 * (len(first) if isinstance(first, tuple) else 1)
+
+
+def test_held_results_stay_and_dropped_ones_are_lent_again(state_heavy):
+    """Every result kept (new values in the same input storage each call) stays right; a loop that drops
+    its results gets the graph's own output memory (lent, not copied)."""
+    problem, module = state_heavy
+    model = problem.build_model(0, "cuda")
+    new = problem.build_model(0, "cuda", model_class=module.ModelNew)
+    x = problem.inputs(1, "cuda")
+    kept = []
+    with torch.no_grad():
+        for seed in range(6):
+            for arg, value in zip(x, problem.inputs(10 + seed, "cuda"), strict=True):
+                if isinstance(arg, torch.Tensor):
+                    arg.copy_(value)
+            kept.append((new(*x), model(*x)))
+        for call, (got, want) in enumerate(kept):
+            assert_same(got, want, f"result {call}, kept while later calls ran")
+        (entry,) = module._kw_runner(new).entries.values()
+        assert [g.lent for g in entry.direct] == [True] * module._KW_LENT_SETS + [False]
+        kept.clear()
+        out = new(*x)
+        first = out[0] if isinstance(out, tuple) else out
+        assert any(first.data_ptr() == g.tensors[0].data_ptr() for g in entry.direct if g.lent)
 
 
 def test_arguments_that_settle_elsewhere_get_the_direct_graph_again(state_heavy):
@@ -107,7 +131,7 @@ def test_arguments_that_settle_elsewhere_get_the_direct_graph_again(state_heavy)
     with torch.no_grad():
         (entry,) = module._kw_runner(new).entries.values()
         assert_same(new(*b), want_b, "first call elsewhere (copying graph)")
-        assert entry.copying is not None and entry.recaptures == 0
+        assert entry.copying and entry.recaptures == 0
         assert_same(new(*b), want_b, "second call there (eager, then the direct graph moves)")
         assert entry.recaptures == 1 and entry.pointers == tuple(t.data_ptr() for t in b
                                                                  if isinstance(t, torch.Tensor))
