@@ -129,3 +129,20 @@ def test_the_replay_choice_is_measured_and_judged(problem_id, tmp_path):
         assert ("_kw_replay(self, ModelNew._kw_forward" in result.source) == note.startswith(
             "CUDA graph replay: on")
         print(f"{problem_id}: {note}")
+
+
+def test_plans_are_ranked_by_their_graph_where_one_can_be_captured():
+    """The layout ranking's graph (`_graph_of`): a replay recomputes into the captured memory; a step
+    that synchronizes with the host cannot be captured and leaves the plain timing."""
+    from kernelwright.compiler import _graph_of
+
+    x = torch.randn(1000, device="cuda")
+    out = torch.empty_like(x)
+    replay = _graph_of(lambda: torch.mul(x, 2, out=out))
+    x.fill_(3.0)
+    replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch.full_like(x, 6.0))
+    assert _graph_of(lambda: x.sum().item()) is None
+    torch.mul(x, 2, out=out)                 # the stream works after the failed capture
+    torch.cuda.synchronize()
