@@ -421,17 +421,15 @@ class _RowKernel:
     def _chunk_loop(self, head: list[str], wait: list[str], coords: list[str], loads: list[tuple[str, str]],
                     rest: list[str]) -> list[str]:
         """For each chunk `c` this thread takes: `head`, `wait`, `coords` (the chunk's coordinates), the
-        `loads` (name, value), `rest`; indented inside `if (live)`. A runtime loop unrolled by 4 (by 8 in the
-        column layout, whose loads are 4 bytes), so that several independent loads per thread are in
-        flight (the accumulator chain is serial, the loads are not; nvcc issues the unrolled loads first). With `spec.full_unroll` (row layout), when a thread's share of loaded values fits
+        `loads` (name, value), `rest`; indented inside `if (live)`. A runtime loop unrolled by 4, so that
+        several independent 16-byte loads per thread are in flight (the accumulator chain is serial, the
+        loads are not). With `spec.full_unroll` (row layout), when a thread's share of loaded values fits
         FULL_UNROLL_FLOATS registers: two loops over the compile-time trip count, the first issuing every
         load of the share (each chunk predicated), the second computing; the runtime loop's remainder (a
         thread taking fewer chunks than the unroll, e.g. 2.5 on average) has one load in flight at a time."""
         vec = "kw::Vec<float, VEC>"
         body = head + wait + coords + [f"const {vec} {name} = {value};" for name, value in loads] + rest
-        # the column layout loads 4 bytes a lane (a warp: 128 consecutive bytes of 32 columns): 8 in flight
-        unroll = 8 if self.spec.layout == "column" else 4
-        runtime = [f"#pragma unroll {unroll}", "for (idx_t c = c_begin + t; c < c_end; c += STEP) {",
+        runtime = ["#pragma unroll 4", "for (idx_t c = c_begin + t; c < c_end; c += STEP) {",
                    *("  " + line for line in body), "}"]
         if not (self.spec.full_unroll and self.spec.layout == "row"):
             return ["    " + line for line in runtime]
