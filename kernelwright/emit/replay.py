@@ -163,6 +163,12 @@ def _kw_uses(t):
     return None if count is None else count(t.untyped_storage()._cdata)
 
 
+def _kw_memory(t):
+    """(address, bytes) of `t`'s whole storage."""
+    storage = t.untyped_storage()
+    return storage.data_ptr(), storage.nbytes()
+
+
 def _kw_flat(value):
     if isinstance(value, torch.Tensor):
         return [value]
@@ -181,20 +187,23 @@ class _KwGraph:
         self.graph, self.outputs = graph, outputs
         self.tensors = _kw_flat(outputs)
         self.baseline = [_kw_uses(t) for t in self.tensors]
+        self.memory = [_kw_memory(t) for t in self.tensors]
         self.lent = lent and None not in self.baseline
 
     def free(self):
-        return all(_kw_uses(t) == uses for t, uses in zip(self.tensors, self.baseline))
+        """No tensor but this graph's holds its outputs' memory, still where the graph writes (a caller's
+        `resize_` of an alias would have moved it: that graph is never replayed again)."""
+        return all(_kw_uses(t) == uses and _kw_memory(t) == at
+                   for t, uses, at in zip(self.tensors, self.baseline, self.memory))
 
 
 def _kw_lendable(outputs, read):
     """Whether `outputs` lie in the graph's own memory only: none shares memory with a tensor the graph
     reads (an argument, a static input, a parameter or buffer), which its caller or the next call's copy
     may hold or overwrite."""
-    spans = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in read
-             if isinstance(t, torch.Tensor)]
+    spans = [_kw_memory(t) for t in read if isinstance(t, torch.Tensor)]
     for t in _kw_flat(outputs):
-        start, size = t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
+        start, size = _kw_memory(t)
         if any(start < s + n and s < start + size for s, n in spans):
             return False
     return True

@@ -195,3 +195,18 @@ def test_outputs_sharing_memory_with_an_argument_are_copied_out():
         y, _ = rt["_kw_replay"](model, forward, lambda m: (), (x,))
     (graph,) = _graphs(rt, model)
     assert not graph.lent and graph.graph.replays == 3 and y.data_ptr() != x.data_ptr()
+
+
+def test_a_lent_output_resized_by_its_caller_is_never_replayed_into():
+    """`resize_` of an alias moves the shared storage: the graph would write where it no longer is."""
+    rt, model, forward, x = _lending_runtime(), _Model(), _forward(), torch.zeros(5)
+    call = lambda: rt["_kw_replay"](model, forward, lambda m: (), (x,))   # noqa: E731
+    call()
+    y, _ = call()                                   # lent by the first graph
+    first = _graphs(rt, model)[0]
+    y.resize_(10_000)
+    del y
+    assert not first.free()
+    x.fill_(2)
+    z, _ = call()
+    assert torch.equal(z, torch.full((5,), 5.0)) and first.graph.replays == 1
