@@ -354,8 +354,7 @@ def render(group: FusedGroup) -> KernelSource:
         "CACHE": CACHE_POLICIES[config.cache],
         "FLAT_INDEX": "int" if numel < INT32_LIMIT else "long long",
         "STRIDED_INT32": "true" if numel < INT32_LIMIT else "false",
-        "BANDS": "\n".join(f"using Band{k} = kw::Band<{b.inner}LL, {b.extent}LL, kNumel>;  // {b.kind}"
-                            for k, b in enumerate(bands)),
+        "BANDS": "\n".join(f"using Band{k} = {b.template()};  // {b.kind}" for k, b in enumerate(bands)),
         "FLAT_STRIDES": ", ".join("{" + ", ".join(str(x) for x in band.strides) + "}" for band in bands),
         "ALIGNMENT": ", ".join(f"Band{k}::alignment<{t}, kVec>()" for k, t in enumerate(inputs)),
         "POINTER_FIELDS": "\n".join(
@@ -462,27 +461,62 @@ class Band:
     extent: int
     strides: tuple[int, ...]
     kind: str       # a few words for the generated source
+    inner2: int = 1     # a second, outer band: + ((i / inner2) % extent2) * extent
+    extent2: int = 1
+
+    def template(self) -> str:
+        """The kw::Band type's arguments."""
+        outer = f", {self.inner2}LL, {self.extent2}LL" if self.extent2 > 1 else ""
+        return f"kw::Band<{self.inner}LL, {self.extent}LL, kNumel{outer}>"
 
 
 def _band(operand: Operand, group: FusedGroup, sizes: tuple[int, ...], broadcast: bool) -> Band:
     """The band a contiguous input becomes through the operand's views: contiguous over dims [a, c) of the
-    domain and broadcast over the others. Views that make no band (a permute, a strided slice), and any
-    broadcast but a single value when `broadcast` is off, get the contiguous band: the flat kernel then runs
-    only if the operand happens to be contiguous at run time."""
+    domain and broadcast over the others, or over two such runs of dims with broadcast dims between them
+    (the outer run's stride the inner run's extent). Views that make no band (a permute, a strided slice),
+    and any broadcast but a single value when `broadcast` is off, get the contiguous band: the flat kernel
+    then runs only if the operand happens to be contiguous at run time."""
     numel = math.prod(sizes)
     contiguous = Band(1, numel, _band_strides(sizes, 0, len(sizes)), "contiguous")
     strides = _view_strides(group.inputs[operand.input_index].shape, operand.views)
-    dims = [d for d, size in enumerate(sizes) if size != 1 and strides[d] != 0]
-    if not dims:
+    runs = _kept_runs(sizes, strides)
+    if not runs:
         return Band(1, 1, (0,) * len(sizes), "one value")
-    a, c = dims[0], dims[-1] + 1
-    if any(sizes[d] != 1 and strides[d] != expected
-           for d, expected in enumerate(_band_strides(sizes, a, c)) if a <= d < c):
+    if len(runs) > 2:
+        return contiguous
+    (a, c), (a1, c1) = runs[-1], runs[0]
+    expected = _band_strides(sizes, a, c)
+    if len(runs) == 2:
+        extent = math.prod(sizes[a:c])
+        expected = tuple(e + s * extent for e, s in zip(expected, _band_strides(sizes, a1, c1), strict=True))
+    if any(size != 1 and stride != want for size, stride, want in zip(sizes, strides, expected, strict=True)):
         return contiguous
     inner, extent = math.prod(sizes[c:]), math.prod(sizes[a:c])
     if extent == numel or not broadcast:
         return contiguous
-    return Band(inner, extent, _band_strides(sizes, a, c), f"dims [{a}, {c}), broadcast over the others")
+    if len(runs) == 1:
+        return Band(inner, extent, expected, f"dims [{a}, {c}), broadcast over the others")
+    return Band(inner, extent, expected, f"dims [{a1}, {c1}) and [{a}, {c}), broadcast over the others",
+                math.prod(sizes[c1:]), math.prod(sizes[a1:c1]))
+
+
+def _kept_runs(sizes: tuple[int, ...], strides: tuple[int, ...]) -> list[tuple[int, int]]:
+    """The runs [a, c) of dims an operand is read along (stride not 0), split where a broadcast dim (size
+    above 1, stride 0) lies between; size-1 dims join either."""
+    runs: list[tuple[int, int]] = []
+    start = end = None
+    for d, size in enumerate(sizes):
+        if size == 1:
+            continue
+        if strides[d] != 0:
+            start = d if start is None else start
+            end = d + 1
+        elif start is not None:
+            runs.append((start, end))
+            start = None
+    if start is not None:
+        runs.append((start, end))
+    return runs
 
 
 def _band_strides(sizes: tuple[int, ...], a: int, c: int) -> tuple[int, ...]:

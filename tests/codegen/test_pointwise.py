@@ -5,6 +5,7 @@ in test_pointwise_gpu.py."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -181,6 +182,11 @@ BAND_SHAPES = [
     ("column_big", (1000, 13), (1000, 1), torch.float32),
     ("channel_big", (5, 7, 33, 35), (7, 1, 1), torch.float32),
     ("int8_rows_big", (513, 80), (80,), torch.int8),
+    # two bands (per sample and channel over channels-last data, an SE gate): vectors, element by element
+    ("sample_channel", (3, 5, 7, 8), (3, 1, 1, 8), torch.float32),
+    ("sample_channel_odd", (3, 5, 7, 6), (3, 1, 1, 6), torch.float32),
+    ("two_runs_inner", (4, 6, 5, 3), (4, 1, 5, 1), torch.float32),
+    ("sample_channel_big", (9, 17, 19, 64), (9, 1, 1, 64), torch.float32),
 ]
 BAND_CASES = [band_case(*args) for args in BAND_SHAPES] + [masked_bias()]
 
@@ -425,3 +431,32 @@ def test_tiles_stay_within_static_shared_memory():
 def test_no_tiled_kernel_for_bands():
     for case in BAND_CASES[:4]:
         assert "constexpr bool kTiled = false;" in render(plan_of(case).groups[0]).cuda
+
+
+TWO_BAND = re.compile(r"kw::Band<(\d+)LL, (\d+)LL, kNumel(?:, (\d+)LL, (\d+)LL)?>")
+
+
+@pytest.mark.parametrize("x_shape, b_shape, bands", [
+    ((3, 5, 7, 8), (3, 1, 1, 8), 2), ((4, 6, 5, 3), (4, 1, 5, 1), 2), ((2, 3, 4, 5), (1, 3, 1, 5), 2),
+    ((2, 3, 4, 5), (2, 3, 1, 1), 1), ((6, 1, 4, 5), (6, 1, 1, 5), 2), ((2, 3, 4, 3, 5), (2, 1, 4, 1, 5), 0),
+])
+def test_band_offsets_are_the_broadcast_offsets(x_shape, b_shape, bands):
+    """Every element's offset by kw::Band's formula (one band, or two with broadcast dims between) equals
+    the broadcast operand's strided offset; three runs get the contiguous band (the strided kernel)."""
+    (group,) = plan_of(band_case("t", x_shape, b_shape)).groups
+    found = TWO_BAND.findall(render(group).cuda)[1]
+    inner, extent, inner2, extent2 = (int(v) if v else 1 for v in found)
+    numel = math.prod(x_shape)
+    if bands == 0:
+        assert (inner, extent, extent2) == (1, numel, 1)
+        return
+    assert (extent2 > 1) == (bands == 2)
+    strides = torch.empty(b_shape).expand(x_shape).stride()
+    for i in range(numel):
+        coords, rest = [], i
+        for size in reversed(x_shape):
+            coords.append(rest % size)
+            rest //= size
+        want = sum(c * st for c, st in zip(reversed(coords), strides, strict=True))
+        got = (i // inner) % extent + ((i // inner2) % extent2) * extent
+        assert got == want, (i, got, want)

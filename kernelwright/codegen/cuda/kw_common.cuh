@@ -123,9 +123,11 @@ __device__ __forceinline__ void store(T* p, T value) {
 // An operand of a flat pointwise kernel, read at offset (i / Inner) % Extent for element i of the domain:
 // contiguous over a band of the domain's dims (Extent elements), broadcast over the dims before the band
 // and over the Inner elements after it. Contiguous: Band<1, Numel>; one value: Band<1, 1>; a bias [C] over
-// [N, C]: Band<1, C>; per channel, [C, 1, 1] over [N, C, H, W]: Band<H * W, C>. The constants are known
-// at build time, so the division and the modulus are multiplies and shifts, once per vector.
-template <long long Inner, long long Extent, long long Numel>
+// [N, C]: Band<1, C>; per channel, [C, 1, 1] over [N, C, H, W]: Band<H * W, C>. An operand contiguous
+// over two bands with broadcast dims between them adds ((i / Inner2) % Extent2) * Extent for the outer
+// one: per sample and channel, [N, 1, 1, C] over channels-last [N, H, W, C], is Band<1, C, _, H*W*C, N>.
+// The constants are known at build time, so the divisions and moduli are multiplies and shifts.
+template <long long Inner, long long Extent, long long Numel, long long Inner2 = 1, long long Extent2 = 1>
 struct Band {
   // V consecutive elements from a multiple of V are one aligned vector of the operand.
   static constexpr bool vector_loads(int V) {
@@ -138,6 +140,14 @@ struct Band {
 
   template <typename I>
   static __device__ __forceinline__ I offset(I i) {
+    if constexpr (Extent2 == 1) return inner_offset(i);
+    else if constexpr (Inner2 * Extent2 == Numel)
+      return inner_offset(i) + i / static_cast<I>(Inner2) * static_cast<I>(Extent);
+    else return inner_offset(i) + (i / static_cast<I>(Inner2)) % static_cast<I>(Extent2) * static_cast<I>(Extent);
+  }
+
+  template <typename I>
+  static __device__ __forceinline__ I inner_offset(I i) {
     if constexpr (Extent == 1) return 0;
     else if constexpr (Inner == 1 && Extent == Numel) return i;
     else if constexpr (Inner * Extent == Numel) return i / static_cast<I>(Inner);
