@@ -23,14 +23,21 @@ The rules, each for a way a graph could give a wrong answer:
   `_KW_RECAPTURES` times per key (arguments that keep moving keep the copying graph). Copying a 536 MB
   input each call made a 0.46 ms forward cost 0.78 ms under the judge, whose timing inputs are not the
   trials' (level1/36, H100);
-- a call never returns memory a later replay overwrites while the caller holds it. A graph's static
-  outputs are *lent*: returned as aliases (new tensors on the same memory), and that graph is replayed
-  again only once no tensor but its own holds that memory (the storage's use count is back to what it was
-  right after the capture). A loop `y = model(x)` still holds the last output when it calls again, so
-  each path keeps up to `_KW_LENT_SETS` lent graphs, used in turn; a caller holding them all (keeping
-  every result) gets one more graph whose outputs are copied out after each replay. Outputs that share
-  memory with anything the graph reads (an argument, a static input, a parameter or buffer), or a torch
-  that cannot count a storage's users, are always copied out. Copying them out every call made a
+- outputs of the direct graphs are *lent*, not copied: returned as aliases (new tensors on the same
+  memory), and a graph is replayed again only once no tensor but its own holds its outputs' memory (each
+  storage's use count back to what it was right after the capture, at the same address and size: a
+  caller's `resize_` of an alias moves it, and that graph is not replayed again). A loop `y = model(x)`
+  still holds the last output when it calls again, so up to `_KW_LENT_SETS` direct graphs lend, the
+  first free one replayed; a caller holding all of them (keeping every result) gets a graph whose
+  outputs are copied out after each replay. Each lent graph is the first graph of its own memory pool: a
+  graph captured later into a shared pool may be given an earlier graph's scratch memory for its outputs,
+  which that graph's replay overwrites. The copying graph and the copied-out ones share the first direct
+  graph's pool, as before. So a key holds at most _KW_LENT_SETS pools of scratch memory (the second only
+  once a caller held a result across a call). Outputs that share memory with anything the graph reads
+  (an argument, a static input, a parameter or buffer), or a torch that cannot count a storage's users,
+  are always copied out. What a caller must not do with a lent result (as with any memory it frees):
+  drop it while work queued on another stream still reads it (`record_stream` is not seen), or keep only
+  its storage object (`untyped_storage()`) and no tensor. Copying outputs out every call made a
   train-mode Conv2d + BatchNorm forward of 0.6 ms take 0.17 ms more (its 252 MB output; H100);
 - the eager path runs instead whenever a graph cannot be right or cannot be made: gradients wanted (an
   argument requires grad), an argument on the CPU or with overlapping memory (an expanded view), an
@@ -46,7 +53,7 @@ REPLAY_SOURCE = r'''
 _KW_REPLAY = True          # the compiler measured replay faster; set False to run the forward step by step
 _KW_GRAPHS_PER_MODEL = 4
 _KW_RECAPTURES = 4          # direct graphs captured again per key on arguments that settled elsewhere
-_KW_LENT_SETS = 2           # graphs per key and path whose outputs are lent to the caller, not copied
+_KW_LENT_SETS = 2           # direct graphs per key whose outputs are lent to the caller, not copied
 _KW_RUNNERS = None
 
 
@@ -82,14 +89,16 @@ def _kw_replay(model, forward, state, args):
                 if static is not None:
                     static.copy_(value)
             graphs, static_args = entry.copying, entry.static_args
-        chosen = next((g for g in graphs if g.lent and g.free()), None)
-        if chosen is None and (len(graphs) >= _KW_LENT_SETS or not graphs[0].lent):
+        lent = [g for g in graphs if g.lent]
+        chosen = next((g for g in lent if g.free()), None)
+        more = bool(lent) and len(lent) < _KW_LENT_SETS and not entry.lending_failed
+        if chosen is None and not more:
             chosen = next((g for g in graphs if not g.lent), None)
         if chosen is None:
-            # the caller still holds every set of outputs this path lent: one graph more, after an eager
-            # run of this call (lent while the path has fewer than _KW_LENT_SETS, else copied out)
+            # the caller still holds every set of outputs the direct graphs lent: one graph more, after an
+            # eager run of this call (lent while fewer than _KW_LENT_SETS are, else copied out)
             result = forward(model, *args)
-            runner.add(entry, graphs, forward, model, static_args, len(graphs) < _KW_LENT_SETS)
+            runner.add(entry, graphs, forward, model, static_args, more)
             return result
         chosen.graph.replay()
         if chosen.lent:
@@ -212,16 +221,19 @@ def _kw_lendable(outputs, read):
 class _KwEntry:
     """The graphs of one key: `direct` ones read the arguments where the first call had them (replayed
     while the call's arguments are at those addresses: a graph reads whatever is there at replay);
-    `copying` ones (made on the first call with arguments elsewhere) read static copies of them. Each path
-    keeps up to _KW_LENT_SETS graphs whose outputs it lends, and one whose outputs it copies out when the
-    caller still holds every lent set. All share one memory pool: they run one after the other on one
-    stream, and nothing in the pool outlives a replay but the static outputs."""
+    `copying` ones (made on the first call with arguments elsewhere) read static copies of them. Up to
+    _KW_LENT_SETS direct graphs lend their outputs, each the first graph of its own memory pool (a graph
+    captured later into a pool may be given an earlier graph's scratch memory for its outputs, which that
+    earlier graph's replay overwrites); the graphs whose outputs are copied out right after their replay
+    share `pool`, the first direct graph's: they run one after the other on one stream, and nothing of
+    theirs outlives a replay."""
 
     def __init__(self, identity, held, pointers, first):
         self.identity, self.held, self.pointers = identity, held, pointers
         self.direct, self.pool = [first], first.graph.pool()
         self.copying, self.inputs, self.static_args = [], None, None
         self.elsewhere, self.recaptures = None, 0   # the previous call's addresses when not `pointers`
+        self.lending_failed = False                 # a capture of one more lent graph failed: none more
 
 
 class _KwRunner:
@@ -230,8 +242,8 @@ class _KwRunner:
 
     def start(self, key, identity, held, pointers, forward, model, args):
         """Record forward(model, *args), whose tensors are at `pointers`, as the key's direct graph (after an
-        eager run of the same call)."""
-        first = self.record(forward, model, args, None, held)
+        eager run of the same call), in a pool of its own."""
+        first = self.record(forward, model, args, None, held, lend=True)
         if first is None:
             return
         self.entries[key] = _KwEntry(identity, held, pointers, first)
@@ -239,43 +251,49 @@ class _KwRunner:
             self.entries.pop(next(iter(self.entries)), None)
 
     def recapture(self, entry, pointers, forward, model, args):
-        """The key's direct graph recorded again on `args` (at `pointers`), in the same pool (the old ones
-        kept until then: a pool lives while a graph of it does; outputs the caller still holds stay its)."""
-        first = self.record(forward, model, args, entry.pool, entry.held)
+        """The key's direct graph recorded again on `args` (at `pointers`), in a new pool (the old graphs are
+        dropped; outputs the caller still holds keep their memory)."""
+        first = self.record(forward, model, args, None, entry.held, lend=True)
         if first is None:
             return
         entry.direct, entry.pointers = [first], pointers
         entry.elsewhere, entry.recaptures = None, entry.recaptures + 1
 
     def copying(self, entry, forward, model, args):
-        """Record the key's first copying graph, on static copies of `args`; False when that failed."""
+        """Record the key's copying graph, on static copies of `args`; False when that failed. Its outputs
+        are copied out (it shares the key's pool)."""
         inputs = [a.clone(memory_format=torch.preserve_format) if isinstance(a, torch.Tensor) else None
                   for a in args]
         if any(s is not None and s.stride() != a.stride() for s, a in zip(inputs, args)):
             self.failure = "a static input copy did not keep the argument's strides"
             return False
         static_args = [a if s is None else s for s, a in zip(inputs, args)]
-        first = self.record(forward, model, static_args, entry.pool, entry.held)
+        first = self.record(forward, model, static_args, entry.pool, entry.held, lend=False)
         if first is None:
             return False
         entry.inputs, entry.static_args, entry.copying = inputs, static_args, [first]
         return True
 
     def add(self, entry, graphs, forward, model, args, lend):
-        """One more graph of forward(model, *args) for one of the key's paths (`graphs`), in its pool."""
-        graph = self.record(forward, model, args, entry.pool, entry.held, lend)
+        """One more graph of forward(model, *args) for one of the key's paths (`graphs`): lent, in a pool of
+        its own (a failed capture then only ends the lending), or copied out, in the key's pool."""
+        graph = self.record(forward, model, args, None if lend else entry.pool, entry.held, lend,
+                            fatal=not lend)
         if graph is not None:
             graphs.append(graph)
+        elif lend:
+            entry.lending_failed = True
 
-    def record(self, forward, model, args, pool, held, lend=True):
+    def record(self, forward, model, args, pool, held, lend, fatal=True):
         """The graph of forward(model, *args) (lent if `lend` and its outputs are its own memory), or None
-        after a failed capture, which turns replay off for this model (capturing runs nothing: the call's
-        result comes from elsewhere)."""
+        after a failed capture, which (if `fatal`) turns replay off for this model (capturing runs nothing:
+        the call's result comes from elsewhere)."""
         graph, outputs, caught = torch.cuda.CUDAGraph(), None, _KwCaught()
         with caught, torch.no_grad(), torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             outputs = forward(model, *args)
         if caught.failure is not None:
-            self.failure, self.entries = caught.failure, {}
+            if fatal:
+                self.failure, self.entries = caught.failure, {}
             return None
         return _KwGraph(graph, outputs, lend and _kw_lendable(outputs, [*args, *held]))
 

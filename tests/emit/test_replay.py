@@ -95,9 +95,10 @@ def test_expanded_views_are_not_dense():
 
 class _Graph:
     capturing = None
+    captures: list = []      # (pool, graph) in capture order
 
     def __init__(self):
-        self.replays, self.call, self.outputs = 0, None, None
+        self.replays, self.call, self.outputs, self.pool_id = 0, None, None, None
 
     def replay(self):
         self.replays += 1
@@ -105,12 +106,14 @@ class _Graph:
             static.copy_(fresh)
 
     def pool(self):
-        return "pool"
+        return self.pool_id
 
 
 class _Capture:
     def __init__(self, graph, pool=None, capture_error_mode=None):
         self.graph = graph
+        graph.pool_id = pool if pool is not None else object()
+        _Graph.captures.append((graph.pool_id, graph))
 
     def __enter__(self):
         _Graph.capturing = self.graph
@@ -202,11 +205,63 @@ def test_a_lent_output_resized_by_its_caller_is_never_replayed_into():
     rt, model, forward, x = _lending_runtime(), _Model(), _forward(), torch.zeros(5)
     call = lambda: rt["_kw_replay"](model, forward, lambda m: (), (x,))   # noqa: E731
     call()
-    y, _ = call()                                   # lent by the first graph
+    y, s = call()                                   # lent by the first graph
     first = _graphs(rt, model)[0]
     y.resize_(10_000)
-    del y
+    del y, s
     assert not first.free()
     x.fill_(2)
     z, _ = call()
     assert torch.equal(z, torch.full((5,), 5.0)) and first.graph.replays == 1
+
+
+def test_each_lent_graph_is_the_first_of_its_own_pool():
+    """A graph captured later into a pool may get an earlier graph's scratch for its outputs (which that
+    graph's replay overwrites): lent graphs never share a pool, and copied-out ones join the key's."""
+    rt, model, forward, x = _lending_runtime(), _Model(), _forward(), torch.zeros(5)
+    _Graph.captures = []
+    kept = [rt["_kw_replay"](model, forward, lambda m: (), (x,)) for _ in range(5)]
+    other = torch.zeros(5)
+    kept += [rt["_kw_replay"](model, forward, lambda m: (), (other,)) for _ in range(1)]  # copying graph
+    (entry,) = rt["_kw_runner"](model).entries.values()
+    lent = [g for g in entry.direct + entry.copying if g.lent]
+    copied = [g for g in entry.direct + entry.copying if not g.lent]
+    assert len(lent) == rt["_KW_LENT_SETS"] and len(copied) == 2 and not any(g.lent for g in entry.copying)
+    first_in_pool = {}
+    for pool, graph in _Graph.captures:
+        first_in_pool.setdefault(id(pool), graph)
+    assert all(first_in_pool[id(g.graph.pool())] is g.graph for g in lent)
+    assert len({id(g.graph.pool()) for g in lent}) == len(lent)
+    assert all(g.graph.pool() is entry.pool for g in copied)
+
+
+def test_the_copying_graph_reads_its_static_inputs_and_copies_out():
+    rt, model, forward = _lending_runtime(), _Model(), _forward()
+    x, elsewhere = torch.zeros(5), torch.zeros(5)
+    call = lambda a: rt["_kw_replay"](model, forward, lambda m: (), (a,))   # noqa: E731
+    call(x), call(x)
+    results = []
+    for k in range(4):                       # arguments at other addresses (never twice in a row)
+        fresh = torch.full((5,), float(k))
+        if k % 2 == 0:
+            elsewhere.copy_(fresh)
+        results.append((k, call(elsewhere if k % 2 == 0 else fresh)))
+    for k, (y, s) in results:
+        assert torch.equal(y, torch.full((5,), 2.0 * k + 1)) and s.item() == 5 * k
+    (entry,) = rt["_kw_runner"](model).entries.values()
+    assert entry.copying and not any(g.lent for g in entry.copying)
+
+
+def test_outputs_sharing_memory_with_a_parameter_are_copied_out():
+    rt, model, x = _lending_runtime(), _Model(), torch.zeros(5)
+    weight = torch.ones(5)
+
+    def forward(model, x):
+        out = (weight[:], x.sum().reshape(1))        # the parameter itself, as a view
+        if _Graph.capturing is not None:
+            _Graph.capturing.call = lambda: (weight[:], x.sum().reshape(1))
+            _Graph.capturing.outputs = out
+        return out
+    for _ in range(3):
+        rt["_kw_replay"](model, forward, lambda m: (weight,), (x,))
+    assert not _graphs(rt, model)[0].lent

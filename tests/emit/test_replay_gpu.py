@@ -207,3 +207,45 @@ def test_print_step_by_step_against_replayed(tmp_path_factory):
             end.synchronize()
             times[mode] = start.elapsed_time(end) / 100
     print(f"\nlevel3/01_MLP (shrunk): step by step {times[False]:.3f} ms, replayed {times[True]:.3f} ms")
+
+
+def _runtime():
+    from kernelwright.emit.replay import REPLAY_SOURCE
+    namespace = {"torch": torch}
+    exec(REPLAY_SOURCE, namespace)  # noqa: S102
+    return namespace
+
+
+class _Plain(torch.nn.Module):
+    pass
+
+
+def _scratchy(model, x):
+    """A forward with scratch memory the size of its output (a graph's intermediates)."""
+    t1 = x * 2
+    t2 = t1 + 1
+    del t1
+    return t2 * 3
+
+
+def test_lent_outputs_survive_other_graphs_of_the_key():
+    """A review's sequence: the direct graph, a copying graph whose output would lie in the direct graph's
+    scratch were they one pool, the direct graph replayed while that output is held; and a loop holding its
+    previous result. Every result held stays right."""
+    rt, model = _runtime(), _Plain()
+    x, x2 = (torch.randn(1 << 20, device="cuda") for _ in range(2))
+    call = lambda a: rt["_kw_replay"](model, _scratchy, lambda m: (), (a,))   # noqa: E731
+    call(x)
+    held = call(x2)                      # the copying graph
+    call(x)                              # the direct graph, replayed
+    torch.cuda.synchronize()
+    torch.testing.assert_close(held, (x2 * 2 + 1) * 3)
+    previous, want = None, None
+    for k in range(8):
+        x.fill_(float(k))
+        y = call(x)
+        if previous is not None:
+            torch.testing.assert_close(previous, want)
+        previous, want = y, torch.full_like(x, 3.0 * (2 * k + 1))
+    torch.testing.assert_close(previous, want)
+    assert rt["_kw_replay_failure"](model) is None
