@@ -439,6 +439,8 @@ TWO_BAND = re.compile(r"kw::Band<(\d+)LL, (\d+)LL, kNumel(?:, (\d+)LL, (\d+)LL)?
 @pytest.mark.parametrize("x_shape, b_shape, bands", [
     ((3, 5, 7, 8), (3, 1, 1, 8), 2), ((4, 6, 5, 3), (4, 1, 5, 1), 2), ((2, 3, 4, 5), (1, 3, 1, 5), 2),
     ((2, 3, 4, 5), (2, 3, 1, 1), 1), ((6, 1, 4, 5), (6, 1, 1, 5), 2), ((2, 3, 4, 3, 5), (2, 1, 4, 1, 5), 0),
+    ((2, 3, 4, 8), (2, 1, 4, 1), 2),
+
 ])
 def test_band_offsets_are_the_broadcast_offsets(x_shape, b_shape, bands):
     """Every element's offset by kw::Band's formula (one band, or two with broadcast dims between) equals
@@ -460,3 +462,14 @@ def test_band_offsets_are_the_broadcast_offsets(x_shape, b_shape, bands):
         want = sum(c * st for c, st in zip(reversed(coords), strides, strict=True))
         got = (i // inner) % extent + ((i // inner2) % extent2) * extent
         assert got == want, (i, got, want)
+    # kw::Band::load_vec's forms, for every vector width: one value repeated (Inner % V == 0) or one
+    # aligned vector (vector_loads) must be what the element-by-element offsets say
+    offsets = [(i // inner) % extent + ((i // inner2) % extent2) * extent for i in range(numel)]
+    for v in (2, 4, 8, 16):
+        splat = extent == 1 or inner % v == 0
+        vector = inner == 1 and extent != 1 and (extent == numel or extent % v == 0)
+        for i in range(0, numel - numel % v, v):
+            if splat:
+                assert all(offsets[i + j] == offsets[i] for j in range(v)), (v, i)
+            elif vector:
+                assert offsets[i] % v == 0 and all(offsets[i + j] == offsets[i] + j for j in range(v)), (v, i)
