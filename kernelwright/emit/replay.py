@@ -28,8 +28,10 @@ The rules, each for a way a graph could give a wrong answer:
   storage's use count back to what it was right after the capture, at the same address and size: a
   caller's `resize_` of an alias moves it, and that graph is not replayed again). A loop `y = model(x)`
   still holds the last output when it calls again, so up to `_KW_LENT_SETS` direct graphs lend, the
-  first free one replayed; a caller holding all of them (keeping every result) gets a graph whose
-  outputs are copied out after each replay. Each lent graph is the first graph of its own memory pool: a
+  first free one replayed; a caller holding all of them (keeping every result), or a device without
+  twice the first lent graph's pool free, gets a graph whose outputs are copied out after each replay.
+  A graph added so is captured and replayed at once (the model is warm; an eager run's intermediates
+  would come on top of the pools). Each lent graph is the first graph of its own memory pool: a
   graph captured later into a shared pool may be given an earlier graph's scratch memory for its outputs,
   which that graph's replay overwrites. The copying graph and the copied-out ones share the first direct
   graph's pool, as before. So a key holds at most _KW_LENT_SETS pools of scratch memory (the second only
@@ -91,15 +93,17 @@ def _kw_replay(model, forward, state, args):
             graphs, static_args = entry.copying, entry.static_args
         lent = [g for g in graphs if g.lent]
         chosen = next((g for g in lent if g.free()), None)
-        more = bool(lent) and len(lent) < _KW_LENT_SETS and not entry.lending_failed
+        more = chosen is None and bool(lent) and len(lent) < _KW_LENT_SETS and not entry.lending_failed \
+            and _kw_room(lent[0])
         if chosen is None and not more:
             chosen = next((g for g in graphs if not g.lent), None)
         if chosen is None:
-            # the caller still holds every set of outputs the direct graphs lent: one graph more, after an
-            # eager run of this call (lent while fewer than _KW_LENT_SETS are, else copied out)
-            result = forward(model, *args)
-            runner.add(entry, graphs, forward, model, static_args, more)
-            return result
+            # the caller still holds every set of outputs the direct graphs lent: one graph more (lent while
+            # fewer than _KW_LENT_SETS are and memory allows, else copied out), captured and replayed for
+            # this call (the model is warm: no eager run, whose intermediates would come on top)
+            chosen = runner.add(entry, graphs, forward, model, static_args, more)
+            if chosen is None:
+                return forward(model, *args)
         chosen.graph.replay()
         if chosen.lent:
             return _kw_map_tensors(chosen.outputs, lambda t: t.detach())
@@ -198,12 +202,20 @@ class _KwGraph:
         self.baseline = [_kw_uses(t) for t in self.tensors]
         self.memory = [_kw_memory(t) for t in self.tensors]
         self.lent = lent and None not in self.baseline
+        self.footprint = 0      # bytes the capture reserved (a new pool's scratch and outputs)
 
     def free(self):
         """No tensor but this graph's holds its outputs' memory, still where the graph writes (a caller's
         `resize_` of an alias would have moved it: that graph is never replayed again)."""
         return all(_kw_uses(t) == uses and _kw_memory(t) == at
                    for t, uses, at in zip(self.tensors, self.baseline, self.memory))
+
+
+def _kw_room(graph):
+    """Whether the device has room for another pool the size of `graph`'s, twice over (a lent graph's
+    scratch is its own: the judge and other tasks share the GPU)."""
+    free, _ = torch.cuda.mem_get_info()
+    return free > 2 * graph.footprint
 
 
 def _kw_lendable(outputs, read):
@@ -275,27 +287,31 @@ class _KwRunner:
         return True
 
     def add(self, entry, graphs, forward, model, args, lend):
-        """One more graph of forward(model, *args) for one of the key's paths (`graphs`): lent, in a pool of
-        its own (a failed capture then only ends the lending), or copied out, in the key's pool."""
+        """One more graph of forward(model, *args) for one of the key's paths (`graphs`), or None: lent, in a
+        pool of its own (a failed capture then only ends the lending), or copied out, in the key's pool."""
         graph = self.record(forward, model, args, None if lend else entry.pool, entry.held, lend,
                             fatal=not lend)
         if graph is not None:
             graphs.append(graph)
         elif lend:
             entry.lending_failed = True
+        return graph
 
     def record(self, forward, model, args, pool, held, lend, fatal=True):
         """The graph of forward(model, *args) (lent if `lend` and its outputs are its own memory), or None
         after a failed capture, which (if `fatal`) turns replay off for this model (capturing runs nothing:
         the call's result comes from elsewhere)."""
         graph, outputs, caught = torch.cuda.CUDAGraph(), None, _KwCaught()
+        reserved = torch.cuda.memory_reserved()
         with caught, torch.no_grad(), torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             outputs = forward(model, *args)
         if caught.failure is not None:
             if fatal:
                 self.failure, self.entries = caught.failure, {}
             return None
-        return _KwGraph(graph, outputs, lend and _kw_lendable(outputs, [*args, *held]))
+        made = _KwGraph(graph, outputs, lend and _kw_lendable(outputs, [*args, *held]))
+        made.footprint = torch.cuda.memory_reserved() - reserved
+        return made
 
 
 class _KwCaught:
