@@ -719,11 +719,13 @@ def _time_plan(variant: Variant, problem: Problem, runs: int = 10, replayable: b
 
 def _graph_of(run: Callable[[], object]) -> Callable[[], None] | None:
     """A CUDA graph's replay of `run()` (already warmed up), or None when it cannot be captured."""
-    graph = torch.cuda.CUDAGraph()
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.current_stream()
     try:
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             run()
     except RuntimeError:
+        if torch.cuda.current_stream() != stream:
+            torch.cuda.set_stream(stream)   # a capture that failed at its end leaves its stream current
         torch.cuda.synchronize()
         return None
     return graph.replay

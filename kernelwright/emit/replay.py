@@ -35,7 +35,8 @@ The rules, each for a way a graph could give a wrong answer:
   graph captured later into a shared pool may be given an earlier graph's scratch memory for its outputs,
   which that graph's replay overwrites. The copying graph and the copied-out ones share the first direct
   graph's pool, as before. So a key holds at most _KW_LENT_SETS pools of scratch memory (the second only
-  once a caller held a result across a call). Outputs that share memory with anything the graph reads
+  once a caller held a result across a call), and one more after the direct graph moved (the first
+  pool, kept by the copying graph). Outputs that share memory with anything the graph reads
   (an argument, a static input, a parameter or buffer), or a torch that cannot count a storage's users,
   are always copied out. What a caller must not do with a lent result (as with any memory it frees):
   drop it while work queued on another stream still reads it (`record_stream` is not seen), or keep only
@@ -43,7 +44,8 @@ The rules, each for a way a graph could give a wrong answer:
   train-mode Conv2d + BatchNorm forward of 0.6 ms take 0.17 ms more (its 252 MB output; H100);
 - the eager path runs instead whenever a graph cannot be right or cannot be made: gradients wanted (an
   argument requires grad), an argument on the CPU or with overlapping memory (an expanded view), an
-  unhashable non-tensor argument, no tensor argument at all, a stream already capturing, or a capture
+  unhashable non-tensor argument, no tensor argument at all, an argument on another device than the
+  current one (a graph captures on the current device's streams), a stream already capturing, or a capture
   that failed (then this model never tries again: the reason is kept in `_kw_replay_failure(model)`);
 - replay runs under `torch.no_grad()`: the generated kernels have no backward anyway;
 - a model's graphs live in a module-level weak dictionary (not on the module: `deepcopy`, `state_dict`
@@ -120,6 +122,8 @@ def _kw_replay_key(model, args):
         if isinstance(value, torch.Tensor):
             if value.device.type != "cuda" or value.requires_grad or not _kw_dense(value):
                 return None
+            if value.device.index != torch.cuda.current_device():
+                return None     # graphs capture on the current device's streams
             parts.append((tuple(value.shape), value.stride(), value.dtype, value.device.index))
         elif getattr(type(value), "__hash__", None) is None:
             return None
@@ -268,7 +272,7 @@ class _KwRunner:
         first = self.record(forward, model, args, None, entry.held, lend=True)
         if first is None:
             return
-        entry.direct, entry.pointers = [first], pointers
+        entry.direct, entry.pointers, entry.lending_failed = [first], pointers, False
         entry.elsewhere, entry.recaptures = None, entry.recaptures + 1
 
     def copying(self, entry, forward, model, args):
@@ -293,7 +297,7 @@ class _KwRunner:
                             fatal=not lend)
         if graph is not None:
             graphs.append(graph)
-        elif lend:
+        if lend and (graph is None or not graph.lent):
             entry.lending_failed = True
         return graph
 
@@ -302,9 +306,15 @@ class _KwRunner:
         after a failed capture, which (if `fatal`) turns replay off for this model (capturing runs nothing:
         the call's result comes from elsewhere)."""
         graph, outputs, caught = torch.cuda.CUDAGraph(), None, _KwCaught()
-        reserved = torch.cuda.memory_reserved()
+        # what a capture does first anyway (torch.cuda.graph empties the cache), so that the reserved bytes
+        # it adds are the new pool's
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        reserved, stream = torch.cuda.memory_reserved(), torch.cuda.current_stream()
         with caught, torch.no_grad(), torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             outputs = forward(model, *args)
+        if torch.cuda.current_stream() != stream:
+            torch.cuda.set_stream(stream)   # a capture that failed at its end leaves its stream current
         if caught.failure is not None:
             if fatal:
                 self.failure, self.entries = caught.failure, {}

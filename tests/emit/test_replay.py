@@ -96,6 +96,7 @@ def test_expanded_views_are_not_dense():
 class _Graph:
     capturing = None
     captures: list = []      # (pool, graph) in capture order
+    fail = False             # the next captures raise
 
     def __init__(self):
         self.replays, self.call, self.outputs, self.pool_id = 0, None, None, None
@@ -129,7 +130,11 @@ class _Torch:
     cuda = type("cuda", (), {"CUDAGraph": _Graph, "graph": _Capture,
                              "is_current_stream_capturing": staticmethod(lambda: False),
                              "memory_reserved": staticmethod(lambda device=None: 0),
-                             "mem_get_info": staticmethod(lambda device=None: (_Torch.free_bytes, 1 << 40))})
+                             "mem_get_info": staticmethod(lambda device=None: (_Torch.free_bytes, 1 << 40)),
+                             "synchronize": staticmethod(lambda: None),
+                             "empty_cache": staticmethod(lambda: None),
+                             "current_stream": staticmethod(lambda: "stream"),
+                             "set_stream": staticmethod(lambda stream: None)})
 
     def __getattr__(self, name):
         return getattr(torch, name)
@@ -149,8 +154,13 @@ def _forward(alias_input=False):
 
     def forward(model, x):
         if _Graph.capturing is not None:
+            if _Graph.fail:
+                raise RuntimeError("capture failed")
+            # a capture runs nothing: its outputs hold garbage until a replay
             _Graph.capturing.call = lambda: compute(x)
-            _Graph.capturing.outputs = compute(x)
+            garbage = [t if t.data_ptr() == x.data_ptr() else torch.full_like(t, float("nan"))
+                       for t in compute(x)]
+            _Graph.capturing.outputs = tuple(garbage)
             return _Graph.capturing.outputs
         return compute(x)
     return forward
@@ -287,3 +297,54 @@ def test_no_more_lent_graphs_without_room_for_their_pool():
     graphs = _graphs(rt, model)
     assert [g.lent for g in graphs] == [True, False] and graphs[1].graph.pool() is first.graph.pool()
     assert torch.equal(y, torch.full((5,), 9.0)) and torch.equal(held[0], torch.full((5,), 1.0))
+
+
+def test_a_recaptured_direct_graph_lends_from_a_pool_of_its_own():
+    """Arguments that settle at new addresses move the direct graph (recapture): the new lent graph is the
+    first of a new pool, while the copying graph stays in the first one; a result lent before stays."""
+    rt, model, forward = _lending_runtime(), _Model(), _forward()
+    x, other = torch.zeros(5), torch.zeros(5)
+    call = lambda a: rt["_kw_replay"](model, forward, lambda m: (), (a,))   # noqa: E731
+    _Graph.captures = []
+    call(x)
+    x.fill_(1)
+    old, _ = call(x)                          # lent by the first direct graph
+    other.fill_(2)
+    call(other), call(other)                  # the copying graph, then the recapture there
+    other.fill_(3)
+    moved, _ = call(other)
+    (entry,) = rt["_kw_runner"](model).entries.values()
+    assert entry.recaptures == 1 and entry.direct[0].lent
+    first_in_pool = {}
+    for pool, graph in _Graph.captures:
+        first_in_pool.setdefault(id(pool), graph)
+    assert first_in_pool[id(entry.direct[0].graph.pool())] is entry.direct[0].graph
+    assert all(g.graph.pool() is entry.pool for g in entry.copying)
+    assert torch.equal(old, torch.full((5,), 3.0)) and torch.equal(moved, torch.full((5,), 7.0))
+
+
+def test_a_failed_capture_of_a_second_lent_graph_only_ends_the_lending():
+    rt, model, forward, x = _lending_runtime(), _Model(), _forward(), torch.zeros(5)
+    call = lambda: rt["_kw_replay"](model, forward, lambda m: (), (x,))   # noqa: E731
+    call()
+    held = call()
+    _Graph.fail = True
+    try:
+        x.fill_(2)
+        y, _ = call()                         # a second lent graph cannot be captured: this call eagerly
+    finally:
+        _Graph.fail = False
+    (entry,) = rt["_kw_runner"](model).entries.values()
+    assert entry.lending_failed and rt["_kw_replay_failure"](model) is None
+    assert torch.equal(y, torch.full((5,), 5.0)) and torch.equal(held[0], torch.full((5,), 1.0))
+    x.fill_(3)
+    z, _ = call()                             # a copied-out graph in the key's pool serves it
+    assert torch.equal(z, torch.full((5,), 7.0)) and [g.lent for g in entry.direct] == [True, False]
+    _Graph.fail = True
+    try:
+        del z
+        call()                                # the lent graph is free again: replayed, no capture
+        w = call()                            # held again: the copied-out graph, no capture either
+    finally:
+        _Graph.fail = False
+    assert rt["_kw_replay_failure"](model) is None and torch.equal(w[0], torch.full((5,), 7.0))

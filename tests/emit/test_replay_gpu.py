@@ -248,4 +248,14 @@ def test_lent_outputs_survive_other_graphs_of_the_key():
             torch.testing.assert_close(previous, want)
         previous, want = y, torch.full_like(x, 3.0 * (2 * k + 1))
     torch.testing.assert_close(previous, want)
+    # held across the direct graph moving to new addresses (recapture) and its replays there
+    x2.fill_(1.0)
+    call(x2), call(x2)
+    moved = [call(x2) for _ in range(3)]
+    torch.cuda.synchronize()
+    torch.testing.assert_close(previous, want)
+    for out in moved:
+        torch.testing.assert_close(out, torch.full_like(x2, 9.0))
     assert rt["_kw_replay_failure"](model) is None
+    (entry,) = rt["_kw_runner"](model).entries.values()
+    assert entry.recaptures == 1
