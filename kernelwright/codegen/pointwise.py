@@ -485,13 +485,12 @@ def _band(operand: Operand, group: FusedGroup, sizes: tuple[int, ...], broadcast
     if len(runs) > 2:
         return contiguous
     (a, c), (a1, c1) = runs[-1], runs[0]
+    inner, extent = math.prod(sizes[c:]), math.prod(sizes[a:c])
     expected = _band_strides(sizes, a, c)
     if len(runs) == 2:
-        extent = math.prod(sizes[a:c])
         expected = tuple(e + s * extent for e, s in zip(expected, _band_strides(sizes, a1, c1), strict=True))
     if any(size != 1 and stride != want for size, stride, want in zip(sizes, strides, expected, strict=True)):
         return contiguous
-    inner, extent = math.prod(sizes[c:]), math.prod(sizes[a:c])
     if extent == numel or not broadcast:
         return contiguous
     if len(runs) == 1:

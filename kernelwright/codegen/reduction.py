@@ -532,8 +532,7 @@ class _RowKernel:
                 decls.append(f"float u{i}[VEC];")
                 inner.append(f"u{i}[j] = {x};")
                 after.append(f"{field}.update_vec<VEC>(u{i});")
-        scratch = "THREADS" if column else "THREADS / 32"
-        reduce = "column_reduce<WARPS>" if column else "group_reduce<WARPS, LANES>"
+        reduce, scratch = _reducer(column)
         slots = "32" if column else "ROWS_PER_BLOCK"
         lines = [f"  // ---- pass {p}"]
         if p == 0 and self.cached:
@@ -562,8 +561,7 @@ class _RowKernel:
         last of the row's blocks to arrive (a counter per row or tile, zeroed by the launcher) combines
         all of them in rank order (the result does not depend on which block is last); the others are
         done."""
-        reduce, scratch = ("column_reduce<WARPS>", "THREADS") if column else ("group_reduce<WARPS, LANES>",
-                                                                             "THREADS / 32")
+        reduce, scratch = _reducer(column)
         if self.one_launch:
             # phase 2: every block waits for the row's partials (a cooperative launch: all blocks resident)
             arrive = ["    if (threadIdx.x == 0) {",
@@ -801,3 +799,8 @@ def _ir_comment(group: FusedGroup) -> str:
     from kernelwright.ir.graph import Graph
 
     return format_graph(Graph(inputs=(), params=(), outputs=group.outputs))
+
+
+def _reducer(column: bool) -> tuple[str, str]:
+    """(the kw:: function that reduces one pass's accumulators over a block, its scratch's length)."""
+    return ("column_reduce<WARPS>", "THREADS") if column else ("group_reduce<WARPS, LANES>", "THREADS / 32")

@@ -187,11 +187,10 @@ def _kw_memory(t):
 
 
 def _kw_flat(value):
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _kw_flat(v)]
-    return []
+    """The tensors in `value` (a tensor, or tuples and lists of them), in order."""
+    found = []
+    _kw_map_tensors(value, found.append)
+    return found
 
 
 class _KwGraph:
@@ -200,13 +199,13 @@ class _KwGraph:
     none of them any more: each output's memory is then held by exactly as many tensors as right after
     the capture (`baseline`). A graph that is not lent has its outputs copied out after every replay."""
 
-    def __init__(self, graph, outputs, lent):
+    def __init__(self, graph, outputs, lent, footprint):
         self.graph, self.outputs = graph, outputs
         self.tensors = _kw_flat(outputs)
         self.baseline = [_kw_uses(t) for t in self.tensors]
         self.memory = [_kw_memory(t) for t in self.tensors]
         self.lent = lent and None not in self.baseline
-        self.footprint = 0      # bytes the capture reserved (a new pool's scratch and outputs)
+        self.footprint = footprint      # bytes the capture reserved (a new pool's scratch and outputs)
 
     def free(self):
         """No tensor but this graph's holds its outputs' memory, still where the graph writes (a caller's
@@ -249,7 +248,7 @@ class _KwEntry:
         self.direct, self.pool = [first], first.graph.pool()
         self.copying, self.inputs, self.static_args = [], None, None
         self.elsewhere, self.recaptures = None, 0   # the previous call's addresses when not `pointers`
-        self.lending_failed = False                 # a capture of one more lent graph failed: none more
+        self.lending_failed = False                 # one more lent graph failed or was not lendable
 
 
 class _KwRunner:
@@ -319,14 +318,13 @@ class _KwRunner:
             if fatal:
                 self.failure, self.entries = caught.failure, {}
             return None
-        made = _KwGraph(graph, outputs, lend and _kw_lendable(outputs, [*args, *held]))
-        made.footprint = torch.cuda.memory_reserved() - reserved
-        return made
+        return _KwGraph(graph, outputs, lend and _kw_lendable(outputs, [*args, *held]),
+                        torch.cuda.memory_reserved() - reserved)
 
 
 class _KwCaught:
     """Keeps the first line of an Exception raised in its block (a failed capture: it costs the replay,
-    never the call, which already has its eagerly computed result)."""
+    never the call, whose result is computed eagerly)."""
 
     def __init__(self):
         self.failure = None
