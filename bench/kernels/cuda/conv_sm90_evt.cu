@@ -1,0 +1,93 @@
+// CUTLASS sm90 implicit-GEMM convolution (fprop, NHWC, TF32 wgmma, TMA im2col) with its epilogue fused as
+// an epilogue visitor tree: y = relu(conv(x, w) + bias[k]). Route (b) of issue #20, measured beside cuDNN by
+// bench/kernels/probe_conv_sm90.py, which builds this file with -DTM/TN/TK (tile), -DSTAGES (0: as many as
+// shared memory holds), -DCM/CN (cluster). Not used by the compiler: see the results' NOTES.md for why.
+// CUTLASS 4.2's ConvUniversal accepts only the one-consumer-warpgroup, non-persistent schedule
+// (KernelImplicitTmaWarpSpecializedSm90; the cooperative and ping-pong ones are commented out in its builder).
+#include <cuda_runtime.h>
+#include <cstdint>
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/conv/convolution.h>
+#include <cutlass/conv/convnd_problem_shape.hpp>
+#include <cutlass/conv/device/conv_universal_adapter.hpp>
+#include <cutlass/conv/kernel/conv_universal.hpp>
+#include <cutlass/conv/collective/collective_builder.hpp>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+
+using namespace cute;
+namespace fu = cutlass::epilogue::fusion;
+
+// Sm90Compute instantiates the functor on Array fragments (and on the element type, for its Arguments).
+template <class T> struct Epi {};
+template <int N> struct Epi<cutlass::Array<float, N>> {
+  CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const& acc,
+                                                     cutlass::Array<float, N> const& b) const {
+    cutlass::Array<float, N> out;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) { float v = acc[i] + b[i]; out[i] = v > 0.f ? v : 0.f; }
+    return out;
+  }
+};
+
+using TileShape = Shape<Int<TM>, Int<TN>, Shape<Int<TK>>>;
+using ClusterShape = Shape<Int<CM>, Int<CN>, _1>;
+using EpiSchedule = cutlass::epilogue::TmaWarpSpecialized;
+using Bias = fu::Sm90RowBroadcast<0, TileShape, float, float, Stride<_0, _1, int64_t>, 4>;
+using Compute = fu::Sm90Compute<Epi, float, float, cutlass::FloatRoundStyle::round_to_nearest>;
+using EVT = fu::Sm90EVT<Compute, fu::Sm90AccFetch, Bias>;
+
+using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+    void, cutlass::layout::TensorNHWC, 4,
+    float, cutlass::layout::TensorNHWC, 4,
+    EpiSchedule, EVT>::CollectiveOp;
+
+using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cutlass::conv::Operator::kFprop,
+    float, cutlass::layout::TensorNHWC, 4,
+    float, cutlass::layout::TensorNHWC, 4,
+    float, TileShape, ClusterShape,
+    std::conditional_t<STAGES == 0, cutlass::conv::collective::StageCountAutoCarveout<int(sizeof(typename CollectiveEpilogue::SharedStorage))>, cutlass::conv::collective::StageCount<STAGES>>,
+    cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>::CollectiveOp;
+
+using ProblemShape = cutlass::conv::ConvProblemShape<cutlass::conv::Operator::kFprop,
+                                                     CollectiveMainloop::DispatchPolicy::NumSpatialDimensions>;
+using Kernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+using Conv = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
+
+extern "C" const char* kw_conv_launch(const float* x, const float* w, const float* bias, float* y,
+    int n, int h, int wd, int c, int k, int r, int s, int pad_h, int pad_w, int str_h, int str_w,
+    int dil_h, int dil_w, void* workspace, size_t* workspace_bytes, cudaStream_t stream) {
+  ProblemShape shape(cutlass::conv::Mode::kCrossCorrelation, {n, h, wd, c}, {k, r, s, c},
+                     {pad_h, pad_w}, {pad_h, pad_w}, {str_h, str_w}, {dil_h, dil_w}, 1);
+  const int p = (h + 2 * pad_h - dil_h * (r - 1) - 1) / str_h + 1;
+  const int q = (wd + 2 * pad_w - dil_w * (s - 1) - 1) / str_w + 1;
+  const int64_t m = int64_t(n) * p * q;
+  typename Conv::Arguments args{};
+  args.problem_shape = shape;
+  args.mainloop = {x, w};
+  args.epilogue.thread = {{}, {bias, 0.f, {_0{}, _1{}, 0}}, {}};
+  args.epilogue.ptr_C = nullptr;
+  auto& dD = args.epilogue.dD;
+  cute::for_each(cute::make_seq<cute::rank<0>(typename Kernel::StrideD{})>{}, [&](auto i) {
+    cute::get<0, i>(dD) = shape.stride_C[ProblemShape::RankT - 2 - i];
+  });
+  args.epilogue.dC = dD;
+  args.epilogue.ptr_D = y;
+  int dev = 0; cudaGetDevice(&dev);
+  args.hw_info.device_id = dev;
+  args.hw_info.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
+  Conv op;
+  if (workspace_bytes) { *workspace_bytes = Conv::get_workspace_size(args); return nullptr; }
+  cutlass::Status st = op.can_implement(args);
+  if (st != cutlass::Status::kSuccess) return "can_implement failed";
+  st = op.initialize(args, workspace, stream);
+  if (st != cutlass::Status::kSuccess) return "initialize failed";
+  st = op.run(stream);
+  if (st != cutlass::Status::kSuccess) return "run failed";
+  cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
+}

@@ -1,0 +1,121 @@
+"""Route (b) of issue #20, measured: CUTLASS's sm90 implicit-GEMM convolution with the epilogue fused
+(`cuda/conv_sm90_evt.cu`: y = relu(conv(x, w) + bias), NHWC, TF32 wgmma) against cuDNN's channels-last
+convolution alone (no bias: what our plans call) and with bias and ReLU as eager runs them. Each tile
+configuration is built with nvcc (in parallel) and loaded with ctypes; errors are against a float64 run.
+
+    python bench/kernels/probe_conv_sm90.py OUT.json [TM:TN:TK:STAGES:CM:CN ...]
+
+Prints a row per (configuration, shape); the JSON holds the same numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _timing import l2_flush, time_ms  # noqa: E402
+
+SOURCE = Path(__file__).parent / "cuda" / "conv_sm90_evt.cu"
+CONFIGS = ["128:128:32:0:1:1", "128:64:32:4:1:1", "128:128:64:0:1:1", "128:128:32:0:2:1", "64:128:32:0:1:1"]
+# (N, C, H, W), K, kernel, padding, stride, dilation: a level-2 chain's conv, a late ResNet stage, a 1x1,
+# odd sizes, one pixel
+SHAPES = [((32, 64, 128, 128), 128, 3, 1, 1, 1), ((128, 256, 14, 14), 256, 3, 1, 1, 1),
+          ((64, 128, 56, 56), 64, 1, 0, 1, 1), ((2, 4, 9, 13), 8, 3, 1, 2, 1),
+          ((8, 32, 33, 17), 64, 5, 2, 1, 2),
+          ((1, 4, 1, 1), 4, 1, 0, 1, 1), ((16, 3, 64, 64), 16, 3, 1, 1, 1)]
+
+
+def build(config: str, folder: Path) -> Path:
+    from cutlass_library import __file__ as library
+
+    root = Path(library).parent / "source"
+    tm, tn, tk, stages, cm, cn = config.split(":")
+    out = folder / f"conv_{config.replace(':', '_')}.so"
+    command = ["nvcc", "-std=c++17", "--expt-relaxed-constexpr", "-O3",
+               "-gencode=arch=compute_90a,code=sm_90a", f"-I{root / 'include'}",
+               f"-I{root / 'tools' / 'util' / 'include'}", "-Xcompiler", "-fPIC",
+               "-shared", f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DSTAGES={stages}", f"-DCM={cm}",
+               f"-DCN={cn}", "-o", str(out), str(SOURCE)]
+    subprocess.run(command, check=True, capture_output=True, text=True)
+    return out
+
+
+class Conv:
+    def __init__(self, library: Path):
+        self.launch = ctypes.CDLL(str(library)).kw_conv_launch
+        self.launch.restype = ctypes.c_char_p
+        self.workspace = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+
+    def __call__(self, x, w_krsc, bias, y, pad, stride, dil) -> str | None:
+        n, c, h, wd = x.shape
+        k, r, s, _ = w_krsc.shape
+        ints = [ctypes.c_int(v) for v in (n, h, wd, c, k, r, s, pad, pad, stride, stride, dil, dil)]
+        pointers = [ctypes.c_void_p(t.data_ptr()) for t in (x, w_krsc, bias, y)]
+        error = self.launch(*pointers, *ints, ctypes.c_void_p(self.workspace.data_ptr()), None,
+                            ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        return error.decode() if error else None
+
+
+def probe(conv: Conv, shape, k, r, pad, stride, dil, flush) -> dict:
+    torch.manual_seed(0)
+    x = torch.randn(*shape, device="cuda").contiguous(memory_format=torch.channels_last)
+    w = torch.randn(k, shape[1], r, r, device="cuda") / (shape[1] * r * r) ** 0.5
+    bias = torch.randn(k, device="cuda")
+    w_krsc = w.permute(0, 2, 3, 1).contiguous()
+    ref = torch.relu(torch.nn.functional.conv2d(x.double(), w.double(), bias.double(), stride, pad, dil))
+    y = torch.empty(ref.shape, device="cuda").contiguous(memory_format=torch.channels_last)
+    row = {"shape": list(shape), "k": k, "kernel": r, "pad": pad, "stride": stride, "dilation": dil}
+    error = conv(x, w_krsc, bias, y, pad, stride, dil)
+    if error:
+        return {**row, "error": error}
+    eager = torch.relu(torch.nn.functional.conv2d(x, w, bias, stride, pad, dil))
+    flops = 2 * y.numel() * shape[1] * r * r
+    row.update(
+        err=(y.double() - ref).abs().max().item(), eager_err=(eager.double() - ref).abs().max().item(),
+        ms=time_ms(lambda: conv(x, w_krsc, bias, y, pad, stride, dil), flush),
+        cudnn_nobias_ms=time_ms(lambda: torch.nn.functional.conv2d(x, w, None, stride, pad, dil), flush),
+        eager_ms=time_ms(lambda: torch.relu(torch.nn.functional.conv2d(x, w, bias, stride, pad, dil)), flush))
+    row["tflops"] = flops / row["ms"] / 1e9
+    row["cudnn_tflops"] = flops / row["cudnn_nobias_ms"] / 1e9
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("configs", nargs="*", default=CONFIGS)
+    args = parser.parse_args()
+    torch.backends.cudnn.allow_tf32 = True      # PyTorch's default, written out: eager's convs are TF32
+    with tempfile.TemporaryDirectory() as folder, ThreadPoolExecutor(os.cpu_count()) as pool:
+        built = list(pool.map(lambda c: build(c, Path(folder)), args.configs))
+        libraries = dict(zip(args.configs, built, strict=True))
+        flush, rows = l2_flush(), []
+        for config, library in libraries.items():
+            conv = Conv(library)
+            for shape in SHAPES:
+                row = {"config": config, **probe(conv, *shape, flush)}
+                rows.append(row)
+                if "error" in row:
+                    print(f"{config:18s} {row['shape']} k={row['k']}: {row['error']}")
+                    continue
+                print(f"{config:18s} {row['shape']} k={row['k']} r={row['kernel']}: fused {row['ms']:.3f} ms "
+                      f"({row['tflops']:.0f} TFLOP/s) | cuDNN no bias {row['cudnn_nobias_ms']:.3f} ms "
+                      f"({row['cudnn_tflops']:.0f}) | eager conv+bias+relu {row['eager_ms']:.3f} ms | "
+                      f"err {row['err']:.2g} (eager {row['eager_err']:.2g})")
+    device = torch.cuda.get_device_name()
+    report = {"device": device, "torch": torch.__version__, "rows": rows}
+    Path(args.out).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
