@@ -4,7 +4,8 @@ the call), plus every convolution of the model timed alone in NCHW and in channe
 
     python bench/kernels/profile_conv.py OUT.json PROBLEM [PROBLEM ...] [--emitted DIR]
 
-`--emitted DIR`: DIR/<problem id with / as __>.py files (from `kernelwright optimize`) are profiled too.
+`--emitted DIR`: emitted files are profiled too, found as DIR/<level>/<name>.py (a bench's
+`candidates/kernelwright` folder) or DIR/<level>__<name>.py (`kernelwright optimize` outputs).
 Prints a table per problem; the JSON holds the same numbers.
 """
 
@@ -64,6 +65,15 @@ def conv_layouts(model: torch.nn.Module, inputs: list, flush: torch.Tensor) -> l
     return out
 
 
+def _emitted(folder: str | None, problem_id: str) -> Path | None:
+    if folder is None:
+        return None
+    for path in (Path(folder) / f"{problem_id}.py", Path(folder) / (problem_id.replace("/", "__") + ".py")):
+        if path.is_file():
+            return path
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -75,8 +85,8 @@ def main() -> int:
     for problem, model, inputs in problems_on_gpu(args.problems):
         entry = {"problem": problem.id, "systems": {}}
         systems = {"eager": model, "compile": torch.compile(model)}
-        emitted = Path(args.emitted or "/nonexistent") / (problem.id.replace("/", "__") + ".py")
-        if emitted.is_file():
+        emitted = _emitted(args.emitted, problem.id)
+        if emitted is not None:
             ns: dict = {}
             exec(compile(emitted.read_text(), str(emitted), "exec"), ns)
             systems["kernelwright"] = problem.build_model(device="cuda", model_class=ns["ModelNew"])
