@@ -3,7 +3,10 @@
 convolution alone (no bias: what our plans call) and with bias and ReLU as eager runs them. Each tile
 configuration is built with nvcc (in parallel) and loaded with ctypes; errors are against a float64 run.
 
-    python bench/kernels/probe_conv_sm90.py OUT.json [TM:TN:TK:STAGES:CM:CN ...]
+    python bench/kernels/probe_conv_sm90.py OUT.json [TM:TN:TK:STAGES:CM:CN[:pp] ...]
+
+`:pp` builds the configuration under `cuda/kw_conv_pingpong.cuh` (persistent, two consumer warpgroups
+taking alternate tiles) instead of CUTLASS's ConvUniversal; STAGES 0: as many as shared memory holds.
 
 Prints a row per (configuration, shape); the JSON holds the same numbers.
 """
@@ -26,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _timing import l2_flush, time_ms  # noqa: E402
 
 SOURCE = Path(__file__).parent / "cuda" / "conv_sm90_evt.cu"
-CONFIGS = ["128:128:32:0:1:1", "128:64:32:4:1:1", "128:128:64:0:1:1", "128:128:32:0:2:1", "64:128:32:0:1:1"]
+CONFIGS = ["128:128:32:0:1:1", "128:64:32:4:1:1", "128:128:32:0:1:1:pp", "128:64:32:0:1:1:pp",
+           "128:128:64:0:1:1:pp", "64:128:32:0:1:1:pp"]
 # (N, C, H, W), K, kernel, padding, stride, dilation: a level-2 chain's conv, a late ResNet stage, a 1x1,
 # odd sizes, one pixel
 SHAPES = [((32, 64, 128, 128), 128, 3, 1, 1, 1), ((128, 256, 14, 14), 256, 3, 1, 1, 1),
@@ -35,19 +39,21 @@ SHAPES = [((32, 64, 128, 128), 128, 3, 1, 1, 1), ((128, 256, 14, 14), 256, 3, 1,
           ((1, 4, 1, 1), 4, 1, 0, 1, 1), ((16, 3, 64, 64), 16, 3, 1, 1, 1)]
 
 
-def build(config: str, folder: Path) -> Path:
+def build(config: str, folder: Path) -> Path | str:
+    """The built library of one configuration, or why nvcc failed."""
     from cutlass_library import __file__ as library
 
     root = Path(library).parent / "source"
-    tm, tn, tk, stages, cm, cn = config.split(":")
+    tm, tn, tk, stages, cm, cn, *kernel = config.split(":")
     out = folder / f"conv_{config.replace(':', '_')}.so"
     command = ["nvcc", "-std=c++17", "--expt-relaxed-constexpr", "-O3",
                "-gencode=arch=compute_90a,code=sm_90a", f"-I{root / 'include'}",
                f"-I{root / 'tools' / 'util' / 'include'}", "-Xcompiler", "-fPIC",
                "-shared", f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DSTAGES={stages}", f"-DCM={cm}",
-               f"-DCN={cn}", "-o", str(out), str(SOURCE)]
-    subprocess.run(command, check=True, capture_output=True, text=True)
-    return out
+               f"-DCN={cn}", f"-DPINGPONG={int(kernel == ['pp'])}", "-o", str(out), str(SOURCE)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    errors = [line for line in done.stdout.splitlines() + done.stderr.splitlines() if "error" in line]
+    return out if done.returncode == 0 else f"build failed: {' | '.join(errors[:3])[:300]}"
 
 
 class Conv:
@@ -90,30 +96,55 @@ def probe(conv: Conv, shape, k, r, pad, stride, dil, flush) -> dict:
     return row
 
 
+def probe_library(config: str, library: Path) -> list[dict]:
+    """Every shape on one built configuration (run in a child process: a kernel that hangs costs its
+    configuration only)."""
+    torch.backends.cudnn.allow_tf32 = True      # PyTorch's default, written out: eager's convs are TF32
+    conv, flush = Conv(library), l2_flush()
+    return [{"config": config, **probe(conv, *shape, flush)} for shape in SHAPES]
+
+
+def print_row(row: dict) -> None:
+    head = f"{row['config']:20s} {row.get('shape')} k={row.get('k')}"
+    if "error" in row:
+        print(f"{head}: {row['error']}")
+        return
+    print(f"{head} r={row['kernel']}: fused {row['ms']:.3f} ms ({row['tflops']:.0f} TFLOP/s) | cuDNN no bias "
+          f"{row['cudnn_nobias_ms']:.3f} ms ({row['cudnn_tflops']:.0f}) | eager conv+bias+relu "
+          f"{row['eager_ms']:.3f} ms | err {row['err']:.2g} (eager {row['eager_err']:.2g})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("configs", nargs="*", default=CONFIGS)
+    parser.add_argument("--library", help=argparse.SUPPRESS)    # the child process: probe this build
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds a configuration may run")
     args = parser.parse_args()
-    torch.backends.cudnn.allow_tf32 = True      # PyTorch's default, written out: eager's convs are TF32
+    if args.library:
+        Path(args.out).write_text(json.dumps(probe_library(args.configs[0], Path(args.library))))
+        return
+    rows = []
     with tempfile.TemporaryDirectory() as folder, ThreadPoolExecutor(os.cpu_count()) as pool:
         built = list(pool.map(lambda c: build(c, Path(folder)), args.configs))
-        libraries = dict(zip(args.configs, built, strict=True))
-        flush, rows = l2_flush(), []
-        for config, library in libraries.items():
-            conv = Conv(library)
-            for shape in SHAPES:
-                row = {"config": config, **probe(conv, *shape, flush)}
-                rows.append(row)
-                if "error" in row:
-                    print(f"{config:18s} {row['shape']} k={row['k']}: {row['error']}")
-                    continue
-                print(f"{config:18s} {row['shape']} k={row['k']} r={row['kernel']}: fused {row['ms']:.3f} ms "
-                      f"({row['tflops']:.0f} TFLOP/s) | cuDNN no bias {row['cudnn_nobias_ms']:.3f} ms "
-                      f"({row['cudnn_tflops']:.0f}) | eager conv+bias+relu {row['eager_ms']:.3f} ms | "
-                      f"err {row['err']:.2g} (eager {row['eager_err']:.2g})")
-    device = torch.cuda.get_device_name()
-    report = {"device": device, "torch": torch.__version__, "rows": rows}
+        for config, library in zip(args.configs, built, strict=True):
+            if isinstance(library, str):
+                print_row({"config": config, "error": library})
+                rows.append({"config": config, "error": library})
+                continue
+            part = Path(folder) / "rows.json"
+            command = [sys.executable, __file__, str(part), config, "--library", str(library)]
+            try:
+                done = subprocess.run(command, timeout=args.timeout, capture_output=True, text=True)
+                found = json.loads(part.read_text()) if done.returncode == 0 else [
+                    {"config": config, "error": f"exit {done.returncode}: {done.stderr.strip()[-300:]}"}]
+            except subprocess.TimeoutExpired:
+                found = [{"config": config, "error": f"no result in {args.timeout:.0f} s (a hang?)"}]
+            part.unlink(missing_ok=True)
+            for row in found:
+                print_row(row)
+            rows += found
+    report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}
     Path(args.out).write_text(json.dumps(report, indent=1))
 
 

@@ -15,6 +15,11 @@
 #include <cutlass/conv/collective/collective_builder.hpp>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include "kw_conv_pingpong.cuh"
+
+#ifndef PINGPONG
+#define PINGPONG 0
+#endif
 
 using namespace cute;
 namespace fu = cutlass::epilogue::fusion;
@@ -57,37 +62,57 @@ using ProblemShape = cutlass::conv::ConvProblemShape<cutlass::conv::Operator::kF
                                                      CollectiveMainloop::DispatchPolicy::NumSpatialDimensions>;
 using Kernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
 using Conv = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
+// -DPINGPONG=1: the same mainloop and epilogue under kw_conv_pingpong.cuh's persistent ping-pong kernel
+using Pingpong = kw::ConvPingpong<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+static_assert(Pingpong::SharedStorageSize <= 232448, "over the H100's 227 KB of shared memory a block");
 
-extern "C" const char* kw_conv_launch(const float* x, const float* w, const float* bias, float* y,
-    int n, int h, int wd, int c, int k, int r, int s, int pad_h, int pad_w, int str_h, int str_w,
-    int dil_h, int dil_w, void* workspace, size_t* workspace_bytes, cudaStream_t stream) {
+template <class Arguments>
+Arguments arguments(const float* x, const float* w, const float* bias, float* y, int n, int h, int wd, int c,
+                    int k, int r, int s, int pad_h, int pad_w, int str_h, int str_w, int dil_h, int dil_w) {
   ProblemShape shape(cutlass::conv::Mode::kCrossCorrelation, {n, h, wd, c}, {k, r, s, c},
                      {pad_h, pad_w}, {pad_h, pad_w}, {str_h, str_w}, {dil_h, dil_w}, 1);
-  const int p = (h + 2 * pad_h - dil_h * (r - 1) - 1) / str_h + 1;
-  const int q = (wd + 2 * pad_w - dil_w * (s - 1) - 1) / str_w + 1;
-  const int64_t m = int64_t(n) * p * q;
-  typename Conv::Arguments args{};
+  Arguments args{};
   args.problem_shape = shape;
   args.mainloop = {x, w};
   args.epilogue.thread = {{}, {bias, 0.f, {_0{}, _1{}, 0}}, {}};
   args.epilogue.ptr_C = nullptr;
   auto& dD = args.epilogue.dD;
-  cute::for_each(cute::make_seq<cute::rank<0>(typename Kernel::StrideD{})>{}, [&](auto i) {
+  cute::for_each(cute::make_seq<cute::rank<0>(typename CollectiveEpilogue::StrideD{})>{}, [&](auto i) {
     cute::get<0, i>(dD) = shape.stride_C[ProblemShape::RankT - 2 - i];
   });
   args.epilogue.dC = dD;
   args.epilogue.ptr_D = y;
-  int dev = 0; cudaGetDevice(&dev);
+  int dev = 0;
+  cudaGetDevice(&dev);
   args.hw_info.device_id = dev;
   args.hw_info.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(dev);
+  return args;
+}
+
+extern "C" const char* kw_conv_launch(const float* x, const float* w, const float* bias, float* y,
+    int n, int h, int wd, int c, int k, int r, int s, int pad_h, int pad_w, int str_h, int str_w,
+    int dil_h, int dil_w, void* workspace, size_t* workspace_bytes, cudaStream_t stream) {
+#if PINGPONG
+  auto args = arguments<Pingpong::Arguments>(x, w, bias, y, n, h, wd, c, k, r, s, pad_h, pad_w, str_h, str_w,
+                                             dil_h, dil_w);
+  if (workspace_bytes) { *workspace_bytes = 0; return nullptr; }
+  if (!Pingpong::can_implement(args)) return "can_implement failed";
+  auto params = Pingpong::to_underlying_arguments(args, workspace);
+  auto kernel = kw::conv_pingpong_kernel<Pingpong>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       Pingpong::SharedStorageSize);
+  if (e != cudaSuccess) return cudaGetErrorString(e);
+  kernel<<<Pingpong::get_grid_shape(params), Pingpong::get_block_shape(), Pingpong::SharedStorageSize, stream>>>(
+      params);
+#else
+  auto args = arguments<Conv::Arguments>(x, w, bias, y, n, h, wd, c, k, r, s, pad_h, pad_w, str_h, str_w,
+                                         dil_h, dil_w);
   Conv op;
   if (workspace_bytes) { *workspace_bytes = Conv::get_workspace_size(args); return nullptr; }
-  cutlass::Status st = op.can_implement(args);
-  if (st != cutlass::Status::kSuccess) return "can_implement failed";
-  st = op.initialize(args, workspace, stream);
-  if (st != cutlass::Status::kSuccess) return "initialize failed";
-  st = op.run(stream);
-  if (st != cutlass::Status::kSuccess) return "run failed";
-  cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? nullptr : cudaGetErrorString(e);
+  if (op.can_implement(args) != cutlass::Status::kSuccess) return "can_implement failed";
+  if (op.initialize(args, workspace, stream) != cutlass::Status::kSuccess) return "initialize failed";
+  if (op.run(stream) != cutlass::Status::kSuccess) return "run failed";
+#endif
+  cudaError_t error = cudaGetLastError();
+  return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
 }
