@@ -55,16 +55,18 @@ using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder
     float, cutlass::layout::TensorNHWC, 4,
     float, cutlass::layout::TensorNHWC, 4,
     float, TileShape, ClusterShape,
-    std::conditional_t<STAGES == 0, cutlass::conv::collective::StageCountAutoCarveout<int(sizeof(typename CollectiveEpilogue::SharedStorage))>, cutlass::conv::collective::StageCount<STAGES>>,
+    std::conditional_t<STAGES == 0, cutlass::conv::collective::StageCountAutoCarveout<int(sizeof(typename CollectiveEpilogue::SharedStorage)) + (PINGPONG ? 1024 : 0)>, cutlass::conv::collective::StageCount<STAGES>>,
     cutlass::conv::KernelImplicitTmaWarpSpecializedSm90>::CollectiveOp;
 
 using ProblemShape = cutlass::conv::ConvProblemShape<cutlass::conv::Operator::kFprop,
                                                      CollectiveMainloop::DispatchPolicy::NumSpatialDimensions>;
 using Kernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
 using Conv = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
-// -DPINGPONG=1: the same mainloop and epilogue under kw_conv_pingpong.cuh's persistent ping-pong kernel
+#if PINGPONG
+// the same mainloop and epilogue under kw_conv_pingpong.cuh's persistent ping-pong kernel
 using Pingpong = kw::ConvPingpong<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
 static_assert(Pingpong::SharedStorageSize <= 232448, "over the H100's 227 KB of shared memory a block");
+#endif
 
 template <class Arguments>
 Arguments arguments(const float* x, const float* w, const float* bias, float* y, int n, int h, int wd, int c,
@@ -95,8 +97,11 @@ extern "C" const char* kw_conv_launch(const float* x, const float* w, const floa
 #if PINGPONG
   auto args = arguments<Pingpong::Arguments>(x, w, bias, y, n, h, wd, c, k, r, s, pad_h, pad_w, str_h, str_w,
                                              dil_h, dil_w);
-  if (workspace_bytes) { *workspace_bytes = 0; return nullptr; }
+  if (workspace_bytes) { *workspace_bytes = Pingpong::get_workspace_size(args); return nullptr; }
   if (!Pingpong::can_implement(args)) return "can_implement failed";
+  if (Pingpong::initialize_workspace(args, workspace, stream) != cutlass::Status::kSuccess) {
+    return "initialize failed";
+  }
   auto params = Pingpong::to_underlying_arguments(args, workspace);
   auto kernel = kw::conv_pingpong_kernel<Pingpong>;
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

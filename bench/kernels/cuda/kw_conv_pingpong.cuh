@@ -40,6 +40,8 @@ class ConvPingpong {
   using EpilogueArguments = typename CollectiveEpilogue::Arguments;
   using EpilogueParams = typename CollectiveEpilogue::Params;
   static_assert(cute::size(ClusterShape{}) == 1, "cluster 1x1x1 only");
+  // fprop only: its L mode is 1 (a strided dgrad's tiles would all write l = 0 here)
+  static_assert(DispatchPolicy::ConvOp == cutlass::conv::Operator::kFprop, "fprop only");
 
   using TileScheduler = typename cutlass::gemm::kernel::detail::TileSchedulerSelector<
       cutlass::gemm::PersistentScheduler, ArchTag, TileShape, ClusterShape>::Scheduler;
@@ -100,13 +102,24 @@ class ConvPingpong {
     constexpr uint32_t NumEpilogueSubTiles = CollectiveEpilogue::get_store_pipe_increment(TileShape{});
     return {
       problem_shape_mnkl,
-      CollectiveMainloop::to_underlying_arguments(args.problem_shape, args.mainloop, workspace),
+      CollectiveMainloop::to_underlying_arguments(args.problem_shape, args.mainloop, nullptr),
       CollectiveEpilogue::to_underlying_arguments(transformed, args.epilogue, workspace),
       hw_info,
       TileScheduler::to_underlying_arguments(cute::append<4>(problem_shape_mnkl, cute::Int<1>{}), TileShape{},
                                              ClusterShape{}, hw_info, args.scheduler, nullptr,
                                              NumEpilogueSubTiles),
     };
+  }
+
+  // The epilogue's workspace (a visitor tree with a reduction node needs one, zeroed); the mainloop needs none.
+  static size_t get_workspace_size(Arguments const& args) {
+    auto transformed = cutlass::conv::detail::get_transformed_problem_shape_MNKL(args.problem_shape);
+    return CollectiveEpilogue::get_workspace_size(transformed, args.epilogue);
+  }
+
+  static cutlass::Status initialize_workspace(Arguments const& args, void* workspace, cudaStream_t stream) {
+    auto transformed = cutlass::conv::detail::get_transformed_problem_shape_MNKL(args.problem_shape);
+    return CollectiveEpilogue::initialize_workspace(transformed, args.epilogue, workspace, stream, nullptr);
   }
 
   static bool can_implement(Arguments const& args) {
@@ -117,7 +130,13 @@ class ConvPingpong {
   }
 
   static dim3 get_grid_shape(Params const& params) {
-    TileSchedulerArguments args{};
+    TileSchedulerArguments args{};      // the raster order and swizzle the scheduler's parameters were made with
+    if constexpr (!std::is_const_v<decltype(args.max_swizzle_size)>) {
+      args.max_swizzle_size = 1 << params.scheduler.log_swizzle_size_;
+    }
+    args.raster_order = params.scheduler.raster_order_ == TileScheduler::RasterOrder::AlongN
+                            ? TileScheduler::RasterOrderOptions::AlongN
+                            : TileScheduler::RasterOrderOptions::AlongM;
     return TileScheduler::get_grid_shape(params.scheduler, cute::append<4>(params.problem_shape, cute::Int<1>{}),
                                          TileShape{}, ClusterShape{}, params.hw_info, args);
   }
@@ -287,6 +306,10 @@ class ConvPingpong {
         work_tile_info = scheduler.get_current_work();
       }
     }
+#elif defined(__CUDA_ARCH__)
+    // wgmma and setmaxnreg exist only on sm_90a: a build for plain sm_90 must fail loudly, not write nothing
+    printf("kw::ConvPingpong: built without sm_90a features (compile with -arch=sm_90a)\n");
+    __trap();
 #endif
   }
 };
