@@ -3,10 +3,12 @@
 convolution alone (no bias: what our plans call) and with bias and ReLU as eager runs them. Each tile
 configuration is built with nvcc (in parallel) and loaded with ctypes; errors are against a float64 run.
 
-    python bench/kernels/probe_conv_sm90.py OUT.json [TM:TN:TK:STAGES:CM:CN[:pp] ...]
+    python bench/kernels/probe_conv_sm90.py OUT.json [TM:TN:TK:STAGES:CM:CN[:pp][:stats] ...]
 
 `:pp` builds the configuration under `cuda/kw_conv_pingpong.cuh` (persistent, two consumer warpgroups
-taking alternate tiles) instead of CUTLASS's ConvUniversal; STAGES 0: as many as shared memory holds.
+taking alternate tiles) instead of CUTLASS's ConvUniversal; `:stats` (with `:pp`) also sums each channel's
+y and y*y in the epilogue (a following BatchNorm's statistics), checked against float64 sums of y;
+STAGES 0: as many as shared memory holds.
 
 Prints a row per (configuration, shape); the JSON holds the same numbers.
 """
@@ -30,7 +32,7 @@ from _timing import l2_flush, time_ms  # noqa: E402
 
 SOURCE = Path(__file__).parent / "cuda" / "conv_sm90_evt.cu"
 CONFIGS = ["128:128:32:0:1:1", "128:64:32:4:1:1", "128:128:32:0:1:1:pp", "128:64:32:0:1:1:pp",
-           "128:128:64:0:1:1:pp", "64:128:32:0:1:1:pp"]
+           "128:128:64:0:1:1:pp", "64:128:32:0:1:1:pp", "128:128:32:0:1:1:pp:stats"]
 # (N, C, H, W), K, kernel, padding, stride, dilation: a level-2 chain's conv, a late ResNet stage, a 1x1,
 # odd sizes, one pixel
 SHAPES = [((32, 64, 128, 128), 128, 3, 1, 1, 1), ((128, 256, 14, 14), 256, 3, 1, 1, 1),
@@ -44,31 +46,37 @@ def build(config: str, folder: Path) -> Path | str:
     from cutlass_library import __file__ as library
 
     root = Path(library).parent / "source"
-    tm, tn, tk, stages, cm, cn, *kernel = config.split(":")
+    tm, tn, tk, stages, cm, cn, *flags = config.split(":")
     out = folder / f"conv_{config.replace(':', '_')}.so"
     command = ["nvcc", "-std=c++17", "--expt-relaxed-constexpr", "-O3",
                "-gencode=arch=compute_90a,code=sm_90a", f"-I{root / 'include'}",
                f"-I{root / 'tools' / 'util' / 'include'}", "-Xcompiler", "-fPIC",
                "-shared", f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DSTAGES={stages}", f"-DCM={cm}",
-               f"-DCN={cn}", f"-DPINGPONG={int(kernel == ['pp'])}", "-o", str(out), str(SOURCE)]
+               f"-DCN={cn}", f"-DPINGPONG={int('pp' in flags)}", f"-DSTATS={int('stats' in flags)}",
+               "-o", str(out), str(SOURCE)]
     done = subprocess.run(command, capture_output=True, text=True)
     errors = [line for line in done.stdout.splitlines() + done.stderr.splitlines() if "error" in line]
     return out if done.returncode == 0 else f"build failed: {' | '.join(errors[:3])[:300]}"
 
 
 class Conv:
-    def __init__(self, library: Path):
+    def __init__(self, library: Path, stats: bool):
         self.launch = ctypes.CDLL(str(library)).kw_conv_launch
         self.launch.restype = ctypes.c_char_p
-        self.workspace = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+        self.stats = stats
+        self.workspace = torch.empty(0, dtype=torch.uint8, device="cuda")
 
-    def __call__(self, x, w_krsc, bias, y, pad, stride, dil) -> str | None:
+    def __call__(self, x, w_krsc, bias, y, sums, pad, stride, dil) -> str | None:
         n, c, h, wd = x.shape
         k, r, s, _ = w_krsc.shape
         ints = [ctypes.c_int(v) for v in (n, h, wd, c, k, r, s, pad, pad, stride, stride, dil, dil)]
-        pointers = [ctypes.c_void_p(t.data_ptr()) for t in (x, w_krsc, bias, y)]
-        error = self.launch(*pointers, *ints, ctypes.c_void_p(self.workspace.data_ptr()), None,
-                            ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        pointers = [ctypes.c_void_p(t.data_ptr()) for t in (x, w_krsc, bias, y, sums)]
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        size = ctypes.c_size_t(0)
+        self.launch(*pointers, *ints, None, ctypes.byref(size), stream)
+        if size.value > self.workspace.numel():
+            self.workspace = torch.empty(size.value, dtype=torch.uint8, device="cuda")
+        error = self.launch(*pointers, *ints, ctypes.c_void_p(self.workspace.data_ptr()), None, stream)
         return error.decode() if error else None
 
 
@@ -80,15 +88,23 @@ def probe(conv: Conv, shape, k, r, pad, stride, dil, flush) -> dict:
     w_krsc = w.permute(0, 2, 3, 1).contiguous()
     ref = torch.relu(torch.nn.functional.conv2d(x.double(), w.double(), bias.double(), stride, pad, dil))
     y = torch.empty(ref.shape, device="cuda").contiguous(memory_format=torch.channels_last)
+    sums = torch.zeros(2 * k, device="cuda")
     row = {"shape": list(shape), "k": k, "kernel": r, "pad": pad, "stride": stride, "dilation": dil}
-    error = conv(x, w_krsc, bias, y, pad, stride, dil)
+    error = conv(x, w_krsc, bias, y, sums, pad, stride, dil)
     if error:
         return {**row, "error": error}
+    torch.cuda.synchronize()
+    if conv.stats:      # against float64 sums of the y the kernel wrote, relative to each sum's scale
+        y64 = y.double()
+        for name, got, want, scale in (
+                ("sum", sums[:k], y64.sum((0, 2, 3)), y64.abs().sum((0, 2, 3))),
+                ("sumsq", sums[k:], (y64 * y64).sum((0, 2, 3)), (y64 * y64).sum((0, 2, 3)))):
+            row[f"{name}_rel_err"] = ((got.double() - want).abs() / scale.clamp_min(1e-30)).max().item()
     eager = torch.relu(torch.nn.functional.conv2d(x, w, bias, stride, pad, dil))
     flops = 2 * y.numel() * shape[1] * r * r
     row.update(
         err=(y.double() - ref).abs().max().item(), eager_err=(eager.double() - ref).abs().max().item(),
-        ms=time_ms(lambda: conv(x, w_krsc, bias, y, pad, stride, dil), flush),
+        ms=time_ms(lambda: conv(x, w_krsc, bias, y, sums, pad, stride, dil), flush),
         cudnn_nobias_ms=time_ms(lambda: torch.nn.functional.conv2d(x, w, None, stride, pad, dil), flush),
         eager_ms=time_ms(lambda: torch.relu(torch.nn.functional.conv2d(x, w, bias, stride, pad, dil)), flush))
     row["tflops"] = flops / row["ms"] / 1e9
@@ -100,7 +116,7 @@ def probe_library(config: str, library: Path) -> list[dict]:
     """Every shape on one built configuration (run in a child process: a kernel that hangs costs its
     configuration only)."""
     torch.backends.cudnn.allow_tf32 = True      # PyTorch's default, written out: eager's convs are TF32
-    conv, flush = Conv(library), l2_flush()
+    conv, flush = Conv(library, stats="stats" in config.split(":")), l2_flush()
     return [{"config": config, **probe(conv, *shape, flush)} for shape in SHAPES]
 
 
@@ -111,7 +127,13 @@ def print_row(row: dict) -> None:
         return
     print(f"{head} r={row['kernel']}: fused {row['ms']:.3f} ms ({row['tflops']:.0f} TFLOP/s) | cuDNN no bias "
           f"{row['cudnn_nobias_ms']:.3f} ms ({row['cudnn_tflops']:.0f}) | eager conv+bias+relu "
-          f"{row['eager_ms']:.3f} ms | err {row['err']:.2g} (eager {row['eager_err']:.2g})")
+          f"{row['eager_ms']:.3f} ms | err {row['err']:.2g} (eager {row['eager_err']:.2g})" + _sums(row))
+
+
+def _sums(row: dict) -> str:
+    if "sum_rel_err" not in row:
+        return ""
+    return f" | sums rel err {row['sum_rel_err']:.1g}, {row['sumsq_rel_err']:.1g}"
 
 
 def main() -> None:

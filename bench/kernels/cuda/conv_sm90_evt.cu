@@ -1,5 +1,6 @@
 // CUTLASS sm90 implicit-GEMM convolution (fprop, NHWC, TF32 wgmma, TMA im2col) with its epilogue fused as
-// an epilogue visitor tree: y = relu(conv(x, w) + bias[k]). Route (b) of issue #20, measured beside cuDNN by
+// an epilogue visitor tree: y = relu(conv(x, w) + bias[k]) and, with -DSTATS=1, each channel's sum and sum of
+// squares of y into sums[0:K] and sums[K:2K]. Route (b) of issue #20, measured beside cuDNN by
 // bench/kernels/probe_conv_sm90.py, which builds this file with -DTM/TN/TK (tile), -DSTAGES (0: as many as
 // shared memory holds), -DCM/CN (cluster). Not used by the compiler: see the results' NOTES.md for why.
 // CUTLASS 4.2's ConvUniversal accepts only the one-consumer-warpgroup, non-persistent schedule
@@ -19,6 +20,9 @@
 
 #ifndef PINGPONG
 #define PINGPONG 0
+#endif
+#ifndef STATS
+#define STATS 0     // 1: also each channel's sum and sum of squares of y (a following BatchNorm's statistics)
 #endif
 
 using namespace cute;
@@ -41,7 +45,23 @@ using ClusterShape = Shape<Int<CM>, Int<CN>, _1>;
 using EpiSchedule = cutlass::epilogue::TmaWarpSpecialized;
 using Bias = fu::Sm90RowBroadcast<0, TileShape, float, float, Stride<_0, _1, int64_t>, 4>;
 using Compute = fu::Sm90Compute<Epi, float, float, cutlass::FloatRoundStyle::round_to_nearest>;
-using EVT = fu::Sm90EVT<Compute, fu::Sm90AccFetch, Bias>;
+using Output = fu::Sm90EVT<Compute, fu::Sm90AccFetch, Bias>;
+#if STATS
+// A row reduction (over M = N*P*Q: per output channel) passes its input through, so the sums chain above y
+// and y is still what D stores. Per element: sum += y (plus) or sum += y*y (plus_square); partial sums are
+// then combined by plus, across the warp and, deterministically, across tiles through the workspace (the last
+// tile of a column reduces the column; no float atomics).
+template <class T> struct plus_square {
+  CUTLASS_HOST_DEVICE T operator()(T const& sum, T const& value) const { return sum + value * value; }
+};
+template <template <class> class Map>
+using ChannelSum = fu::Sm90RowReduction<Map, cutlass::plus, cutlass::plus, 0, TileShape, float, float,
+                                        cutlass::FloatRoundStyle::round_to_nearest>;
+using EVT = fu::Sm90EVT<ChannelSum<plus_square>, fu::Sm90EVT<ChannelSum<cutlass::plus>, Output>>;
+static_assert(PINGPONG, "the statistics need the epilogue workspace, which only the ping-pong kernel provides");
+#else
+using EVT = Output;
+#endif
 
 using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -69,14 +89,21 @@ static_assert(Pingpong::SharedStorageSize <= 232448, "over the H100's 227 KB of 
 #endif
 
 template <class Arguments>
-Arguments arguments(const float* x, const float* w, const float* bias, float* y, int n, int h, int wd, int c,
-                    int k, int r, int s, int pad_h, int pad_w, int str_h, int str_w, int dil_h, int dil_w) {
+Arguments arguments(const float* x, const float* w, const float* bias, float* y, float* sums, int n, int h,
+                    int wd, int c, int k, int r, int s, int pad_h, int pad_w, int str_h, int str_w, int dil_h,
+                    int dil_w) {
   ProblemShape shape(cutlass::conv::Mode::kCrossCorrelation, {n, h, wd, c}, {k, r, s, c},
                      {pad_h, pad_w}, {pad_h, pad_w}, {str_h, str_w}, {dil_h, dil_w}, 1);
   Arguments args{};
   args.problem_shape = shape;
   args.mainloop = {x, w};
-  args.epilogue.thread = {{}, {bias, 0.f, {_0{}, _1{}, 0}}, {}};
+  typename Output::Arguments output{{}, {bias, 0.f, {_0{}, _1{}, 0}}, {}};
+#if STATS
+  args.epilogue.thread = {{output, {sums, 0.f, {}}}, {sums + k, 0.f, {}}};
+#else
+  (void)sums;
+  args.epilogue.thread = output;
+#endif
   args.epilogue.ptr_C = nullptr;
   auto& dD = args.epilogue.dD;
   cute::for_each(cute::make_seq<cute::rank<0>(typename CollectiveEpilogue::StrideD{})>{}, [&](auto i) {
@@ -91,11 +118,11 @@ Arguments arguments(const float* x, const float* w, const float* bias, float* y,
   return args;
 }
 
-extern "C" const char* kw_conv_launch(const float* x, const float* w, const float* bias, float* y,
+extern "C" const char* kw_conv_launch(const float* x, const float* w, const float* bias, float* y, float* sums,
     int n, int h, int wd, int c, int k, int r, int s, int pad_h, int pad_w, int str_h, int str_w,
     int dil_h, int dil_w, void* workspace, size_t* workspace_bytes, cudaStream_t stream) {
 #if PINGPONG
-  auto args = arguments<Pingpong::Arguments>(x, w, bias, y, n, h, wd, c, k, r, s, pad_h, pad_w, str_h, str_w,
+  auto args = arguments<Pingpong::Arguments>(x, w, bias, y, sums, n, h, wd, c, k, r, s, pad_h, pad_w, str_h, str_w,
                                              dil_h, dil_w);
   if (workspace_bytes) { *workspace_bytes = Pingpong::get_workspace_size(args); return nullptr; }
   if (!Pingpong::can_implement(args)) return "can_implement failed";
@@ -110,7 +137,7 @@ extern "C" const char* kw_conv_launch(const float* x, const float* w, const floa
   kernel<<<Pingpong::get_grid_shape(params), Pingpong::get_block_shape(), Pingpong::SharedStorageSize, stream>>>(
       params);
 #else
-  auto args = arguments<Conv::Arguments>(x, w, bias, y, n, h, wd, c, k, r, s, pad_h, pad_w, str_h, str_w,
+  auto args = arguments<Conv::Arguments>(x, w, bias, y, sums, n, h, wd, c, k, r, s, pad_h, pad_w, str_h, str_w,
                                          dil_h, dil_w);
   Conv op;
   if (workspace_bytes) { *workspace_bytes = Conv::get_workspace_size(args); return nullptr; }
