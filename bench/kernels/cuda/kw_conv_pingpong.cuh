@@ -164,14 +164,15 @@ class ConvPingpong {
       CollectiveEpilogue::prefetch_tma_descriptors(params.epilogue);
     }
 
+    // the pipelines' roles (other threads keep the default: not participating)
+    bool const consumer = warp_group_role == WarpGroupRole::Consumer0 || warp_group_role == WarpGroupRole::Consumer1;
+    bool const producer = warp_group_role == WarpGroupRole::Producer;
     using MainloopPipeline = typename CollectiveMainloop::MainloopPipeline;
     typename MainloopPipeline::Params mainloop_pipeline_params;
-    if (warp_group_role == WarpGroupRole::Producer && producer_warp_role == ProducerWarpRole::Mainloop) {
+    if (producer && producer_warp_role == ProducerWarpRole::Mainloop) {
       mainloop_pipeline_params.role = MainloopPipeline::ThreadCategory::Producer;
     }
-    if (warp_group_role == WarpGroupRole::Consumer0 || warp_group_role == WarpGroupRole::Consumer1) {
-      mainloop_pipeline_params.role = MainloopPipeline::ThreadCategory::Consumer;
-    }
+    if (consumer) mainloop_pipeline_params.role = MainloopPipeline::ThreadCategory::Consumer;
     mainloop_pipeline_params.is_leader = warp_group_thread_idx == 0;
     mainloop_pipeline_params.num_consumers = cutlass::NumThreadsPerWarpGroup;
     mainloop_pipeline_params.transaction_bytes = params.mainloop.tma_transaction_bytes;
@@ -179,12 +180,10 @@ class ConvPingpong {
 
     using EpiLoadPipeline = typename CollectiveEpilogue::LoadPipeline;
     typename EpiLoadPipeline::Params epi_load_pipeline_params;
-    if (warp_group_role == WarpGroupRole::Producer && producer_warp_role == ProducerWarpRole::Epilogue) {
+    if (producer && producer_warp_role == ProducerWarpRole::Epilogue) {
       epi_load_pipeline_params.role = EpiLoadPipeline::ThreadCategory::Producer;
     }
-    if (warp_group_role == WarpGroupRole::Consumer0 || warp_group_role == WarpGroupRole::Consumer1) {
-      epi_load_pipeline_params.role = EpiLoadPipeline::ThreadCategory::Consumer;
-    }
+    if (consumer) epi_load_pipeline_params.role = EpiLoadPipeline::ThreadCategory::Consumer;
     epi_load_pipeline_params.dst_blockid = cute::block_rank_in_cluster();
     epi_load_pipeline_params.producer_arv_count = cutlass::NumThreadsPerWarp;
     epi_load_pipeline_params.consumer_arv_count = cutlass::NumThreadsPerWarpGroup;
@@ -243,7 +242,7 @@ class ConvPingpong {
     }
     auto work_tile_info = scheduler.initial_work_tile_info(ClusterShape{});
 
-    if (warp_group_role == WarpGroupRole::Producer) {
+    if (producer) {
       cutlass::arch::warpgroup_reg_dealloc<LoadRegisterRequirement>();
       if (producer_warp_role == ProducerWarpRole::Mainloop) {
         bool do_load_order_arrive = true;
