@@ -7,17 +7,19 @@
 #   run(command="bash scripts/gpu_session.sh sh 'bash scripts/ray_gpu_check.sh'", carry=[".whl"])
 # gpu_session.sh installs .whl/*.whl into /tmp/site (PYTHONPATH) and kernelwright itself.
 #
-# Both benches stop after CHECK_STOP seconds in all (default 480, inside a 600 s call) and resume from
-# raycheck.tgz in the repo root when there is one: copy $OUT/raycheck.tgz back there and call again until
-# the script prints "ray check: done". CHECK_ARGS picks the work (default: the bundled level-1 suite,
-# eager and kernelwright); e.g. CHECK_ARGS="--level 1 --filter level1/0* --systems eager,kernelwright".
+# Both benches stop after CHECK_STOP seconds in all (default 480, inside a 600 s call) and resume: from
+# the work folder an earlier call left on a still-warm machine, else from raycheck.tgz in the repo root
+# (copy $OUT/raycheck.tgz back there before a call that may start a fresh machine). Call again until the
+# script prints "ray check: done". CHECK_ARGS picks the work (default: the bundled level-1 suite, eager
+# and kernelwright, 6 tasks at a time); e.g. CHECK_ARGS="--level 1 --filter level1/0* --systems
+# eager,kernelwright --jobs 6".
 set -uo pipefail
 OUT="${OUT:-/tmp/kw_out}"
-read -r -a ARGS <<< "${CHECK_ARGS:---level 1 --systems eager,kernelwright}"
+read -r -a ARGS <<< "${CHECK_ARGS:---level 1 --systems eager,kernelwright --jobs 6}"
 WORK=/tmp/kw_raycheck
 stop_at=$(( $(date +%s) + ${CHECK_STOP:-480} ))
-rm -rf "$WORK" && mkdir -p "$WORK" "$OUT"
-[ -f raycheck.tgz ] && tar xzf raycheck.tgz -C "$WORK"
+if [ ! -d "$WORK" ] && [ -f raycheck.tgz ]; then mkdir -p "$WORK" && tar xzf raycheck.tgz -C "$WORK"; fi
+mkdir -p "$WORK" "$OUT"
 python3 -c "import ray; print('ray', ray.__version__)" || { echo "ray is not importable: carry .whl"; exit 1; }
 
 bench() {  # bench NAME [--ray ADDRESS]: run or resume one bench until stop_at; 0 when it finished
