@@ -3,12 +3,14 @@
 convolution alone (no bias: what our plans call) and with bias and ReLU as eager runs them. Each tile
 configuration is built with nvcc (in parallel) and loaded with ctypes; errors are against a float64 run.
 
-    python bench/kernels/probe_conv_sm90.py OUT.json [TM:TN:TK:STAGES:CM:CN[:pp][:stats] ...]
+    python bench/kernels/probe_conv_sm90.py OUT.json [TM:TN:TK:STAGES:CM:CN[:pp][:stats|:stats2] ...]
 
 `:pp` builds the configuration under `cuda/kw_conv_pingpong.cuh` (persistent, two consumer warpgroups
 taking alternate tiles) instead of CUTLASS's ConvUniversal; `:stats` (with `:pp`) also sums each channel's
-y and y*y in the epilogue (a following BatchNorm's statistics), checked against float64 sums of y;
-STAGES 0: as many as shared memory holds.
+y and y*y in the epilogue (a following BatchNorm's statistics), checked against float64 sums of y, the
+tiles' partials reduced by CUTLASS's final row reduction; `:stats2` the same sums, each tile's partial
+stored and a second kernel reducing them (the timing covers both kernels); STAGES 0: as many as shared
+memory holds.
 
 Prints a row per (configuration, shape); the JSON holds the same numbers.
 """
@@ -32,7 +34,8 @@ from _timing import l2_flush, time_ms  # noqa: E402
 
 SOURCE = Path(__file__).parent / "cuda" / "conv_sm90_evt.cu"
 CONFIGS = ["128:128:32:0:1:1", "128:64:32:4:1:1", "128:128:32:0:1:1:pp", "128:64:32:0:1:1:pp",
-           "128:128:64:0:1:1:pp", "64:128:32:0:1:1:pp", "128:128:32:0:1:1:pp:stats"]
+           "128:128:64:0:1:1:pp", "64:128:32:0:1:1:pp", "128:128:32:0:1:1:pp:stats",
+           "128:128:32:5:1:1:pp:stats2"]
 # (N, C, H, W), K, kernel, padding, stride, dilation: a level-2 chain's conv, a late ResNet stage, a 1x1,
 # odd sizes, one pixel
 SHAPES = [((32, 64, 128, 128), 128, 3, 1, 1, 1), ((128, 256, 14, 14), 256, 3, 1, 1, 1),
@@ -48,11 +51,14 @@ def build(config: str, folder: Path) -> Path | str:
     root = Path(library).parent / "source"
     tm, tn, tk, stages, cm, cn, *flags = config.split(":")
     out = folder / f"conv_{config.replace(':', '_')}.so"
-    command = ["nvcc", "-std=c++17", "--expt-relaxed-constexpr", "-O3",
+    # NDEBUG: without it CUTLASS's device-side asserts are calls to __assertfail between wgmma issue and wait,
+    # and ptxas serializes every wgmma of the kernel (warning C7510)
+    command = ["nvcc", "-std=c++17", "--expt-relaxed-constexpr", "-O3", "-DNDEBUG",
                "-gencode=arch=compute_90a,code=sm_90a", f"-I{root / 'include'}",
                f"-I{root / 'tools' / 'util' / 'include'}", "-Xcompiler", "-fPIC",
                "-shared", f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DSTAGES={stages}", f"-DCM={cm}",
-               f"-DCN={cn}", f"-DPINGPONG={int('pp' in flags)}", f"-DSTATS={int('stats' in flags)}",
+               f"-DCN={cn}", f"-DPINGPONG={int('pp' in flags)}",
+               f"-DSTATS={2 if 'stats2' in flags else int('stats' in flags)}",
                "-o", str(out), str(SOURCE)]
     done = subprocess.run(command, capture_output=True, text=True)
     errors = [line for line in done.stdout.splitlines() + done.stderr.splitlines() if "error" in line]
@@ -116,7 +122,7 @@ def probe_library(config: str, library: Path) -> list[dict]:
     """Every shape on one built configuration (run in a child process: a kernel that hangs costs its
     configuration only)."""
     torch.backends.cudnn.allow_tf32 = True      # PyTorch's default, written out: eager's convs are TF32
-    conv, flush = Conv(library, stats="stats" in config.split(":")), l2_flush()
+    conv, flush = Conv(library, stats=bool({"stats", "stats2"} & set(config.split(":")))), l2_flush()
     return [{"config": config, **probe(conv, *shape, flush)} for shape in SHAPES]
 
 

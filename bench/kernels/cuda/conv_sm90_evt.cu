@@ -2,7 +2,9 @@
 // an epilogue visitor tree: y = relu(conv(x, w) + bias[k]) and, with -DSTATS=1, each channel's sum and sum of
 // squares of y into sums[0:K] and sums[K:2K]. Route (b) of issue #20, measured beside cuDNN by
 // bench/kernels/probe_conv_sm90.py, which builds this file with -DTM/TN/TK (tile), -DSTAGES (0: as many as
-// shared memory holds), -DCM/CN (cluster). Not used by the compiler: see the results' NOTES.md for why.
+// shared memory holds), -DCM/CN (cluster). Not used by the compiler yet: see the results' NOTES.md.
+// Build with -DNDEBUG: CUTLASS's device asserts are calls between wgmma issue and wait, and ptxas then
+// serializes every wgmma of the kernel (warning C7510; 1.4-1.6x slower on the H100).
 // CUTLASS 4.2's ConvUniversal accepts only the one-consumer-warpgroup, non-persistent schedule
 // (KernelImplicitTmaWarpSpecializedSm90; the cooperative and ping-pong ones are commented out in its builder).
 #include <cuda_runtime.h>
@@ -22,7 +24,10 @@
 #define PINGPONG 0
 #endif
 #ifndef STATS
-#define STATS 0     // 1: also each channel's sum and sum of squares of y (a following BatchNorm's statistics)
+// 1: also each channel's sum and sum of squares of y (a following BatchNorm's statistics), reduced across the
+// tiles by CUTLASS's deterministic row reduction (the last tile of a column reduces the column);
+// 2: the same sums, each tile's partial stored in the workspace and reduced across tiles by a second kernel
+#define STATS 0
 #endif
 
 using namespace cute;
@@ -56,7 +61,8 @@ template <class T> struct plus_square {
 };
 template <template <class> class Map>
 using ChannelSum = fu::Sm90RowReduction<Map, cutlass::plus, cutlass::plus, 0, TileShape, float, float,
-                                        cutlass::FloatRoundStyle::round_to_nearest>;
+                                        cutlass::FloatRoundStyle::round_to_nearest, Stride<_0, _1, _0>, 4,
+                                        true, /*FinalReduction=*/STATS == 1>;
 using EVT = fu::Sm90EVT<ChannelSum<plus_square>, fu::Sm90EVT<ChannelSum<cutlass::plus>, Output>>;
 static_assert(PINGPONG, "the statistics need the epilogue workspace, which only the ping-pong kernel provides");
 #else
@@ -88,6 +94,39 @@ using Pingpong = kw::ConvPingpong<ProblemShape, CollectiveMainloop, CollectiveEp
 static_assert(Pingpong::SharedStorageSize <= 232448, "over the H100's 227 KB of shared memory a block");
 #endif
 
+#if STATS == 2
+// STATS 2: each tile's partial sums, [ceil(M / TM), K rounded up to TN] floats for y and as many for y*y, lie
+// in the workspace after the kernel's own; a second kernel sums each channel's column in tile order.
+inline size_t partial_floats(int n, int h, int wd, int k, int r, int s, int pad_h, int pad_w, int str_h,
+                             int str_w, int dil_h, int dil_w) {
+  const long long p = (h + 2 * pad_h - dil_h * (r - 1) - 1) / str_h + 1;
+  const long long q = (wd + 2 * pad_w - dil_w * (s - 1) - 1) / str_w + 1;
+  const long long tiles = (n * p * q + TM - 1) / TM;
+  return static_cast<size_t>(tiles * ((k + TN - 1) / TN * TN));
+}
+
+// One warp per 32 channels and statistic: lane j sums column j down the tiles (coalesced rows), then the
+// warps of a block combine in a fixed order. grid (ceil(K / 32), 2), 1024 threads.
+__global__ void __launch_bounds__(1024) reduce_partials(const float* __restrict__ partials, float* __restrict__ sums,
+                                                        long long tiles, int k, int kpad) {
+  __shared__ float part[32][33];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int col = blockIdx.x * 32 + lane;
+  const float* src = partials + static_cast<size_t>(blockIdx.y) * tiles * kpad;
+  float acc = 0.f;
+  if (col < k) {
+    for (long long t = warp; t < tiles; t += 32) acc += src[t * kpad + col];
+  }
+  part[warp][lane] = acc;
+  __syncthreads();
+  if (warp == 0 && col < k) {
+    float total = 0.f;
+    for (int w = 0; w < 32; ++w) total += part[w][lane];
+    sums[blockIdx.y * k + col] = total;
+  }
+}
+#endif
+
 template <class Arguments>
 Arguments arguments(const float* x, const float* w, const float* bias, float* y, float* sums, int n, int h,
                     int wd, int c, int k, int r, int s, int pad_h, int pad_w, int str_h, int str_w, int dil_h,
@@ -98,8 +137,12 @@ Arguments arguments(const float* x, const float* w, const float* bias, float* y,
   args.problem_shape = shape;
   args.mainloop = {x, w};
   typename Output::Arguments output{{}, {bias, 0.f, {_0{}, _1{}, 0}}, {}};
-#if STATS
+#if STATS == 1
   args.epilogue.thread = {{output, {sums, 0.f, {}}}, {sums + k, 0.f, {}}};
+#elif STATS == 2
+  // `sums` is the partials' start here (kw_conv_launch passes the workspace past the kernel's own)
+  const size_t count = partial_floats(n, h, wd, k, r, s, pad_h, pad_w, str_h, str_w, dil_h, dil_w);
+  args.epilogue.thread = {{output, {sums, 0.f, {}}}, {sums + count, 0.f, {}}};
 #else
   (void)sums;
   args.epilogue.thread = output;
@@ -122,9 +165,19 @@ extern "C" const char* kw_conv_launch(const float* x, const float* w, const floa
     int n, int h, int wd, int c, int k, int r, int s, int pad_h, int pad_w, int str_h, int str_w,
     int dil_h, int dil_w, void* workspace, size_t* workspace_bytes, cudaStream_t stream) {
 #if PINGPONG
+#if STATS == 2
+  const size_t count = partial_floats(n, h, wd, k, r, s, pad_h, pad_w, str_h, str_w, dil_h, dil_w);
+  const size_t own = (Pingpong::get_workspace_size(arguments<Pingpong::Arguments>(
+      x, w, bias, y, nullptr, n, h, wd, c, k, r, s, pad_h, pad_w, str_h, str_w, dil_h, dil_w)) + 255) / 256 * 256;
+  float* partials = workspace ? reinterpret_cast<float*>(static_cast<char*>(workspace) + own) : nullptr;
+  auto args = arguments<Pingpong::Arguments>(x, w, bias, y, partials, n, h, wd, c, k, r, s, pad_h, pad_w, str_h,
+                                             str_w, dil_h, dil_w);
+  if (workspace_bytes) { *workspace_bytes = own + 2 * count * sizeof(float); return nullptr; }
+#else
   auto args = arguments<Pingpong::Arguments>(x, w, bias, y, sums, n, h, wd, c, k, r, s, pad_h, pad_w, str_h, str_w,
                                              dil_h, dil_w);
   if (workspace_bytes) { *workspace_bytes = Pingpong::get_workspace_size(args); return nullptr; }
+#endif
   if (!Pingpong::can_implement(args)) return "can_implement failed";
   if (Pingpong::initialize_workspace(args, workspace, stream) != cutlass::Status::kSuccess) {
     return "initialize failed";
@@ -136,6 +189,11 @@ extern "C" const char* kw_conv_launch(const float* x, const float* w, const floa
   if (e != cudaSuccess) return cudaGetErrorString(e);
   kernel<<<Pingpong::get_grid_shape(params), Pingpong::get_block_shape(), Pingpong::SharedStorageSize, stream>>>(
       params);
+#if STATS == 2
+  const int kpad = (k + TN - 1) / TN * TN;
+  reduce_partials<<<dim3((k + 31) / 32, 2), 1024, 0, stream>>>(partials, sums, static_cast<long long>(count / kpad),
+                                                              k, kpad);
+#endif
 #else
   auto args = arguments<Conv::Arguments>(x, w, bias, y, sums, n, h, wd, c, k, r, s, pad_h, pad_w, str_h, str_w,
                                          dil_h, dil_w);
