@@ -9,8 +9,8 @@ configuration is built with nvcc (in parallel) and loaded with ctypes; errors ar
 taking alternate tiles) instead of CUTLASS's ConvUniversal; `:stats` (with `:pp`) also sums each channel's
 y and y*y in the epilogue (a following BatchNorm's statistics), checked against float64 sums of y, the
 tiles' partials reduced by CUTLASS's final row reduction; `:stats2` the same sums, each tile's partial
-stored and a second kernel reducing them (the timing covers both kernels); STAGES 0: as many as shared
-memory holds.
+stored and a second kernel reducing them (the timing covers both kernels); `:nchw` (with `:pp`) writes y
+as NCHW from the accumulators (no TMA store); STAGES 0: as many as shared memory holds.
 
 Prints a row per (configuration, shape); the JSON holds the same numbers.
 """
@@ -57,7 +57,7 @@ def build(config: str, folder: Path) -> Path | str:
                "-gencode=arch=compute_90a,code=sm_90a", f"-I{root / 'include'}",
                f"-I{root / 'tools' / 'util' / 'include'}", "-Xcompiler", "-fPIC",
                "-shared", f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DSTAGES={stages}", f"-DCM={cm}",
-               f"-DCN={cn}", f"-DPINGPONG={int('pp' in flags)}",
+               f"-DCN={cn}", f"-DPINGPONG={int('pp' in flags)}", f"-DNCHW={int('nchw' in flags)}",
                f"-DSTATS={2 if 'stats2' in flags else int('stats' in flags)}",
                "-o", str(out), str(SOURCE)]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -66,10 +66,11 @@ def build(config: str, folder: Path) -> Path | str:
 
 
 class Conv:
-    def __init__(self, library: Path, stats: bool):
+    def __init__(self, library: Path, stats: bool, nchw: bool = False):
         self.launch = ctypes.CDLL(str(library)).kw_conv_launch
         self.launch.restype = ctypes.c_char_p
         self.stats = stats
+        self.nchw = nchw
         self.workspace = torch.empty(0, dtype=torch.uint8, device="cuda")
 
     def __call__(self, x, w_krsc, bias, y, sums, pad, stride, dil) -> str | None:
@@ -93,7 +94,9 @@ def probe(conv: Conv, shape, k, r, pad, stride, dil, flush) -> dict:
     bias = torch.randn(k, device="cuda")
     w_krsc = w.permute(0, 2, 3, 1).contiguous()
     ref = torch.relu(torch.nn.functional.conv2d(x.double(), w.double(), bias.double(), stride, pad, dil))
-    y = torch.empty(ref.shape, device="cuda").contiguous(memory_format=torch.channels_last)
+    y = torch.empty(ref.shape, device="cuda")
+    if not conv.nchw:
+        y = y.contiguous(memory_format=torch.channels_last)
     sums = torch.zeros(2 * k, device="cuda")
     row = {"shape": list(shape), "k": k, "kernel": r, "pad": pad, "stride": stride, "dilation": dil}
     error = conv(x, w_krsc, bias, y, sums, pad, stride, dil)
@@ -122,7 +125,8 @@ def probe_library(config: str, library: Path) -> list[dict]:
     """Every shape on one built configuration (run in a child process: a kernel that hangs costs its
     configuration only)."""
     torch.backends.cudnn.allow_tf32 = True      # PyTorch's default, written out: eager's convs are TF32
-    conv, flush = Conv(library, stats=bool({"stats", "stats2"} & set(config.split(":")))), l2_flush()
+    flags = set(config.split(":"))
+    conv, flush = Conv(library, stats=bool({"stats", "stats2"} & flags), nchw="nchw" in flags), l2_flush()
     return [{"config": config, **probe(conv, *shape, flush)} for shape in SHAPES]
 
 

@@ -13,6 +13,11 @@
 //
 // The mainloop collective is unchanged (its TiledMma is the one-warpgroup 1x1x1 layout the builder makes for
 // KernelImplicitTmaWarpSpecializedSm90). Cluster 1x1x1 only (launched without a cluster launch).
+//
+// DirectStore (optional): instead of the epilogue collective (TMA stores of NHWC tiles), each consumer thread
+// hands its accumulators to `DirectStore::store(params.direct, accumulators, tiled_mma, thread, m0, n0,
+// storage)` (storage: its SharedStorage, one for both warpgroups, whose epilogues never overlap), which writes
+// them itself (an NCHW output, say); the epilogue collective is then never run.
 #pragma once
 
 #include <cutlass/cutlass.h>
@@ -23,9 +28,18 @@
 
 namespace kw {
 
-template <class ProblemShape_, class CollectiveMainloop_, class CollectiveEpilogue_>
+namespace detail {
+struct NoDirect {};
+template <class D> struct Direct { using Params = typename D::Params; using SharedStorage = typename D::SharedStorage; };
+template <> struct Direct<void> { using Params = NoDirect; using SharedStorage = NoDirect; };
+}  // namespace detail
+
+template <class ProblemShape_, class CollectiveMainloop_, class CollectiveEpilogue_, class DirectStore = void>
 class ConvPingpong {
  public:
+  static constexpr bool Direct = !std::is_void_v<DirectStore>;
+  using DirectParams = typename detail::Direct<DirectStore>::Params;
+  using DirectStorage = typename detail::Direct<DirectStore>::SharedStorage;
   using ProblemShape = ProblemShape_;
   using CollectiveMainloop = CollectiveMainloop_;
   using CollectiveEpilogue = CollectiveEpilogue_;
@@ -71,6 +85,7 @@ class ConvPingpong {
     struct TensorStorage : cute::aligned_struct<128, cute::_1> {
       typename CollectiveEpilogue::TensorStorage epilogue;
       typename CollectiveMainloop::TensorStorage mainloop;
+      DirectStorage direct;   // DirectStore's staging (shared by both warpgroups: their epilogues take turns)
     } tensors;
   };
   static constexpr int SharedStorageSize = sizeof(SharedStorage);
@@ -81,6 +96,7 @@ class ConvPingpong {
     EpilogueArguments epilogue{};
     cutlass::KernelHardwareInfo hw_info{};
     TileSchedulerArguments scheduler{};
+    DirectParams direct{};
   };
 
   using ProblemShapeMNKL = decltype(CollectiveMainloop::get_problem_shape_MNKL(ProblemShape{}));
@@ -90,6 +106,7 @@ class ConvPingpong {
     EpilogueParams epilogue{};
     cutlass::KernelHardwareInfo hw_info{};
     TileSchedulerParams scheduler{};
+    DirectParams direct{};
   };
 
   static Params to_underlying_arguments(Arguments const& args, void* workspace) {
@@ -108,6 +125,7 @@ class ConvPingpong {
       TileScheduler::to_underlying_arguments(cute::append<4>(problem_shape_mnkl, cute::Int<1>{}), TileShape{},
                                              ClusterShape{}, hw_info, args.scheduler, nullptr,
                                              NumEpilogueSubTiles),
+      args.direct,
     };
   }
 
@@ -260,7 +278,8 @@ class ConvPingpong {
           work_tile_info = scheduler.get_current_work();
         }
         collective_mainloop.load_tail(mainloop_pipeline, mainloop_pipe_producer_state);
-      } else if (producer_warp_role == ProducerWarpRole::Epilogue && collective_epilogue.is_producer_load_needed()) {
+      } else if (producer_warp_role == ProducerWarpRole::Epilogue && !Direct &&
+                 collective_epilogue.is_producer_load_needed()) {
         bool do_load_order_wait = true;
         while (work_tile_info.is_valid()) {
           if (do_load_order_wait) {
@@ -279,6 +298,7 @@ class ConvPingpong {
       cutlass::arch::warpgroup_reg_alloc<MmaRegisterRequirement>();
       while (work_tile_info.is_valid()) {
         auto blk_coord = tile_coord(work_tile_info);
+        (void)blk_coord;
         Tensor accumulators = partition_fragment_C(tiled_mma, take<0, 2>(blk_shape));
         math_wg_order_barrier.wait();        // the two warpgroups' MMAs one after the other
         collective_mainloop.mma(mainloop_pipeline, mainloop_pipe_consumer_state, accumulators, k_tile_count,
@@ -288,17 +308,23 @@ class ConvPingpong {
         mainloop_pipe_consumer_state.advance(k_tile_count * NumMmaWarpGroups);
 
         math_wg_order_barrier.wait();        // ... and their epilogues
-        auto [epi_load_next, epi_store_next] = collective_epilogue.store(
-            epi_load_pipeline, epi_load_pipe_consumer_state, epi_store_pipeline, epi_store_pipe_producer_state,
-            problem_shape_MNKL, blk_shape, blk_coord, accumulators, tiled_mma, warp_group_thread_idx,
-            shared_storage.tensors.epilogue);
-        // every TMA store of this tile done before the other warpgroup reuses the epilogue's shared memory
-        auto [epi_load_after, epi_store_after] =
-            collective_epilogue.store_tail(epi_load_pipeline, epi_load_next, epi_store_pipeline, epi_store_next);
-        epi_load_pipe_consumer_state = epi_load_after;
-        epi_store_pipe_producer_state = epi_store_after;
-        epi_load_pipe_consumer_state.advance(c_tile_count);
-        epi_store_pipe_producer_state.advance(d_tile_count);
+        if constexpr (Direct) {
+          DirectStore::store(params.direct, accumulators, tiled_mma, warp_group_thread_idx,
+                             int64_t(work_tile_info.M_idx) * size<0>(blk_shape),
+                             int(work_tile_info.N_idx) * int(size<1>(blk_shape)), shared_storage.tensors.direct);
+        } else {
+          auto [epi_load_next, epi_store_next] = collective_epilogue.store(
+              epi_load_pipeline, epi_load_pipe_consumer_state, epi_store_pipeline, epi_store_pipe_producer_state,
+              problem_shape_MNKL, blk_shape, blk_coord, accumulators, tiled_mma, warp_group_thread_idx,
+              shared_storage.tensors.epilogue);
+          // every TMA store of this tile done before the other warpgroup reuses the epilogue's shared memory
+          auto [epi_load_after, epi_store_after] =
+              collective_epilogue.store_tail(epi_load_pipeline, epi_load_next, epi_store_pipeline, epi_store_next);
+          epi_load_pipe_consumer_state = epi_load_after;
+          epi_store_pipe_producer_state = epi_store_after;
+          epi_load_pipe_consumer_state.advance(c_tile_count);
+          epi_store_pipe_producer_state.advance(d_tile_count);
+        }
         math_wg_order_barrier.arrive();
 
         scheduler.advance_to_next_work(NumMmaWarpGroups);
