@@ -3,14 +3,15 @@
 convolution alone (no bias: what our plans call) and with bias and ReLU as eager runs them. Each tile
 configuration is built with nvcc (in parallel) and loaded with ctypes; errors are against a float64 run.
 
-    python bench/kernels/probe_conv_sm90.py OUT.json [TM:TN:TK:STAGES:CM:CN[:pp][:stats|:stats2] ...]
+    python bench/kernels/probe_conv_sm90.py OUT.json [TM:TN:TK:STAGES:CM:CN[:FLAG...] ...]
 
-`:pp` builds the configuration under `cuda/kw_conv_pingpong.cuh` (persistent, two consumer warpgroups
+FLAGs: `:pp` builds the configuration under `cuda/kw_conv_pingpong.cuh` (persistent, two consumer warpgroups
 taking alternate tiles) instead of CUTLASS's ConvUniversal; `:stats` (with `:pp`) also sums each channel's
 y and y*y in the epilogue (a following BatchNorm's statistics), checked against float64 sums of y, the
 tiles' partials reduced by CUTLASS's final row reduction; `:stats2` the same sums, each tile's partial
 stored and a second kernel reducing them (the timing covers both kernels); `:nchw` (with `:pp`) writes y
-as NCHW from the accumulators (no TMA store); STAGES 0: as many as shared memory holds.
+as NCHW from the accumulators (no TMA store), and `:stats3` (with `:nchw`) sums that store's staged tile
+into the same partials; STAGES 0: as many as shared memory holds.
 
 Prints a row per (configuration, shape); the JSON holds the same numbers.
 """
@@ -58,7 +59,7 @@ def build(config: str, folder: Path) -> Path | str:
                f"-I{root / 'tools' / 'util' / 'include'}", "-Xcompiler", "-fPIC",
                "-shared", f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DSTAGES={stages}", f"-DCM={cm}",
                f"-DCN={cn}", f"-DPINGPONG={int('pp' in flags)}", f"-DNCHW={int('nchw' in flags)}",
-               f"-DSTATS={2 if 'stats2' in flags else int('stats' in flags)}",
+               f"-DSTATS={3 if 'stats3' in flags else 2 if 'stats2' in flags else int('stats' in flags)}",
                "-o", str(out), str(SOURCE)]
     done = subprocess.run(command, capture_output=True, text=True)
     errors = [line for line in done.stdout.splitlines() + done.stderr.splitlines() if "error" in line]
@@ -126,7 +127,8 @@ def probe_library(config: str, library: Path) -> list[dict]:
     configuration only)."""
     torch.backends.cudnn.allow_tf32 = True      # PyTorch's default, written out: eager's convs are TF32
     flags = set(config.split(":"))
-    conv, flush = Conv(library, stats=bool({"stats", "stats2"} & flags), nchw="nchw" in flags), l2_flush()
+    stats = bool({"stats", "stats2", "stats3"} & flags)
+    conv, flush = Conv(library, stats=stats, nchw="nchw" in flags), l2_flush()
     return [{"config": config, **probe(conv, *shape, flush)} for shape in SHAPES]
 
 

@@ -31,7 +31,8 @@
 #ifndef STATS
 // 1: also each channel's sum and sum of squares of y (a following BatchNorm's statistics), reduced across the
 // tiles by CUTLASS's deterministic row reduction (the last tile of a column reduces the column);
-// 2: the same sums, each tile's partial stored in the workspace and reduced across tiles by a second kernel
+// 2: the same sums, each tile's partial stored in the workspace and reduced across tiles by a second kernel;
+// 3 (with NCHW): the same partials, summed by the NCHW store from its staged tile (no visitor-tree reduction)
 #define STATS 0
 #endif
 
@@ -56,7 +57,7 @@ using EpiSchedule = cutlass::epilogue::TmaWarpSpecialized;
 using Bias = fu::Sm90RowBroadcast<0, TileShape, float, float, Stride<_0, _1, int64_t>, 4>;
 using Compute = fu::Sm90Compute<Epi, float, float, cutlass::FloatRoundStyle::round_to_nearest>;
 using Output = fu::Sm90EVT<Compute, fu::Sm90AccFetch, Bias>;
-#if STATS
+#if STATS == 1 || STATS == 2
 // A row reduction (over M = N*P*Q: per output channel) passes its input through, so the sums chain above y
 // and y is still what D stores. Per element: sum += y (plus) or sum += y*y (plus_square); partial sums are
 // then combined by plus, across the warp and, deterministically, across tiles through the workspace (the last
@@ -94,7 +95,7 @@ using ProblemShape = cutlass::conv::ConvProblemShape<cutlass::conv::Operator::kF
 using Kernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
 using Conv = cutlass::conv::device::ConvUniversalAdapter<Kernel>;
 #if NCHW
-static_assert(PINGPONG && !STATS, "the NCHW store is a ping-pong kernel's, without statistics");
+static_assert(PINGPONG && (STATS == 0 || STATS == 3), "the NCHW store is a ping-pong kernel's (statistics: 3)");
 // relu(acc + bias[k]) stored at y[((img * K + k) * P*Q + pq)]: the warpgroup writes its tile to shared memory
 // channel-major, then each warp stores whole channel rows: 32 lanes, 128 consecutive pixels, 16 bytes a lane
 // where P*Q is a multiple of 4 (else 32 pixels, 4 bytes a lane).
@@ -106,6 +107,9 @@ struct NchwBiasRelu {
     int m = 0;                    // N * P * Q output pixels
     int k = 0;                    // output channels
     cutlass::FastDivmod pq{};     // P * Q: a pixel's image and its position in it
+    float* partials = nullptr;    // STATS 3: [tiles][kpad] sums of y, then as many sums of y*y
+    int kpad = 0;
+    int64_t tiles = 0;
   };
   struct SharedStorage {
     alignas(16) float tile[TN][TM + 4];   // +4: the accumulators' 4 columns x 8 rows a store hit 32 banks
@@ -138,9 +142,37 @@ struct NchwBiasRelu {
               *reinterpret_cast<const float4*>(&smem.tile[ni][4 * lane]);
         }
       }
-      cutlass::arch::NamedBarrier::sync(128, barrier);   // read before the other warpgroup's tile overwrites it
-      return;
+    } else {
+      store_scalar(p, m0, n0, lane, warp, smem);
     }
+    if constexpr (STATS == 3) {
+      // a channel a thread: its row of the staged tile (16-byte reads, 8 lanes a phase on 8 distinct rows:
+      // no bank conflict), the tile's pixels only (past the last pixel the tile holds relu(bias))
+      const int valid = p.m - static_cast<int>(m0) < TM ? p.m - static_cast<int>(m0) : TM;
+      for (int c = thread; c < TN && n0 + c < p.k; c += 128) {
+        float sum = 0.f, squares = 0.f;
+#pragma unroll 4
+        for (int i = 0; i < TM; i += 4) {
+          const float4 v = *reinterpret_cast<const float4*>(&smem.tile[c][i]);
+          const float e[4] = {v.x, v.y, v.z, v.w};
+          CUTLASS_PRAGMA_UNROLL
+          for (int t = 0; t < 4; ++t) {
+            const float x = i + t < valid ? e[t] : 0.f;
+            sum += x;
+            squares += x * x;
+          }
+        }
+        const int64_t at = m0 / TM * p.kpad + n0 + c;
+        p.partials[at] = sum;
+        p.partials[p.tiles * p.kpad + at] = squares;
+      }
+    }
+    cutlass::arch::NamedBarrier::sync(128, barrier);   // read before the other warpgroup's tile overwrites it
+  }
+
+  // 4-byte stores of 32 consecutive pixels a warp (P*Q not a multiple of 4)
+  CUTLASS_DEVICE static void store_scalar(Params const& p, int64_t m0, int n0, int lane, int warp,
+                                          SharedStorage& smem) {
     int64_t base[TM / 32];
     bool live[TM / 32];
     CUTLASS_PRAGMA_UNROLL
@@ -158,7 +190,6 @@ struct NchwBiasRelu {
         if (live[j]) p.y[base[j] + channel] = smem.tile[ni][lane + 32 * j];
       }
     }
-    cutlass::arch::NamedBarrier::sync(128, barrier);   // read before the other warpgroup's tile overwrites it
   }
 };
 using Direct = NchwBiasRelu;
@@ -171,8 +202,8 @@ using Pingpong = kw::ConvPingpong<ProblemShape, CollectiveMainloop, CollectiveEp
 static_assert(Pingpong::SharedStorageSize <= 232448, "over the H100's 227 KB of shared memory a block");
 #endif
 
-#if STATS == 2
-// STATS 2: each tile's partial sums, [ceil(M / TM), K rounded up to TN] floats for y and as many for y*y, lie
+#if STATS >= 2
+// STATS 2 and 3: each tile's partial sums, [ceil(M / TM), K rounded up to TN] floats for y and as many for y*y, lie
 // in the workspace after the kernel's own; a second kernel sums each channel's column in tile order.
 inline size_t partial_floats(int n, int h, int wd, int k, int r, int s, int pad_h, int pad_w, int str_h,
                              int str_w, int dil_h, int dil_w) {
@@ -235,6 +266,12 @@ Arguments arguments(const float* x, const float* w, const float* bias, float* y,
   const int p = (h + 2 * pad_h - dil_h * (r - 1) - 1) / str_h + 1;
   const int q = (wd + 2 * pad_w - dil_w * (s - 1) - 1) / str_w + 1;
   args.direct = {y, bias, n * p * q, k, cutlass::FastDivmod(p * q)};
+#if STATS == 3
+  args.direct.partials = sums;      // the partials' start (kw_conv_launch: the workspace past the kernel's own)
+  args.direct.kpad = (k + TN - 1) / TN * TN;
+  args.direct.tiles = static_cast<int64_t>(partial_floats(n, h, wd, k, r, s, pad_h, pad_w, str_h, str_w, dil_h,
+                                                          dil_w) / args.direct.kpad);
+#endif
 #endif
   int dev = 0;
   cudaGetDevice(&dev);
@@ -247,7 +284,7 @@ extern "C" const char* kw_conv_launch(const float* x, const float* w, const floa
     int n, int h, int wd, int c, int k, int r, int s, int pad_h, int pad_w, int str_h, int str_w,
     int dil_h, int dil_w, void* workspace, size_t* workspace_bytes, cudaStream_t stream) {
 #if PINGPONG
-#if STATS == 2
+#if STATS >= 2
   const size_t count = partial_floats(n, h, wd, k, r, s, pad_h, pad_w, str_h, str_w, dil_h, dil_w);
   const size_t own = (Pingpong::get_workspace_size(arguments<Pingpong::Arguments>(
       x, w, bias, y, nullptr, n, h, wd, c, k, r, s, pad_h, pad_w, str_h, str_w, dil_h, dil_w)) + 255) / 256 * 256;
@@ -271,7 +308,7 @@ extern "C" const char* kw_conv_launch(const float* x, const float* w, const floa
   if (e != cudaSuccess) return cudaGetErrorString(e);
   kernel<<<Pingpong::get_grid_shape(params), Pingpong::get_block_shape(), Pingpong::SharedStorageSize, stream>>>(
       params);
-#if STATS == 2
+#if STATS >= 2
   const int kpad = (k + TN - 1) / TN * TN;
   reduce_partials<<<dim3((k + 31) / 32, 2), 1024, 0, stream>>>(partials, sums, static_cast<long long>(count / kpad),
                                                               k, kpad);
