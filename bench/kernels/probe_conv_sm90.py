@@ -38,11 +38,11 @@ CONFIGS = ["128:128:32:0:1:1", "128:64:32:4:1:1", "128:128:32:0:1:1:pp", "128:64
            "128:128:64:0:1:1:pp", "64:128:32:0:1:1:pp", "128:128:32:0:1:1:pp:stats",
            "128:128:32:5:1:1:pp:stats2"]
 # (N, C, H, W), K, kernel, padding, stride, dilation: a level-2 chain's conv, a late ResNet stage, a 1x1,
-# odd sizes, one pixel
+# odd sizes, one pixel, C = 3 (refused), and 108 pixels x 200 channels (M and N tails, P*Q a multiple of 4)
 SHAPES = [((32, 64, 128, 128), 128, 3, 1, 1, 1), ((128, 256, 14, 14), 256, 3, 1, 1, 1),
           ((64, 128, 56, 56), 64, 1, 0, 1, 1), ((2, 4, 9, 13), 8, 3, 1, 2, 1),
           ((8, 32, 33, 17), 64, 5, 2, 1, 2),
-          ((1, 4, 1, 1), 4, 1, 0, 1, 1), ((16, 3, 64, 64), 16, 3, 1, 1, 1)]
+          ((1, 4, 1, 1), 4, 1, 0, 1, 1), ((16, 3, 64, 64), 16, 3, 1, 1, 1), ((3, 8, 6, 6), 200, 3, 1, 1, 1)]
 
 
 def build(config: str, folder: Path) -> Path | str:

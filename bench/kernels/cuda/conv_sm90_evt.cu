@@ -126,7 +126,8 @@ struct NchwBiasRelu {
       const float v = acc(i) + (n < p.k ? __ldg(p.bias + n) : 0.f);
       smem.tile[ni][mi] = v > 0.f ? v : 0.f;
     }
-    // the two consumer warpgroups (1 and 2) each sync on their own barrier
+    // the two consumer warpgroups (1 and 2: warpgroup 0 is kw::ConvPingpong's producer) each sync on their
+    // own barrier (user ids 1 and 2: NamedBarrier adds CUTLASS's reserved count)
     const uint32_t barrier = cutlass::canonical_warp_group_idx();
     cutlass::arch::NamedBarrier::sync(128, barrier);
     const int lane = thread & 31, warp = thread >> 5;
@@ -146,6 +147,11 @@ struct NchwBiasRelu {
       store_scalar(p, m0, n0, lane, warp, smem);
     }
     if constexpr (STATS == 3) {
+      // (a scheduler swizzle above 1 would round the tile count up: tiles past M write no partials)
+      if (m0 >= p.m) {
+        cutlass::arch::NamedBarrier::sync(128, barrier);
+        return;
+      }
       // a channel a thread: its row of the staged tile (16-byte reads, 8 lanes a phase on 8 distinct rows:
       // no bank conflict), the tile's pixels only (past the last pixel the tile holds relu(bias))
       const int valid = p.m - static_cast<int>(m0) < TM ? p.m - static_cast<int>(m0) : TM;
@@ -167,7 +173,9 @@ struct NchwBiasRelu {
         p.partials[p.tiles * p.kpad + at] = squares;
       }
     }
-    cutlass::arch::NamedBarrier::sync(128, barrier);   // read before the other warpgroup's tile overwrites it
+    // (the math warpgroups' order barrier already keeps the other warpgroup's writes after these reads; this
+    // sync is redundant, kept as measured)
+    cutlass::arch::NamedBarrier::sync(128, barrier);
   }
 
   // 4-byte stores of 32 consecutive pixels a warp (P*Q not a multiple of 4)
