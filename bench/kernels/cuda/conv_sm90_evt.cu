@@ -210,17 +210,22 @@ using Pingpong = kw::ConvPingpong<ProblemShape, CollectiveMainloop, CollectiveEp
 static_assert(Pingpong::SharedStorageSize <= 232448, "over the H100's 227 KB of shared memory a block");
 #endif
 
-#if STATS >= 2
-// STATS 2 and 3: each tile's partial sums, [ceil(M / TM), K rounded up to TN] floats for y and as many for y*y, lie
-// in the workspace after the kernel's own; a second kernel sums each channel's column in tile order.
-inline size_t partial_floats(int n, int h, int wd, int k, int r, int s, int pad_h, int pad_w, int str_h,
-                             int str_w, int dil_h, int dil_w) {
-  const long long p = (h + 2 * pad_h - dil_h * (r - 1) - 1) / str_h + 1;
-  const long long q = (wd + 2 * pad_w - dil_w * (s - 1) - 1) / str_w + 1;
-  const long long tiles = (n * p * q + TM - 1) / TM;
-  return static_cast<size_t>(tiles * ((k + TN - 1) / TN * TN));
+// The output's sizes: N*P*Q pixels, P*Q an image; with STATS 2 and 3, each tile's partial sums,
+// [tiles = ceil(N*P*Q / TM), kpad = K rounded up to TN] floats for y and as many for y*y, lie in the workspace
+// after the kernel's own, and a second kernel sums each channel's column in tile order.
+struct OutputSizes {
+  int pixels, pq, kpad;
+  long long tiles;
+  size_t partial_floats() const { return static_cast<size_t>(tiles * kpad); }
+};
+inline OutputSizes output_sizes(int n, int h, int wd, int k, int r, int s, int pad_h, int pad_w, int str_h,
+                                int str_w, int dil_h, int dil_w) {
+  const int p = (h + 2 * pad_h - dil_h * (r - 1) - 1) / str_h + 1;
+  const int q = (wd + 2 * pad_w - dil_w * (s - 1) - 1) / str_w + 1;
+  return {n * p * q, p * q, (k + TN - 1) / TN * TN, (static_cast<long long>(n) * p * q + TM - 1) / TM};
 }
 
+#if STATS >= 2
 // One warp per 32 channels and statistic: lane j sums column j down the tiles (coalesced rows), then the
 // warps of a block combine in a fixed order. grid (ceil(K / 32), 2), 1024 threads.
 __global__ void __launch_bounds__(1024) reduce_partials(const float* __restrict__ partials, float* __restrict__ sums,
@@ -257,8 +262,8 @@ Arguments arguments(const float* x, const float* w, const float* bias, float* y,
   args.epilogue.thread = {{output, {sums, 0.f, {}}}, {sums + k, 0.f, {}}};
 #elif STATS == 2
   // `sums` is the partials' start here (kw_conv_launch passes the workspace past the kernel's own)
-  const size_t count = partial_floats(n, h, wd, k, r, s, pad_h, pad_w, str_h, str_w, dil_h, dil_w);
-  args.epilogue.thread = {{output, {sums, 0.f, {}}}, {sums + count, 0.f, {}}};
+  const OutputSizes out = output_sizes(n, h, wd, k, r, s, pad_h, pad_w, str_h, str_w, dil_h, dil_w);
+  args.epilogue.thread = {{output, {sums, 0.f, {}}}, {sums + out.partial_floats(), 0.f, {}}};
 #else
   (void)sums;
   args.epilogue.thread = output;
@@ -271,14 +276,12 @@ Arguments arguments(const float* x, const float* w, const float* bias, float* y,
   args.epilogue.dC = dD;
   args.epilogue.ptr_D = y;
 #if NCHW
-  const int p = (h + 2 * pad_h - dil_h * (r - 1) - 1) / str_h + 1;
-  const int q = (wd + 2 * pad_w - dil_w * (s - 1) - 1) / str_w + 1;
-  args.direct = {y, bias, n * p * q, k, cutlass::FastDivmod(p * q)};
+  const OutputSizes pixels = output_sizes(n, h, wd, k, r, s, pad_h, pad_w, str_h, str_w, dil_h, dil_w);
+  args.direct = {y, bias, pixels.pixels, k, cutlass::FastDivmod(pixels.pq)};
 #if STATS == 3
   args.direct.partials = sums;      // the partials' start (kw_conv_launch: the workspace past the kernel's own)
-  args.direct.kpad = (k + TN - 1) / TN * TN;
-  args.direct.tiles = static_cast<int64_t>(partial_floats(n, h, wd, k, r, s, pad_h, pad_w, str_h, str_w, dil_h,
-                                                          dil_w) / args.direct.kpad);
+  args.direct.kpad = pixels.kpad;
+  args.direct.tiles = pixels.tiles;
 #endif
 #endif
   int dev = 0;
@@ -293,13 +296,13 @@ extern "C" const char* kw_conv_launch(const float* x, const float* w, const floa
     int dil_h, int dil_w, void* workspace, size_t* workspace_bytes, cudaStream_t stream) {
 #if PINGPONG
 #if STATS >= 2
-  const size_t count = partial_floats(n, h, wd, k, r, s, pad_h, pad_w, str_h, str_w, dil_h, dil_w);
+  const OutputSizes out = output_sizes(n, h, wd, k, r, s, pad_h, pad_w, str_h, str_w, dil_h, dil_w);
   const size_t own = (Pingpong::get_workspace_size(arguments<Pingpong::Arguments>(
       x, w, bias, y, nullptr, n, h, wd, c, k, r, s, pad_h, pad_w, str_h, str_w, dil_h, dil_w)) + 255) / 256 * 256;
   float* partials = workspace ? reinterpret_cast<float*>(static_cast<char*>(workspace) + own) : nullptr;
   auto args = arguments<Pingpong::Arguments>(x, w, bias, y, partials, n, h, wd, c, k, r, s, pad_h, pad_w, str_h,
                                              str_w, dil_h, dil_w);
-  if (workspace_bytes) { *workspace_bytes = own + 2 * count * sizeof(float); return nullptr; }
+  if (workspace_bytes) { *workspace_bytes = own + 2 * out.partial_floats() * sizeof(float); return nullptr; }
 #else
   auto args = arguments<Pingpong::Arguments>(x, w, bias, y, sums, n, h, wd, c, k, r, s, pad_h, pad_w, str_h, str_w,
                                              dil_h, dil_w);
@@ -317,9 +320,7 @@ extern "C" const char* kw_conv_launch(const float* x, const float* w, const floa
   kernel<<<Pingpong::get_grid_shape(params), Pingpong::get_block_shape(), Pingpong::SharedStorageSize, stream>>>(
       params);
 #if STATS >= 2
-  const int kpad = (k + TN - 1) / TN * TN;
-  reduce_partials<<<dim3((k + 31) / 32, 2), 1024, 0, stream>>>(partials, sums, static_cast<long long>(count / kpad),
-                                                              k, kpad);
+  reduce_partials<<<dim3((k + 31) / 32, 2), 1024, 0, stream>>>(partials, sums, out.tiles, k, out.kpad);
 #endif
 #else
   auto args = arguments<Conv::Arguments>(x, w, bias, y, sums, n, h, wd, c, k, r, s, pad_h, pad_w, str_h, str_w,
