@@ -6,7 +6,9 @@
 
 A graph with 2-D/3-D convolutions has two variants on a GPU: as captured (NCHW) and after the channels-last
 layout pass (`rewrite/layout.py`, `OptimizeOptions.layout`). Both are built (at once) and measured; the faster
-by a quick timing of the whole plan is judged first, so one judge run decides in the usual case.
+by a quick timing of the whole plan is judged first, so one judge run decides in the usual case. Where the
+channels-last plan runs convolutions as our own kernels (`fuse/conv.py`), the same layout planned without
+them (cuDNN's convolutions) is a third variant: which wins, and whether ours pass the judge, is measured.
 
 Every stage reports to a callback (the CLI's progress display) and its seconds go to `result.stage_seconds`.
 Whatever goes wrong with a kernel costs only that kernel (its group falls back to ATen); whatever cannot be
@@ -64,7 +66,7 @@ from kernelwright.codegen.registry import render_group
 from kernelwright.emit import EmitInfo, emit_fallback, emit_module
 from kernelwright.environment import cache_dir, nvcc_path
 from kernelwright.errors import CaptureError, EnvironmentFailure
-from kernelwright.fuse import launch_alternatives
+from kernelwright.fuse import launch_alternatives, matchers_without
 from kernelwright.fuse.plan import FusedGroup, FusionPlan, plan_fusion
 from kernelwright.gpulock import cpu_work, gpu_timing, gpu_work, waited_seconds
 from kernelwright.ir.graph import Graph, Node
@@ -139,6 +141,14 @@ class Variant:
     build: Built | None = None
     compile_check: CompileCheck | None = None
     replay: bool = False                     # the emitted forward replays a CUDA graph (emit/replay.py)
+    families_off: tuple[str, ...] = ()       # kernel families the planner left out (fuse.MATCHERS)
+
+    @property
+    def name(self) -> str:
+        """The layout, and which convolutions run: "channels_last+conv" where ours do (CUTLASS kernels
+        with their epilogues), the layout alone where cuDNN's do."""
+        ours = self.plan is not None and any(g.family == "conv" for g in self.plan.groups)
+        return self.layout + ("+conv" if ours else "")
 
     def keep(self, kernels: list[KernelSource], plan: FusionPlan, dropped: list[str]) -> Variant:
         return replace(self, kernels=tuple(kernels), plan=plan, dropped=self.dropped + tuple(dropped))
@@ -258,7 +268,14 @@ class _Pipeline:
         with stages.run("rewrite") as note:
             result.graph, result.rewrite_log, derived = _rewrite(result.graph)
             note.append(f"{len(result.rewrite_log.events)} rewrites" if result.rewrite_log else "skipped")
-        variants = [self.lower(v) for v in self.variants(result.graph, derived, measured)]
+        variants = []
+        for variant in self.variants(result.graph, derived, measured):
+            lowered = self.lower(variant)
+            if measured and any(g.family == "conv" for g in lowered.plan.groups):
+                # whether our convolutions beat cuDNN's plus the pointwise family's kernel is measured:
+                # the plan without them is built, timed and (if faster or if ours fail the judge) kept
+                variants.append(self.lower(replace(variant, families_off=("conv",))))
+            variants.append(lowered)
         if not measured:
             return self.unverified(variants[0])
         return self.verify(variants)
@@ -292,14 +309,19 @@ class _Pipeline:
         return [last] if layout == "channels_last" else [nchw, last]
 
     def stages_of(self, variant: Variant) -> _Stages:
-        """The stages of one variant, named apart ("[channels-last] measure") when it is not the NCHW one."""
-        return self.stages.under("" if variant.layout == "nchw" else "[channels-last] ")
+        """The stages of one variant, named apart ("[channels-last] measure") when it is not the NCHW one
+        ("[channels-last, cuDNN convs]" for the one planned without our convolutions)."""
+        prefix = "" if variant.layout == "nchw" else "channels-last"
+        if variant.families_off:
+            prefix += ", cuDNN convs" if prefix else "cuDNN convs"
+        return self.stages.under(f"[{prefix}] " if prefix else "")
 
     def lower(self, variant: Variant) -> Variant:
         """Plan and render one variant (no GPU needed)."""
         stages = self.stages_of(variant)
         with stages.run("plan") as note:
-            plan = plan_fusion(variant.graph, derived=list(variant.derived))
+            plan = plan_fusion(variant.graph, matchers_without(variant.families_off),
+                               derived=list(variant.derived))
             aten_steps = len(plan.steps) - len(plan.groups)
             note.append(f"{len(plan.groups)} fused group(s), {aten_steps} ATen step(s)"
                         + (f", {len(plan.derived)} derived weight(s)" if plan.derived else ""))
@@ -380,6 +402,11 @@ class _Pipeline:
             with self.stages.run("judge start"):
                 self.judge_starting.join()
         live = [v for v in variants if v.kernels or v.plan.derived]
+        # a plan whose conv kernels all lost to ATen is its cuDNN sibling's, plus a CUTLASS library that the
+        # emitted file would build for nothing
+        cudnn = {v.layout for v in live if "conv" in v.families_off}
+        live = [v for v in live if v.families_off or v.layout not in cudnn
+                or any(g.family == "conv" for g in v.plan.groups)]
         if not live:
             reasons = {"no fusable group: every op stays an ATen call" if not v.built else
                        "no kernel was both correct and faster than ATen" for v in variants}
@@ -421,7 +448,7 @@ class _Pipeline:
             if verdict is None:  # the environment failed and an unverified file was asked for
                 return self.result
             speedup = verdict.get("speedup_vs_eager")
-            file = f"the compiled {variant.layout} file" if named else "the compiled file"
+            file = f"the compiled {variant.name} file" if named else "the compiled file"
             file += " (CUDA graph replay)" if attempt.replay else ""
             if verdict["status"] != "correct":
                 failures.append((verdict["status"], f"the judge found {file} {verdict['status']}: "
@@ -520,10 +547,10 @@ class _Pipeline:
         with self.stages.run("rank") as note:
             times = [_time_plan(v, self.problem, replayable=self.options.replay != "off"
                                 and _replay_unsafe(v.graph) is None) for v in variants]
-            note.append(", ".join(f"{v.layout} {t:.3f} ms" for v, t in zip(variants, times, strict=True)))
+            note.append(", ".join(f"{v.name} {t:.3f} ms" for v, t in zip(variants, times, strict=True)))
         order = sorted(range(len(variants)), key=lambda i: times[i])
         self.result.notes.append("layout: " + ", ".join(
-            f"{variants[i].layout} {times[i]:.3f} ms" for i in order) + " (whole plan, timed before judging)")
+            f"{variants[i].name} {times[i]:.3f} ms" for i in order) + " (whole plan, timed before judging)")
         return [variants[i] for i in order]
 
     def replay(self, variant: Variant) -> Variant:
@@ -586,6 +613,9 @@ class _Pipeline:
         # Kernels that lost to ATen stay in the extension when some kernel is called (the verified build,
         # loaded from the cache); with none called there is nothing to build.
         built = list(variant.built) if variant.kernels else []
+        if any(g.family == "conv" for g in variant.plan.groups):
+            result.notes.append("convolutions: TF32 tensor cores, as eager's cuDNN convolutions compute them "
+                                "(torch.backends.cudnn.allow_tf32)")
         sources = assemble(built)
         result.source = emit_module(self.problem.source, self.info(variant, verification), variant.plan,
                                     sources, called=list(variant.kernels))

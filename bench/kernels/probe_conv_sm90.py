@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _timing import l2_flush, time_ms  # noqa: E402
 
 SOURCE = Path(__file__).parent / "cuda" / "conv_sm90_evt.cu"
+# kw_conv_pingpong.cuh: the compiler's own copy (kernelwright/codegen/cuda), which the conv family builds
+HEADERS = Path(__file__).resolve().parents[2] / "kernelwright" / "codegen" / "cuda"
 CONFIGS = ["128:128:32:0:1:1", "128:64:32:4:1:1", "128:128:32:0:1:1:pp", "128:64:32:0:1:1:pp",
            "128:128:64:0:1:1:pp", "64:128:32:0:1:1:pp", "128:128:32:0:1:1:pp:stats",
            "128:128:32:5:1:1:pp:stats2"]
@@ -56,7 +58,7 @@ def build(config: str, folder: Path) -> Path | str:
     # and ptxas serializes every wgmma of the kernel (warning C7510)
     command = ["nvcc", "-std=c++17", "--expt-relaxed-constexpr", "-O3", "-DNDEBUG",
                "-gencode=arch=compute_90a,code=sm_90a", f"-I{root / 'include'}",
-               f"-I{root / 'tools' / 'util' / 'include'}", "-Xcompiler", "-fPIC",
+               f"-I{root / 'tools' / 'util' / 'include'}", f"-I{HEADERS}", "-Xcompiler", "-fPIC",
                "-shared", f"-DTM={tm}", f"-DTN={tn}", f"-DTK={tk}", f"-DSTAGES={stages}", f"-DCM={cm}",
                f"-DCN={cn}", f"-DPINGPONG={int('pp' in flags)}", f"-DNCHW={int('nchw' in flags)}",
                f"-DSTATS={3 if 'stats3' in flags else 2 if 'stats2' in flags else int('stats' in flags)}",

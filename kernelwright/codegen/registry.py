@@ -11,6 +11,7 @@ from kernelwright.errors import UnsupportedOp
 from kernelwright.fuse.plan import FusedGroup
 
 RENDERERS = {
+    "conv": "kernelwright.codegen.conv",
     "gemm": "kernelwright.codegen.gemm",
     "pointwise": "kernelwright.codegen.pointwise",
     "pool": "kernelwright.codegen.pool",

@@ -1,12 +1,12 @@
 """The fusion planner: which IR nodes form one kernel, and which kernel family renders it.
 
-`MATCHERS` lists each family's matcher in priority order: anchors first (GEMM with epilogues, then
-reductions, normalizations, softmax, scans, pools), pointwise chains last, so they only take what no anchor
-absorbed. A matcher is `match(graph, claimed_node_ids) -> list[FusedGroup]`; `plan.Matching` holds what
-most of them work with (readers, outputs, claimed nodes, the convexity test).
+`MATCHERS` lists each family's matcher in priority order: anchors first (convolutions and GEMMs with
+epilogues, then reductions, normalizations, softmax, scans, pools), pointwise chains last, so they only
+take what no anchor absorbed. A matcher is `match(graph, claimed_node_ids) -> list[FusedGroup]`;
+`plan.Matching` holds what most of them work with (readers, outputs, claimed nodes, the convexity test).
 """
 
-from kernelwright.fuse import gemm, pointwise, pool, reduction, scan
+from kernelwright.fuse import conv, gemm, pointwise, pool, reduction, scan
 from kernelwright.fuse.plan import AtenStep, FusedGroup, FusionPlan, Partition, make_group, plan_fusion
 
 # Family -> other launches of one of its groups, which the GPU measures against the planner's own.
@@ -20,6 +20,7 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
 
 
 MATCHERS = [
+    conv.match,
     gemm.match,
     reduction.match,
     scan.match,
@@ -27,5 +28,12 @@ MATCHERS = [
     pointwise.match,
 ]
 
+
+
+def matchers_without(families: tuple[str, ...] = ()) -> list:
+    """`MATCHERS` less those of the families named (a matcher's module is its family: `fuse/conv.py`)."""
+    return [m for m in MATCHERS if m.__module__.rsplit(".", 1)[-1] not in families]
+
+
 __all__ = ["ALTERNATIVES", "MATCHERS", "AtenStep", "FusedGroup", "FusionPlan", "Partition",
-           "launch_alternatives", "make_group", "plan_fusion"]
+           "launch_alternatives", "make_group", "matchers_without", "plan_fusion"]

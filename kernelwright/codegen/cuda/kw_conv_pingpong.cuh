@@ -20,7 +20,10 @@
 // them itself (an NCHW output, say); the epilogue collective is then never run.
 #pragma once
 
+// self-contained: the emitted file inlines this header before the kernels that include CuTe
+#include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
+#include <cutlass/conv/convnd_problem_shape.hpp>
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/conv/detail.hpp>
 #include <cutlass/gemm/kernel/tile_scheduler.hpp>

@@ -1,0 +1,124 @@
+"""The convolution matcher and renderer on hand-built channels-last graphs: what it claims (the conv, its
+pointwise epilogue, the NCHW transpose), what it leaves to cuDNN, and the launch it renders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import kernelwright.fuse.conv as fuse_conv
+from kernelwright.codegen.conv import render, tile
+from kernelwright.fuse import matchers_without, plan_fusion
+from kernelwright.fuse.conv import describe, match
+from kernelwright.ir.graph import Graph
+from kernelwright.ir.ops import input_node, make_node, param_node
+
+
+@pytest.fixture(autouse=True)
+def cutlass_headers(monkeypatch):
+    """Matching does not read the headers, only asks whether they exist."""
+    monkeypatch.setattr(fuse_conv, "cutlass_include_dir", lambda: Path("/cutlass/include"))
+    monkeypatch.setattr(fuse_conv, "_hopper", lambda: True)
+
+
+def conv_chain(n=8, h=34, w=34, c=64, k=128, kernel=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1),
+               groups=1, epilogue=lambda y, extra: make_node("relu", [y]), to_nchw=True, extra=()):
+    """x [N, H, W, C] -> conv_cl -> + bias -> epilogue -> permute to NCHW, as the layout pass leaves it."""
+    x = input_node("x", 0, (n, h, w, c))
+    weight = param_node("weight", (k, *kernel, c // groups))
+    bias = param_node("bias", (k,))
+    y = make_node("conv", [x, weight], stride=stride, padding=padding, dilation=dilation, transposed=False,
+                  output_padding=(0, 0), groups=groups, has_bias=False, channels_last=True)
+    y = epilogue(make_node("add", [y, bias]), extra)
+    out = make_node("permute", [y], dims=(0, 3, 1, 2)) if to_nchw else y
+    return Graph(inputs=(x, *extra), params=(weight, bias), outputs=(out,))
+
+
+def test_conv_bias_activation_transpose_is_one_group():
+    graph = conv_chain()
+    (group,) = match(graph, frozenset())
+    assert [n.op for n in group.nodes] == ["conv", "add", "relu", "permute"]
+    assert [n.name for n in group.inputs] == ["x", "weight", "bias"]
+    view = describe(group)
+    assert (view.n, view.h, view.w_in, view.c, view.k, view.r, view.s, view.p, view.q) == (
+        8, 34, 34, 64, 128, 3, 3, 34, 34)
+    assert [(o.node.name, o.kind) for o in view.operands] == [("bias", "row")]
+    assert tuple(view.output.shape) == (8, 128, 34, 34)
+
+
+def test_epilogue_tensors_by_broadcast_kind():
+    # a full NHWC tensor (a residual), a per-pixel one and a per-channel scale all join the epilogue
+    residual = input_node("residual", 1, (8, 34, 34, 128))
+    pixel = input_node("pixel", 2, (8, 34, 34, 1))
+
+    def epilogue(y, extra):
+        return make_node("sigmoid", [make_node("mul", [make_node("add", [y, extra[0]]), extra[1]])])
+
+    graph = conv_chain(epilogue=epilogue, extra=(residual, pixel))
+    (group,) = match(graph, frozenset())
+    view = describe(group)
+    assert [(o.node.name, o.kind) for o in view.operands] == [("bias", "row"), ("residual", "full"),
+                                                               ("pixel", "col")]
+    source = render(group)
+    for index in ("__ldg(p.e0 + n)", "__ldg(p.e1 + m * p.k + n)", "__ldg(p.e2 + m)"):
+        assert index in source.cuda
+    assert source.spec.outputs == (("float32", (8, 128, 34, 34)),)
+    assert source.spec.operands[0] == (0, (("dense", 16),), None)
+
+
+@pytest.mark.parametrize("change", [
+    {"c": 3},                   # TMA reads 16-byte rows of C
+    {"k": 126},                 # ... and of K
+    {"groups": 2},
+    {"to_nchw": False},         # an NHWC result: nothing gained over cuDNN (a norm or pool reads it next)
+    {"n": 1, "h": 8, "w": 8},   # too small to pay for the launch
+])
+def test_left_to_cudnn(change):
+    assert match(conv_chain(**change), frozenset()) == []
+
+
+def test_not_claimed_when_eager_convs_are_exact_fp32(monkeypatch):
+    monkeypatch.setattr("torch.backends.cudnn.allow_tf32", False)
+    assert match(conv_chain(), frozenset()) == []
+
+
+def test_transposed_and_channels_first_convs_are_not_claimed():
+    x = input_node("x", 0, (8, 64, 34, 34))
+    weight, bias = param_node("weight", (128, 64, 3, 3)), param_node("bias", (128,))
+    y = make_node("conv", [x, weight, bias], stride=(1, 1), padding=(1, 1), dilation=(1, 1), transposed=False,
+                  output_padding=(0, 0), groups=1, has_bias=True)
+    assert match(Graph(inputs=(x,), params=(weight, bias), outputs=(make_node("relu", [y]),)),
+                 frozenset()) == []
+
+
+def test_other_readers_stop_the_epilogue():
+    # the conv output is also a graph output: the transpose cannot be the group's only output
+    x = input_node("x", 0, (8, 34, 34, 64))
+    weight = param_node("weight", (128, 3, 3, 64))
+    y = make_node("conv", [x, weight], stride=(1, 1), padding=(1, 1), dilation=(1, 1), transposed=False,
+                  output_padding=(0, 0), groups=1, has_bias=False, channels_last=True)
+    out = make_node("permute", [make_node("relu", [y])], dims=(0, 3, 1, 2))
+    assert match(Graph(inputs=(x,), params=(weight,), outputs=(out, y)), frozenset()) == []
+
+
+def test_planner_takes_the_conv_group_first_and_can_leave_it_out():
+    graph = conv_chain()
+    assert [g.family for g in plan_fusion(graph).groups] == ["conv"]
+    families = [g.family for g in plan_fusion(graph, matchers_without(("conv",))).groups]
+    assert "conv" not in families and families
+
+
+def test_render_geometry_and_tile():
+    graph = conv_chain(k=64, kernel=(3, 5), stride=(2, 1), padding=(1, 2), dilation=(1, 2))
+    (group,) = match(graph, frozenset())
+    view = describe(group)
+    assert tile(view) == (128, 64, 32)
+    source = render(group)
+    # sizes baked into the entry: n, h, w, c, k, r, s, pads, strides, dilations
+    assert "8, 34, 34, 64, 64, 3, 5, 1, 2, 2, 1, 1, 2, workspace, stream" in source.cuda
+    assert "kw::ConvPingpong" in source.cuda and "#include <cutlass/" in source.cuda
+    # one instantiation per tile and epilogue: the same chain on other sizes shares the launcher
+    other = render(match(conv_chain(n=4, h=20, w=20, k=64, kernel=(3, 5)), frozenset())[0])
+    assert other.name.rsplit("_", 1)[0] == source.name.rsplit("_", 1)[0]
+    assert other.name != source.name
