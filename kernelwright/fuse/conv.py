@@ -15,8 +15,8 @@ are classified by how they broadcast over (M, N) exactly as for a GEMM's epilogu
 operand, a per-pixel tensor a "col" one, a whole NHWC tensor "full"), and the epilogue grows by the GEMM
 family's rule (`gemm._epilogue`).
 
-Claimed only where the kernel applies: FP32, groups 1, not transposed, C a multiple of 4 and K a multiple
-of 4 (TMA needs 16-byte rows), sizes within 32-bit indexing, the CUTLASS headers installed, and a chain
+Claimed only where the kernel applies: FP32, groups 1, not transposed, C a multiple of 4 (TMA reads 16-byte
+rows of x and of the weight; the output is stored without TMA, so K is free), sizes within 32-bit indexing, the CUTLASS headers installed, and a chain
 that ends in the NCHW transpose (an NHWC result feeding a norm or a pool gains nothing over cuDNN: the
 reduction family already reads its epilogue in its own pass). Whether the kernel beats cuDNN plus the
 pointwise kernel is measured (`compiler.py` builds the channels-last plan with and without this family).
@@ -122,7 +122,7 @@ def claimable(anchor: Node) -> bool:
         return False
     n, p, q, k = anchor.shape
     _, r, s, c = w.shape
-    return c % 4 == 0 and k % 4 == 0 and n * p * q * k * r * s * c >= MIN_CONV_MACS
+    return c % 4 == 0 and n * p * q * k * r * s * c >= MIN_CONV_MACS
 
 
 def describe(group: FusedGroup) -> ConvView:

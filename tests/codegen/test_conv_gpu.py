@@ -51,8 +51,8 @@ def _chain(n, h, w, c, k, kernel=(3, 3), stride=(1, 1), padding=(1, 1), dilation
 
 
 CASES = {
-    # pixels not a multiple of 4 (4-byte stores), channels past one 128 tile (an N tail)
-    "odd_pixels_channel_tail": lambda: _chain(2, 33, 33, 64, 200),
+    # pixels not a multiple of 4 (4-byte stores), channels past one 128 tile and not a multiple of 4
+    "odd_pixels_channel_tail": lambda: _chain(2, 33, 33, 64, 201),
     # a 1x1 conv, K <= 64 (the 64-wide tile) with a tail, 16-byte stores
     "pointwise_narrow": lambda: _chain(3, 24, 24, 120, 36, kernel=(1, 1), padding=(0, 0), epilogue="none"),
     # strides, dilations, asymmetric padding per dim, every epilogue operand kind

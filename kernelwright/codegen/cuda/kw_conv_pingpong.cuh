@@ -17,7 +17,8 @@
 // DirectStore (optional): instead of the epilogue collective (TMA stores of NHWC tiles), each consumer thread
 // hands its accumulators to `DirectStore::store(params.direct, accumulators, tiled_mma, thread, m0, n0,
 // storage)` (storage: its SharedStorage, one for both warpgroups, whose epilogues never overlap), which writes
-// them itself (an NCHW output, say); the epilogue collective is then never run.
+// them itself (an NCHW output, say); the epilogue collective is then never run, and may be `kw::NoEpilogue`
+// (no shared memory, no TMA descriptor, none of CUTLASS's epilogue headers to compile).
 #pragma once
 
 // self-contained: the emitted file inlines this header before the kernels that include CuTe
@@ -30,6 +31,53 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 namespace kw {
+
+// The epilogue collective of a kernel whose DirectStore writes the output: the interface ConvPingpong calls,
+// doing nothing.
+struct NoEpilogue {
+  struct Pipeline {
+    static constexpr int Stages = 1;
+    enum class ThreadCategory { NonParticipant, Producer, Consumer, ProducerConsumer };
+    struct Params {
+      ThreadCategory role = ThreadCategory::NonParticipant;
+      uint32_t dst_blockid = 0, producer_arv_count = 0, consumer_arv_count = 0, transaction_bytes = 0;
+      bool always_wait = false;
+    };
+    struct SharedStorage {};
+    CUTLASS_DEVICE Pipeline(SharedStorage&, Params const&) {}
+    CUTLASS_DEVICE explicit Pipeline(Params const&) {}
+  };
+  using LoadPipeline = Pipeline;
+  using StorePipeline = Pipeline;
+  using LoadPipelineState = cutlass::PipelineState<1>;
+  using PipelineStorage = Pipeline::SharedStorage;
+  struct TensorStorage {};
+  struct Arguments {};
+  struct Params {};
+  static constexpr bool RequiresTransactionBytes = false;
+
+  template <class Shape>
+  static Params to_underlying_arguments(Shape const&, Arguments const&, void*) { return {}; }
+  template <class Shape>
+  static size_t get_workspace_size(Shape const&, Arguments const&) { return 0; }
+  template <class Shape>
+  static cutlass::Status initialize_workspace(Shape const&, Arguments const&, void*, cudaStream_t, void*) {
+    return cutlass::Status::kSuccess;
+  }
+  template <class Shape>
+  static bool can_implement(Shape const&, Arguments const&) { return true; }
+  template <class Tile>
+  CUTLASS_HOST_DEVICE static constexpr int get_load_pipe_increment(Tile) { return 1; }
+  template <class Tile>
+  CUTLASS_HOST_DEVICE static constexpr int get_store_pipe_increment(Tile) { return 1; }
+  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const&) {}
+  CUTLASS_DEVICE NoEpilogue(Params const&, TensorStorage&) {}
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return false; }
+  template <class... Ts>
+  CUTLASS_DEVICE LoadPipelineState load(Ts&&...) { return {}; }
+  template <class... Ts>
+  CUTLASS_DEVICE void load_tail(Ts&&...) {}
+};
 
 namespace detail {
 struct NoDirect {};
