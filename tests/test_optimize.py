@@ -294,6 +294,56 @@ def test_a_mismatch_is_retried_with_atens_gemms_before_the_whole_model_fallback(
     assert result[1].endswith("0.40x vs eager (2.500 ms wall clock vs 1.000 ms)")
 
 
+def test_our_convolutions_are_a_variant_of_their_own(monkeypatch):
+    """The channels-last plan with our conv kernel and the same layout planned without it (cuDNN's
+    convolutions) are judged as two variants: wrong values from ours keep the cuDNN plan; a conv variant
+    whose conv kernel lost to ATen is not judged at all (its file would build CUTLASS for nothing)."""
+    import threading
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import kernelwright.fuse.conv as fuse_conv
+    from kernelwright import compiler
+
+    monkeypatch.setattr(fuse_conv, "cutlass_include_dir", lambda: Path("/cutlass/include"))
+    monkeypatch.setattr(fuse_conv, "_hopper", lambda: True)
+    sys.path.insert(0, str(Path(__file__).parent / "fuse"))
+    from test_conv_match import conv_chain
+
+    def run(verdict_of, drop_conv=False):
+        pipeline = compiler._Pipeline(SimpleNamespace(), compiler.DEFAULT_OPTIONS, None)
+        graph = conv_chain()
+        ours = pipeline.lower(compiler.Variant("channels_last", graph))
+        cudnn = pipeline.lower(compiler.Variant("channels_last", graph, families_off=("conv",)))
+        assert [g.family for g in ours.plan.groups] == ["conv"] and ours.name == "channels_last+conv"
+        assert "conv" not in {g.family for g in cudnn.plan.groups} and cudnn.name == "channels_last"
+        if drop_conv:
+            ours = ours.keep([], ours.plan.without(ours.plan.groups[0]), ["conv: slower than ATen"])
+        judged, emitted = [], []
+        monkeypatch.setattr(pipeline, "build_all", lambda variants: variants)
+        ours_first = lambda variants: sorted(variants, key=lambda v: "+" not in v.name)  # noqa: E731
+        monkeypatch.setattr(pipeline, "rank", ours_first)
+        monkeypatch.setattr(pipeline, "replay", lambda v: v)
+        monkeypatch.setattr(pipeline, "judge", lambda v: judged.append(v) or verdict_of(v))
+        monkeypatch.setattr(pipeline, "emit", lambda v, verification: emitted.append(v) or pipeline.result)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "GPU")
+        pipeline.judge_starting = threading.Thread(target=lambda: None)
+        pipeline.judge_starting.start()
+        pipeline.verify([cudnn, ours])
+        return pipeline, judged, emitted
+
+    def ours_wrong(v):
+        if v.name.endswith("+conv"):
+            return {"status": "mismatch", "detail": "TF32"}
+        return {"status": "correct", "detail": "", "speedup_vs_eager": 1.3}
+
+    pipeline, judged, emitted = run(ours_wrong)
+    assert [v.name for v in judged] == ["channels_last+conv", "channels_last"] and emitted == [judged[1]]
+    assert any("the compiled channels_last+conv file mismatch" in n for n in pipeline.result.notes)
+    _, judged, emitted = run(ours_wrong, drop_conv=True)
+    assert [v.name for v in judged] == ["channels_last"] and emitted == judged
+
+
 def test_the_judge_starts_before_capture_and_is_closed_whatever_happens(monkeypatch):
     """On a GPU the judge's processes start first (they load while we capture and build) and are closed
     when the pipeline ends, also when a stage raises."""

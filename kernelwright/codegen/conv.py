@@ -84,29 +84,55 @@ def _index(operand: EpilogueOperand) -> str:
 
 def render_entry(name: str, launcher: str, group: FusedGroup, view: ConvView) -> tuple[str, KernelSpec]:
     """The entry: x and the weight dense at 16-byte aligned addresses (TMA), each epilogue tensor dense at
-    its (1, M, N) extents; sizes baked in (the spec fixes the shapes)."""
+    its (1, M, N) extents; sizes baked in (the spec fixes the shapes). Where C is not a multiple of 4, x and
+    the weight are first copied with zero channels up to `view.c_padded` into the workspace (before the
+    kernel's own, 256-byte aligned), and the kernel reads those."""
     operands = [(input_index(group, view.x), (("dense", 16),), None),
                 (input_index(group, view.w), (("dense", 16),), None)]
     for operand in view.operands:
         lo, mo, no = operand.extents
         operands.append((input_index(group, operand.node), (("reshape", lo, mo, no), ("dense", 4)), None))
-    sizes = ", ".join(str(v) for v in (view.n, view.h, view.w_in, view.c, view.k, view.r, view.s,
+    sizes = ", ".join(str(v) for v in (view.n, view.h, view.w_in, view.c_padded, view.k, view.r, view.s,
                                        *view.padding, *view.stride, *view.dilation))
     tensors = [f"static_cast<const float*>(in[{j}].data)" for j in range(len(operands))]
-    args = ", ".join([*tensors[:2], "static_cast<float*>(out[0])", *tensors[2:]])
-    body = f"  return {launcher}_launch({args}, {sizes}, workspace, stream);"
     nulls = ", ".join(["nullptr"] * len(operands) + ["nullptr"])
-    cuda = entry_points(name, body, f"{launcher}_workspace({nulls}, {sizes})")
+    own = f"{launcher}_workspace({nulls}, {sizes})"
+    if view.c == view.c_padded:
+        args = ", ".join([*tensors[:2], "static_cast<float*>(out[0])", *tensors[2:]])
+        body = f"  return {launcher}_launch({args}, {sizes}, workspace, stream);"
+        return entry_points(name, body, own), _spec(group, view, operands)
+    rows = (view.n * view.h * view.w_in, view.k * view.r * view.s)
+    x_bytes, w_bytes = (_aligned(r * view.c_padded * 4) for r in rows)
+    args = ", ".join(["padded_x", "padded_w", "static_cast<float*>(out[0])", *tensors[2:]])
+    body = "\n".join([
+        "  char* scratch = static_cast<char*>(workspace);",
+        "  float* padded_x = reinterpret_cast<float*>(scratch);",
+        f"  float* padded_w = reinterpret_cast<float*>(scratch + {x_bytes}LL);",
+        f"  const char* error = {launcher}_pad({tensors[0]}, padded_x, {rows[0]}LL, {view.c}, "
+        f"{view.c_padded}, stream);",
+        f"  if (error == nullptr) error = {launcher}_pad({tensors[1]}, padded_w, {rows[1]}LL, {view.c}, "
+        f"{view.c_padded}, stream);",
+        "  if (error != nullptr) return error;",
+        f"  return {launcher}_launch({args}, {sizes}, scratch + {x_bytes + w_bytes}LL, stream);"])
+    return entry_points(name, body, f"{x_bytes + w_bytes} + {own}"), _spec(group, view, operands)
+
+
+def _aligned(size: int) -> int:
+    return -(-size // 256) * 256
+
+
+def _spec(group: FusedGroup, view: ConvView, operands: list) -> KernelSpec:
     roles = ["x" if n is view.x else "weight" if n is view.w else "epilogue tensor" for n in group.inputs]
-    return cuda, KernelSpec(typed_inputs(group.inputs, roles), tuple(operands), typed([view.output]))
+    return KernelSpec(typed_inputs(group.inputs, roles), tuple(operands), typed([view.output]))
 
 
 def ir_comment(view: ConvView) -> str:
     tm, tn, tk = tile(view)
     epilogue = " → ".join(n.op for n in view.epilogue) or "none"
     operands = ", ".join(f"{o.node.name or o.node.op}:{o.kind}" for o in view.operands) or "none"
+    padded = f" (channels padded to {view.c_padded})" if view.c != view.c_padded else ""
     return (f"conv2d NHWC [{view.n}, {view.h}, {view.w_in}, {view.c}] * [{view.k}, {view.r}, {view.s}, "
-            f"{view.c}] stride {view.stride} padding {view.padding} dilation {view.dilation} -> NCHW "
+            f"{view.c}]{padded} stride {view.stride} padding {view.padding} dilation {view.dilation} -> NCHW "
             f"[{view.n}, {view.k}, {view.p}, {view.q}] via CUTLASS sm90 TF32 implicit GEMM (ping-pong tile "
             f"{tm}x{tn}x{tk}); epilogue: {epilogue}; epilogue tensors: {operands}")
 

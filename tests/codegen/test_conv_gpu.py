@@ -61,6 +61,8 @@ CASES = {
     # an asymmetric kernel with level2's Mish + Tanh epilogue
     "asymmetric_mish_tanh": lambda: _chain(4, 40, 64, 32, 128, kernel=(3, 5), padding=(1, 2),
                                            epilogue="mish_tanh"),
+    # three input channels (padded to 4 by the entry), 16 output channels
+    "three_channels": lambda: _chain(6, 66, 50, 3, 16, epilogue="mish_tanh"),
     # one output pixel per image, one image
     "one_pixel": lambda: _chain(1, 3, 3, 4, 4, padding=(0, 0)),
     # a level-2-sized problem (0.5 GB output), no padding, pixels not a multiple of 4

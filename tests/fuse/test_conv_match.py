@@ -68,13 +68,24 @@ def test_epilogue_tensors_by_broadcast_kind():
 
 
 @pytest.mark.parametrize("change", [
-    {"c": 3},                   # TMA reads 16-byte rows of C
     {"groups": 2},
     {"to_nchw": False},         # an NHWC result: nothing gained over cuDNN (a norm or pool reads it next)
     {"n": 1, "h": 8, "w": 8},   # too small to pay for the launch
 ])
 def test_left_to_cudnn(change):
     assert match(conv_chain(**change), frozenset()) == []
+
+
+def test_three_channels_are_padded_to_four():
+    (group,) = match(conv_chain(n=16, h=130, w=130, c=3, k=64), frozenset())
+    assert describe(group).c_padded == 4
+    source = render(group)
+    # x [16, 130, 130, 3] and the weight [64, 3, 3, 3] copied with a zero channel into the workspace, whose
+    # size counts both (256-byte aligned) before the kernel's own
+    assert "_pad(static_cast<const float*>(in[0].data), padded_x, 270400LL, 3, 4, stream)" in source.cuda
+    assert "_pad(static_cast<const float*>(in[1].data), padded_w, 576LL, 3, 4, stream)" in source.cuda
+    assert "return 4335616 + " in source.cuda
+    assert "16, 130, 130, 4, 64, 3, 3," in source.cuda
 
 
 def test_not_claimed_when_eager_convs_are_exact_fp32(monkeypatch):
