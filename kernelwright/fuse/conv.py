@@ -129,7 +129,16 @@ def claimable(anchor: Node) -> bool:
         return False
     n, p, q, k = anchor.shape
     _, r, s, c = w.shape
-    return n * p * q * k * r * s * c >= MIN_CONV_MACS
+    return n * p * q * k * r * s * c >= MIN_CONV_MACS and all(
+        _im2col_ok(*geometry) for geometry in zip((r, s), anchor.attr("padding"), anchor.attr("stride"),
+                                                  anchor.attr("dilation"), strict=True))
+
+
+def _im2col_ok(taps: int, padding: int, stride: int, dilation: int) -> bool:
+    """Whether TMA's im2col mode addresses one spatial dim (CUTLASS's `can_implement` for 2-D fprop: corners
+    in [-128, 127], filter offsets under 255; cuTensorMapEncodeIm2col: element strides of at most 8)."""
+    reach = (taps - 1) * dilation
+    return 0 <= padding <= 128 and -128 <= padding - reach <= 127 and reach < 255 and 1 <= stride <= 8
 
 
 def describe(group: FusedGroup) -> ConvView:

@@ -69,6 +69,8 @@ def test_epilogue_tensors_by_broadcast_kind():
 
 @pytest.mark.parametrize("change", [
     {"groups": 2},
+    {"stride": (9, 1)},         # TMA im2col: element strides of at most 8
+    {"w": 300, "dilation": (1, 130)},   # ... and filter offsets under 255
     {"to_nchw": False},         # an NHWC result: nothing gained over cuDNN (a norm or pool reads it next)
     {"n": 1, "h": 8, "w": 8},   # too small to pay for the launch
 ])
