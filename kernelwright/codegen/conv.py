@@ -22,21 +22,15 @@ from __future__ import annotations
 
 import hashlib
 
+from kernelwright.codegen import kernel
 from kernelwright.codegen.gemm import epilogue_function
 from kernelwright.codegen.gemm_entry import input_index
-from kernelwright.codegen.kernel import (
-    KernelSource,
-    KernelSpec,
-    entry_points,
-    source_template,
-    typed,
-    typed_inputs,
-)
+from kernelwright.codegen.kernel import KernelSource, KernelSpec, entry_points
 from kernelwright.fuse.conv import ConvView, describe
 from kernelwright.fuse.gemm import EpilogueOperand
 from kernelwright.fuse.plan import FusedGroup
 
-_TEMPLATE = source_template("kw_conv_sm90.cu.in")
+_TEMPLATE = kernel.source_template("kw_conv_sm90.cu.in")
 _PLACEHOLDER = "KW_CONV_PLACEHOLDER"
 _SIZES = ("n", "h", "w", "c", "k", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w", "dilation_h",
           "dilation_w")
@@ -123,7 +117,7 @@ def _aligned(size: int) -> int:
 
 def _spec(group: FusedGroup, view: ConvView, operands: list) -> KernelSpec:
     roles = ["x" if n is view.x else "weight" if n is view.w else "epilogue tensor" for n in group.inputs]
-    return KernelSpec(typed_inputs(group.inputs, roles), tuple(operands), typed([view.output]))
+    return KernelSpec(kernel.typed_inputs(group.inputs, roles), tuple(operands), kernel.typed([view.output]))
 
 
 def ir_comment(view: ConvView) -> str:
