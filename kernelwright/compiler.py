@@ -538,6 +538,9 @@ class _Pipeline:
             why = report.detail if not report.correct else \
                 f"slower than ATen ({report.kernel_ms:.3f} ms vs {report.aten_ms:.3f} ms)"
             dropped.append(f"{report.kernel}: {why}")
+            if group.family == "conv":
+                # its plan is then not judged (verify): the header of the file kept says why
+                self.result.notes.append(f"our convolution {report.kernel} lost to ATen: {why}")
             plan = plan.without(group)
         return replace(variant.keep(kept, plan, dropped), reports=tuple(reports))
 

@@ -4,6 +4,7 @@ kernel it prints, the binding's operand plumbing, and (one slow test) nvcc compi
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -198,6 +199,18 @@ def _compile(cuda: str, flags: list[str]) -> None:
                    f"-I{DEVICE_HEADERS}", *flags, "-c", str(source), "-o", str(source.with_suffix(".o"))]
         result = subprocess.run(command, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-4000:]
+        assert_no_shared_statics(source.with_suffix(".o"))
+
+
+def assert_no_shared_statics(obj: Path) -> None:
+    """No symbol of our launchers is GNU_UNIQUE (`nm` type u: one per process, shared by every library that
+    defines it): two kernel libraries holding the same launcher must keep their own state (a conv kernel of
+    the second one launched without its shared-memory opt-in)."""
+    if shutil.which("nm") is None:
+        return
+    symbols = subprocess.run(["nm", "-C", str(obj)], capture_output=True, text=True, check=True).stdout
+    shared = [line for line in symbols.splitlines() if " u " in line and "kw_" in line]
+    assert not shared, shared
 
 
 def test_tf32x3_entry_splits_activations_and_caches_parameter_splits():

@@ -8,9 +8,10 @@
 #include <mutex>
 #include "kw_common.cuh"
 
-// Everything in a namespace of its own per translation unit: nothing here is exported from the library, so
-// two kernel libraries in one process (of two kernelwright versions, say) never share an object, the cuBLAS
-// handles of `cublas()` included (an inline function's static would be one process-wide GNU-unique symbol).
+// Everything in a namespace of its own per translation unit, so that two kernel libraries in one process (of
+// two kernelwright versions, say) never share an object. nvcc names even an anonymous namespace (after the
+// file and its content), so the one function with state, `cublas()`, is `static`: an inline function's
+// static locals are GNU-unique symbols, one per process.
 namespace kw_x3 {
 namespace {
 
@@ -293,7 +294,7 @@ struct Cublas {
   std::mutex lock;
 };
 
-inline Cublas& cublas() {
+static Cublas& cublas() {
   static Cublas* api = [] {
     Cublas* c = new Cublas();
     c->create = reinterpret_cast<CreateFn>(cublas_symbol("cublasCreate_v2"));

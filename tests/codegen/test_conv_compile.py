@@ -1,0 +1,48 @@
+"""The conv family's CUDA through nvcc as the build recipe compiles it (the slow one: ~35 s): it compiles for
+sm_90a, no wgmma is serialized (ptxas warning C7510, what CUTLASS's device asserts cause without
+-DNDEBUG), and no launcher state is one per process (GNU_UNIQUE statics)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from test_gemm_render import assert_no_shared_statics
+
+from kernelwright.codegen.assemble import assemble
+from kernelwright.codegen.build import RECIPE_NVCC_FLAGS, TORCH_NVCC_FLAGS, recipe
+from kernelwright.codegen.conv import render
+from kernelwright.environment import cutlass_include_dir, nvcc_path
+from kernelwright.fuse.plan import make_group
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "fuse"))
+from test_conv_match import conv_chain  # noqa: E402
+
+
+def test_conv_source_compiles_without_serialized_wgmma():
+    if nvcc_path() is None or cutlass_include_dir() is None:
+        pytest.skip("needs nvcc and the CUTLASS headers")
+    from kernelwright.ir.ops import input_node, make_node
+
+    # three input channels (the padding entry) and an epilogue tensor of each broadcast kind
+    residual, pixel = input_node("residual", 1, (8, 34, 34, 128)), input_node("pixel", 2, (8, 34, 34, 1))
+
+    def epilogue(y, extra):
+        return make_node("tanh", [make_node("mul", [make_node("add", [y, extra[0]]), extra[1]])])
+
+    graph = conv_chain(c=3, epilogue=epilogue, extra=(residual, pixel))
+    kernel = render(make_group(graph, "conv", [n for n in graph.nodes() if not n.is_leaf]))
+    includes = [f"-I{path}" for path in recipe()["_kw_cutlass_paths"](str(cutlass_include_dir()))]
+    with tempfile.TemporaryDirectory() as directory:
+        source = Path(directory) / "kernels.cu"
+        source.write_text(assemble([kernel]).cuda_text)
+        command = [nvcc_path(), *RECIPE_NVCC_FLAGS, "-gencode=arch=compute_90a,code=sm_90a",
+                   *TORCH_NVCC_FLAGS,
+                   *includes, "-Xptxas", "-v", "-c", str(source), "-o", str(source.with_suffix(".o"))]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert "C7510" not in done.stderr, "ptxas serialized the wgmma instructions"
+        assert_no_shared_statics(source.with_suffix(".o"))
