@@ -7,8 +7,9 @@
 A graph with 2-D/3-D convolutions has two variants on a GPU: as captured (NCHW) and after the channels-last
 layout pass (`rewrite/layout.py`, `OptimizeOptions.layout`). Both are built (at once) and measured; the faster
 by a quick timing of the whole plan is judged first, so one judge run decides in the usual case. Where the
-channels-last plan runs convolutions as our own kernels (`fuse/conv.py`), the same layout planned without
-them (cuDNN's convolutions) is a third variant: which wins, and whether ours pass the judge, is measured.
+channels-last plan runs convolutions as our own kernels (`fuse/conv.py`; opt-in,
+`OptimizeOptions.conv_kernels`, until a GPU run shows them winning), the same layout planned without them
+(cuDNN's convolutions) is a third variant: which wins, and whether ours pass the judge, is measured.
 
 Every stage reports to a callback (the CLI's progress display) and its seconds go to `result.stage_seconds`.
 Whatever goes wrong with a kernel costs only that kernel (its group falls back to ATen); whatever cannot be
@@ -320,8 +321,8 @@ class _Pipeline:
         """Plan and render one variant (no GPU needed)."""
         stages = self.stages_of(variant)
         with stages.run("plan") as note:
-            plan = plan_fusion(variant.graph, matchers_without(variant.families_off),
-                               derived=list(variant.derived))
+            off = variant.families_off + (() if self.options.conv_kernels else ("conv",))
+            plan = plan_fusion(variant.graph, matchers_without(off), derived=list(variant.derived))
             aten_steps = len(plan.steps) - len(plan.groups)
             note.append(f"{len(plan.groups)} fused group(s), {aten_steps} ATen step(s)"
                         + (f", {len(plan.derived)} derived weight(s)" if plan.derived else ""))

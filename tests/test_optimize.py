@@ -311,7 +311,8 @@ def test_our_convolutions_are_a_variant_of_their_own(monkeypatch):
     from test_conv_match import conv_chain
 
     def run(verdict_of, drop_conv=False):
-        pipeline = compiler._Pipeline(SimpleNamespace(), compiler.DEFAULT_OPTIONS, None)
+        options = compiler.OptimizeOptions(conv_kernels=True)
+        pipeline = compiler._Pipeline(SimpleNamespace(), options, None)
         graph = conv_chain()
         ours = pipeline.lower(compiler.Variant("channels_last", graph))
         cudnn = pipeline.lower(compiler.Variant("channels_last", graph, families_off=("conv",)))

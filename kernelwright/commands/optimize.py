@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -43,6 +44,12 @@ def register(subparsers) -> None:
     parser.add_argument("--replay", choices=("auto", "off"), default="auto",
                         help="CUDA-graph replay of the whole forward (one launch instead of one per op): "
                              "auto times the file with and without it on a GPU and keeps the faster")
+    parser.add_argument("--conv-kernels", action="store_true",
+                        default=os.environ.get("KERNELWRIGHT_CONV_KERNELS") == "1",
+                        help="experimental: on a Hopper GPU, 2-D convolutions with their epilogues also as "
+                             "our CUTLASS kernels, kept only where the plan is measured faster than with "
+                             "cuDNN's and passes the judge (~30 s more nvcc a problem; also "
+                             "KERNELWRIGHT_CONV_KERNELS=1, e.g. for bench)")
     parser.add_argument("--allow-unverified", action="store_true",
                         help="when verification fails for the machine's sake (GPU memory held by other "
                              "processes, a build or judge failure outside the code) even after a retry, "
@@ -63,7 +70,8 @@ def run(args) -> int:
 
     started = time.perf_counter()
     options = OptimizeOptions(verify=not args.no_verify, allow_tf32=args.allow_tf32, layout=args.layout,
-                              allow_unverified=args.allow_unverified, replay=args.replay)
+                              allow_unverified=args.allow_unverified, replay=args.replay,
+                              conv_kernels=args.conv_kernels)
     if not (args.fresh or args.explain) and _served_from_cache(args, options, started):
         return 0
     from kernelwright.compiler import optimize
