@@ -63,6 +63,9 @@ CASES = {
                                            epilogue="mish_tanh"),
     # three input channels (padded to 4 by the entry), 16 output channels
     "three_channels": lambda: _chain(6, 66, 50, 3, 16, epilogue="mish_tanh"),
+    # several tiles per consumer warpgroup (349 tiles on 132 SMs: the persistent loop), no padding with a
+    # 3x3 kernel, pixels not a multiple of 4
+    "persistent_tiles": lambda: _chain(12, 63, 63, 32, 128, padding=(0, 0), epilogue="relu"),
     # one output pixel per image, one image
     "one_pixel": lambda: _chain(1, 3, 3, 4, 4, padding=(0, 0)),
     # a level-2-sized problem (0.5 GB output), no padding, pixels not a multiple of 4; its launcher (tile and
