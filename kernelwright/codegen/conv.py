@@ -20,8 +20,6 @@ device-side asserts otherwise make ptxas serialize every wgmma (1.4-1.6x slower)
 
 from __future__ import annotations
 
-import hashlib
-
 from kernelwright.codegen import kernel
 from kernelwright.codegen.gemm import epilogue_function
 from kernelwright.codegen.gemm_entry import input_index
@@ -31,7 +29,6 @@ from kernelwright.fuse.gemm import EpilogueOperand
 from kernelwright.fuse.plan import FusedGroup
 
 _TEMPLATE = kernel.source_template("kw_conv_sm90.cu.in")
-_PLACEHOLDER = "KW_CONV_PLACEHOLDER"
 _SIZES = ("n", "h", "w", "c", "k", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w", "dilation_h",
           "dilation_w")
 
@@ -44,14 +41,9 @@ def tile(view: ConvView) -> tuple[int, int, int]:
 
 def render(group: FusedGroup) -> KernelSource:
     view = describe(group)
-    body = render_cuda(_PLACEHOLDER, view)
-    launcher = f"kw_conv_{_digest(body)}"
-    guard = launcher.upper()
-    cuda = f"#ifndef {guard}\n#define {guard}\n{body.replace(_PLACEHOLDER, launcher)}#endif  // {guard}\n"
-    entry_cuda, spec = render_entry(_PLACEHOLDER, launcher, group, view)
-    name = f"{launcher}_{_digest(entry_cuda + repr(spec))[:8]}"
-    return KernelSource(name=name, cuda=cuda + entry_cuda.replace(_PLACEHOLDER, name), spec=spec,
-                        ir_comment=ir_comment(view))
+    return kernel.shared_launcher_kernel("conv", lambda name: render_cuda(name, view),
+                                         lambda name, launcher: render_entry(name, launcher, group, view),
+                                         ir_comment(view))
 
 
 def render_cuda(name: str, view: ConvView) -> str:
@@ -130,6 +122,3 @@ def ir_comment(view: ConvView) -> str:
             f"[{view.n}, {view.k}, {view.p}, {view.q}] via CUTLASS sm90 TF32 implicit GEMM (ping-pong tile "
             f"{tm}x{tn}x{tk}); epilogue: {epilogue}; epilogue tensors: {operands}")
 
-
-def _digest(text: str) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()[:12]

@@ -24,13 +24,11 @@ must be built with the `nvidia-cutlass` wheel's include directory, which the bui
 
 from __future__ import annotations
 
-import hashlib
-
 import torch
 
 from kernelwright.codegen import gemm_cutlass, gemm_gemv, gemm_tf32x3
 from kernelwright.codegen.gemm_entry import render_entry
-from kernelwright.codegen.kernel import KernelSource
+from kernelwright.codegen.kernel import KernelSource, shared_launcher_kernel
 from kernelwright.codegen.pointwise import c_literal, emit_statements
 from kernelwright.fuse.gemm import GemmConfig, GemmView, describe
 from kernelwright.fuse.plan import FusedGroup
@@ -51,22 +49,10 @@ def render(group: FusedGroup) -> KernelSource:
         raise ValueError(f"split-K needs the CUTLASS stream-K kernel and an unbatched product, got {config} "
                          f"for batch {view.batch}")
     route = {"gemv": gemm_gemv, "tf32x3": gemm_tf32x3}.get(config.kernel, gemm_cutlass)
-    body = route.render_cuda(_PLACEHOLDER, view, config, epilogue_function(_PLACEHOLDER, view))
-    launcher = f"kw_gemm_{_digest(body)}"
-    guard = launcher.upper()
-    cuda = f"#ifndef {guard}\n#define {guard}\n{body.replace(_PLACEHOLDER, launcher)}#endif  // {guard}\n"
     entry = gemm_tf32x3.render_entry if config.kernel == "tf32x3" else render_entry
-    entry_cuda, spec = entry(_PLACEHOLDER, launcher, group, view, config)
-    name = f"{launcher}_{_digest(entry_cuda + repr(spec))[:8]}"
-    return KernelSource(name=name, cuda=cuda + entry_cuda.replace(_PLACEHOLDER, name), spec=spec,
-                        ir_comment=ir_comment(view, config))
-
-
-_PLACEHOLDER = "KW_GEMM_PLACEHOLDER"
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()[:12]
+    return shared_launcher_kernel(
+        "gemm", lambda name: route.render_cuda(name, view, config, epilogue_function(name, view)),
+        lambda name, launcher: entry(name, launcher, group, view, config), ir_comment(view, config))
 
 
 def epilogue_function(name: str, view: GemmView) -> str:

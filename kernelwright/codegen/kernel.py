@@ -13,7 +13,8 @@ allocates `spec.outputs` and the workspace on the current stream and returns the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
@@ -81,3 +82,26 @@ def source_template(filename: str, fragment: bool = False) -> Template:
     file's final newline belongs to that line, so it is dropped."""
     text = (TEMPLATE_DIR / filename).read_text()
     return Template(text.removesuffix("\n") if fragment else text)
+
+
+def shared_launcher_kernel(family: str, launcher_cuda: Callable[[str], str],
+                           entry: Callable[[str, str], tuple[str, KernelSpec]],
+                           ir_comment: str) -> KernelSource:
+    """A kernel whose launcher other groups may share (the GEMM and conv families: sizes are launcher
+    arguments, so the launcher's text depends only on the variant and the epilogue). `launcher_cuda(name)`
+    renders the launcher under a placeholder name; it becomes `kw_FAMILY_<hash of its text>`, wrapped in an
+    include guard, so repeating it in one translation unit costs nothing. `entry(name, launcher)` renders
+    the group's own entry points and spec, named `<launcher>_<hash of both>`."""
+    placeholder = f"KW_{family.upper()}_PLACEHOLDER"
+    body = launcher_cuda(placeholder)
+    launcher = f"kw_{family}_{_digest(body)}"
+    guard = launcher.upper()
+    cuda = f"#ifndef {guard}\n#define {guard}\n{body.replace(placeholder, launcher)}#endif  // {guard}\n"
+    entry_cuda, spec = entry(placeholder, launcher)
+    name = f"{launcher}_{_digest(entry_cuda + repr(spec))[:8]}"
+    return KernelSource(name=name, cuda=cuda + entry_cuda.replace(placeholder, name), spec=spec,
+                        ir_comment=ir_comment)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
