@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from kernelwright.codegen import kernel
 from kernelwright.codegen.gemm import epilogue_function
-from kernelwright.codegen.gemm_entry import input_index
+from kernelwright.codegen.gemm_entry import epilogue_operands, input_index
 from kernelwright.codegen.kernel import KernelSource, KernelSpec, entry_points
 from kernelwright.fuse.conv import ConvView, describe
 from kernelwright.fuse.gemm import EpilogueOperand
@@ -74,10 +74,8 @@ def render_entry(name: str, launcher: str, group: FusedGroup, view: ConvView) ->
     the weight are first copied with zero channels up to `view.c_padded` into the workspace (before the
     kernel's own, 256-byte aligned), and the kernel reads those."""
     operands = [(input_index(group, view.x), (("dense", 16),), None),
-                (input_index(group, view.w), (("dense", 16),), None)]
-    for operand in view.operands:
-        lo, mo, no = operand.extents
-        operands.append((input_index(group, operand.node), (("reshape", lo, mo, no), ("dense", 4)), None))
+                (input_index(group, view.w), (("dense", 16),), None),
+                *epilogue_operands(group, view.gemm, ("dense", 4))[0]]     # (read a float at a time)
     sizes = ", ".join(str(v) for v in (view.n, view.h, view.w_in, view.c_padded, view.k, view.r, view.s,
                                        *view.padding, *view.stride, *view.dilation))
     tensors = [f"static_cast<const float*>(in[{j}].data)" for j in range(len(operands))]

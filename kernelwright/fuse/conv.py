@@ -30,7 +30,6 @@ exact (it picks exact FP32 algorithms for some shapes), and the plan without it 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -149,19 +148,7 @@ def describe(group: FusedGroup) -> ConvView:
         raise ValueError("a conv group has one conv and one output, the NCHW transpose")
     anchor, output = anchors[0], group.outputs[0]
     epilogue = tuple(n for n in group.nodes if n is not anchor and n is not output)
-    members = {id(n) for n in group.nodes}
-    view = _gemm_view(anchor)
-    operands: list[EpilogueOperand] = []
-    for node in epilogue:
-        for inp in node.inputs:
-            if id(inp) not in members and inp.op != "const" and all(o.node is not inp for o in operands):
-                operand = gemm._classify(inp, anchor.shape, view.dim_groups)
-                if operand is None:
-                    raise ValueError(f"epilogue tensor {inp.name or inp.op} does not broadcast over the "
-                                     "output")
-                operands.append(operand)
-    last = epilogue[-1] if epilogue else anchor
-    view = dataclasses.replace(view, operands=tuple(operands), epilogue=epilogue, output=last)
+    view = gemm.with_epilogue(_gemm_view(anchor), group, epilogue, epilogue[-1] if epilogue else anchor)
     x, w = anchor.inputs
     n, p, q, k = anchor.shape
     _, h, w_in, c = x.shape

@@ -131,13 +131,24 @@ def describe(group: FusedGroup) -> GemmView:
     anchor = anchors[0]
     members = {id(n) for n in group.nodes}
     epilogue = tuple(n for n in group.nodes if id(n) != id(anchor) and n.op != "permute")
-    view = _view_of_anchor(anchor, None, None, members)
+    return with_epilogue(_view_of_anchor(anchor, None, None, members), group, epilogue, group.outputs[0])
+
+
+def with_epilogue(view: GemmView, group: FusedGroup, epilogue: tuple[Node, ...], output: Node) -> GemmView:
+    """`view` with a group's epilogue: its nodes, its output and the tensors it reads from outside the group
+    (consts excluded), after the anchor's own bias, in first-use order, each classified by how it broadcasts
+    over the output."""
+    members = {id(n) for n in group.nodes}
     operands = list(view.operands)
     for node in epilogue:
         for inp in node.inputs:
             if id(inp) not in members and inp.op != "const" and all(o.node is not inp for o in operands):
-                operands.append(_classify(inp, anchor.shape, view.dim_groups))
-    return dataclasses.replace(view, operands=tuple(operands), epilogue=epilogue, output=group.outputs[0])
+                operand = _classify(inp, view.anchor.shape, view.dim_groups)
+                if operand is None:
+                    raise ValueError(f"epilogue tensor {inp.name or inp.op} does not broadcast over the "
+                                     "output")
+                operands.append(operand)
+    return dataclasses.replace(view, operands=tuple(operands), epilogue=epilogue, output=output)
 
 
 def select_config(view: GemmView) -> GemmConfig:
