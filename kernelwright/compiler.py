@@ -145,11 +145,15 @@ class Variant:
     families_off: tuple[str, ...] = ()       # kernel families the planner left out (fuse.MATCHERS)
 
     @property
+    def our_convs(self) -> bool:
+        """Whether the plan runs convolutions as our kernels (CUTLASS, with their epilogues: fuse/conv.py)."""
+        return self.plan is not None and any(g.family == "conv" for g in self.plan.groups)
+
+    @property
     def name(self) -> str:
-        """The layout, and which convolutions run: "channels_last+conv" where ours do (CUTLASS kernels
-        with their epilogues), the layout alone where cuDNN's do."""
-        ours = self.plan is not None and any(g.family == "conv" for g in self.plan.groups)
-        return self.layout + ("+conv" if ours else "")
+        """The layout, and which convolutions run: "channels_last+conv" where ours do, the layout alone where
+        cuDNN's do."""
+        return self.layout + ("+conv" if self.our_convs else "")
 
     def keep(self, kernels: list[KernelSource], plan: FusionPlan, dropped: list[str]) -> Variant:
         return replace(self, kernels=tuple(kernels), plan=plan, dropped=self.dropped + tuple(dropped))
@@ -272,7 +276,7 @@ class _Pipeline:
         variants = []
         for variant in self.variants(result.graph, derived, measured):
             lowered = self.lower(variant)
-            if measured and any(g.family == "conv" for g in lowered.plan.groups):
+            if measured and lowered.our_convs:
                 # whether our convolutions beat cuDNN's plus the pointwise family's kernel is measured:
                 # the plan without them is built, timed and (if faster or if ours fail the judge) kept
                 variants.append(self.lower(replace(variant, families_off=("conv",))))
@@ -406,8 +410,7 @@ class _Pipeline:
         # a plan whose conv kernels all lost to ATen is its cuDNN sibling's, plus a CUTLASS library that the
         # emitted file would build for nothing
         cudnn = {v.layout for v in live if "conv" in v.families_off}
-        live = [v for v in live if v.families_off or v.layout not in cudnn
-                or any(g.family == "conv" for g in v.plan.groups)]
+        live = [v for v in live if v.families_off or v.layout not in cudnn or v.our_convs]
         if not live:
             reasons = {"no fusable group: every op stays an ATen call" if not v.built else
                        "no kernel was both correct and faster than ATen" for v in variants}
@@ -617,7 +620,7 @@ class _Pipeline:
         # Kernels that lost to ATen stay in the extension when some kernel is called (the verified build,
         # loaded from the cache); with none called there is nothing to build.
         built = list(variant.built) if variant.kernels else []
-        if any(g.family == "conv" for g in variant.plan.groups):
+        if variant.our_convs:
             result.notes.append("convolutions: TF32 tensor cores, as eager's cuDNN convolutions compute them "
                                 "(torch.backends.cudnn.allow_tf32)")
         sources = assemble(built)

@@ -29,7 +29,6 @@ MATCHERS = [
 ]
 
 
-
 def matchers_without(families: tuple[str, ...] = ()) -> list:
     """`MATCHERS` less those of the families named (a matcher's module is its family: `fuse/conv.py`)."""
     return [m for m in MATCHERS if m.__module__.rsplit(".", 1)[-1] not in families]
