@@ -143,6 +143,23 @@ def special_values() -> Case:
                                          device=d).reshape(4, 8)], {}))
 
 
+def activation_range(op: str, dtype=torch.float32, **attrs) -> Case:
+    """`op` over its whole range: a dense sweep of [-100, 100], the points where a formula changes branch
+    (mish: 20, where e^x's square overflows: 44.4;
+    tanh: 0.55), tiny values and inf, -inf, NaN."""
+    points = [float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 1e-30, -1e-30, 1e-7, -1e-7, 0.55, -0.55,
+              0.5499999, 0.5500001, 20.0, 20.0001, 19.9999, 44.0, 44.4, 45.0, 88.0, 89.0, -88.0, -104.0,
+              700.0, -700.0]
+    x = _x((2 * 4001 + len(points),), dtype=dtype)
+
+    def make(device):
+        sweeps = [torch.linspace(-100, 100, 4001, dtype=torch.float64),
+                  torch.linspace(-2, 2, 4001, dtype=torch.float64)]
+        return [torch.cat([*sweeps, torch.tensor(points, dtype=torch.float64)]).to(dtype).to(device)], {}
+    name = "_".join([f"range_{op}", *map(str, attrs.values()), str(dtype).removeprefix("torch.")])
+    return Case(name, Graph((x,), (), (make_node(op, [x], **attrs),)), make)
+
+
 def band_case(name: str, x_shape, b_shape, dtype=torch.float32) -> Case:
     """x + b with b broadcast into x's shape: the flat kernel reads b as a band (kw::Band) when the config
     has `broadcast`."""
@@ -236,7 +253,10 @@ UNARY = sorted(pointwise.UNARY_OPS - {"logical_not", "isnan", "isinf"})
 BINARY = sorted(pointwise.BINARY_OPS - {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"})
 CASES = ([unary_case(op) for op in UNARY] + [binary_case(op) for op in BINARY]
          + [chain_with_views(), select_expand_reshape(), integer_and_bool(), double_and_casts(), rank_zero(),
-            special_values()] + TRANSPOSE_CASES)
+            special_values(), activation_range("mish"), activation_range("mish", torch.float64),
+            activation_range("tanh"), activation_range("tanh", torch.float64),
+            activation_range("gelu", approximate="tanh")]
+         + TRANSPOSE_CASES)
 
 
 def plan_of(case: Case) -> FusionPlan:

@@ -55,6 +55,30 @@ def test_kernel_matches_aten(extension, case: Case):
     check_close(got, want, case.name)
 
 
+# ops whose formula does not cancel (the tanh-GELU's 1 + tanh turns one ulp of tanh into many of the result:
+# there the comparison with ATen's FP32 above is the check)
+RANGE_CASES = [c for c in CASES if c.name in ("range_mish_float32", "range_tanh_float32")]
+
+
+@pytest.mark.parametrize("case", RANGE_CASES, ids=lambda c: c.name)
+def test_activation_error_against_float64(extension, case: Case):
+    """Activations computed by a formula of our own (kw_common.cuh: mish) against the float64 op: within 4
+    ulp of the exact value, or no further from it than twice ATen's FP32 result is."""
+    plans, kernels, module = extension
+    args, params = case.make_inputs(DEVICE)
+    (got,) = run_with_kernels(plans[case.name], kernels, module, args, params)
+    (aten,), _, _ = execute_plan(plans[case.name], args, params, DEVICE)
+    (exact,), _, _ = execute_plan(plans[case.name], [args[0].double()], params, DEVICE)
+    finite = exact.isfinite()
+    torch.testing.assert_close(got[~finite], aten[~finite], rtol=0, atol=0, equal_nan=True, msg=case.name)
+    exact, got, aten = exact[finite], got[finite].double(), aten[finite].double()
+    ulp = torch.finfo(torch.float32).eps * exact.abs().clamp_min(torch.finfo(torch.float32).tiny)
+    ours, theirs = (got - exact).abs(), (aten - exact).abs()
+    bad = ours > torch.maximum(4 * ulp, 2 * theirs)
+    assert not bad.any(), (f"{case.name}: {int(bad.sum())} values off, worst at x = "
+                           f"{float(args[0][finite][bad][0]):.7g}: {float((ours / ulp).max()):.1f} ulp")
+
+
 def odd_layouts(t: torch.Tensor) -> list[torch.Tensor]:
     """The same values as `t` laid out differently: transposed storage, and one element off alignment."""
     layouts = []

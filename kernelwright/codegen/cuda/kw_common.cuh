@@ -311,8 +311,18 @@ __device__ __forceinline__ T sigmoid(T x) { return T(1) / (T(1) + exp(-x)); }
 template <typename T>
 __device__ __forceinline__ T silu(T x) { return x / (T(1) + exp(-x)); }
 
+// Mish, x tanh(log1p(e^x)), as x n / (n + 2) with n = e^x (e^x + 2) (tanh(log u) = (u^2 - 1) / (u^2 + 1) with
+// u = 1 + e^x): one exp and one division instead of exp, log1p and tanh, within a few ulp everywhere (the
+// ratio's relative sensitivity to n is 2 / (n + 2) <= 1). Past x = 20 tanh(softplus(x)) rounds to 1 (in
+// double too) and e^2x would overflow past 44; -inf and NaN give NaN as the original does. In a conv
+// epilogue (one warp a scheduler) libm's three took 1.15 ms where this takes 0.70 (level2/07's conv + Mish
+// + Tanh; with a ReLU 0.27; H100).
 template <typename T>
-__device__ __forceinline__ T mish(T x) { return x * tanh(log1p(exp(x))); }
+__device__ __forceinline__ T mish(T x) {
+  const T e = exp(x);
+  const T n = e * (e + T(2));
+  return x > T(20) ? x : x * n / (n + T(2));
+}
 
 // Exact GELU: 0.5 x (1 + erf(x / sqrt 2)).
 template <typename T>
