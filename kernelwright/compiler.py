@@ -7,8 +7,8 @@
 A graph with 2-D/3-D convolutions has two variants on a GPU: as captured (NCHW) and after the channels-last
 layout pass (`rewrite/layout.py`, `OptimizeOptions.layout`). Both are built (at once) and measured; the faster
 by a quick timing of the whole plan is judged first, so one judge run decides in the usual case. Where the
-channels-last plan runs convolutions as our own kernels (`fuse/conv.py`; opt-in,
-`OptimizeOptions.conv_kernels`, until a GPU run shows them winning), the same layout planned without them
+channels-last plan runs convolutions as our own kernels (`fuse/conv.py`; `OptimizeOptions.conv_kernels`,
+on by default), the same layout planned without them
 (cuDNN's convolutions) is a third variant: which wins, and whether ours pass the judge, is measured.
 
 Every stage reports to a callback (the CLI's progress display) and its seconds go to `result.stage_seconds`.
@@ -620,9 +620,6 @@ class _Pipeline:
         # Kernels that lost to ATen stay in the extension when some kernel is called (the verified build,
         # loaded from the cache); with none called there is nothing to build.
         built = list(variant.built) if variant.kernels else []
-        if variant.our_convs:
-            result.notes.append("convolutions: TF32 tensor cores, as eager's cuDNN convolutions compute them "
-                                "(torch.backends.cudnn.allow_tf32)")
         sources = assemble(built)
         result.source = emit_module(self.problem.source, self.info(variant, verification), variant.plan,
                                     sources, called=list(variant.kernels))
@@ -640,7 +637,10 @@ class _Pipeline:
 
     def info(self, variant: Variant | None, verification: str) -> EmitInfo:
         dropped = variant.dropped if variant else ()
-        notes = (*self.result.notes, *(f"fell back to ATen: {d}" for d in dropped))
+        # said of this variant's file only (emit runs for every file timed or judged)
+        tf32 = ("convolutions: TF32 tensor cores, as eager's cuDNN convolutions compute them "
+                "(torch.backends.cudnn.allow_tf32)",) if variant and variant.our_convs else ()
+        notes = (*self.result.notes, *tf32, *(f"fell back to ATen: {d}" for d in dropped))
         return EmitInfo(self.problem.id, self.options.allow_tf32, verification, notes,
                         replay=bool(variant and variant.replay))
 
