@@ -21,6 +21,6 @@ class OptimizeOptions:
     # CUDA-graph replay of the emitted forward (emit/replay.py): "auto" times the file both ways on a GPU and
     # keeps replay where it is faster; "off" never emits it.
     replay: str = "auto"
-    # Our CUTLASS convolutions with their epilogues (fuse/conv.py), each plan measured against the cuDNN one:
-    # off until a GPU run shows them winning end to end (they cost ~30 s of nvcc per problem).
-    conv_kernels: bool = False
+    # Our CUTLASS convolutions with their epilogues (fuse/conv.py) on a Hopper GPU, each plan measured
+    # against the cuDNN one and kept only where faster (~30 s of nvcc per problem that has one).
+    conv_kernels: bool = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -44,12 +45,12 @@ def register(subparsers) -> None:
     parser.add_argument("--replay", choices=("auto", "off"), default="auto",
                         help="CUDA-graph replay of the whole forward (one launch instead of one per op): "
                              "auto times the file with and without it on a GPU and keeps the faster")
-    parser.add_argument("--conv-kernels", action="store_true",
-                        default=os.environ.get("KERNELWRIGHT_CONV_KERNELS") == "1",
-                        help="experimental: on a Hopper GPU, 2-D convolutions with their epilogues also as "
-                             "our CUTLASS kernels, kept only where the plan is measured faster than with "
-                             "cuDNN's and passes the judge (~30 s more nvcc a problem; also "
-                             "KERNELWRIGHT_CONV_KERNELS=1, e.g. for bench)")
+    parser.add_argument("--conv-kernels", action=argparse.BooleanOptionalAction,
+                        default=os.environ.get("KERNELWRIGHT_CONV_KERNELS", "1") != "0",
+                        help="on a Hopper GPU, 2-D convolutions with their epilogues also as our CUTLASS "
+                             "kernels, kept only where the plan is measured faster than with cuDNN's and "
+                             "passes the judge (default on; ~30 s more nvcc a problem that has one; "
+                             "KERNELWRIGHT_CONV_KERNELS=0 turns it off, e.g. for bench)")
     parser.add_argument("--allow-unverified", action="store_true",
                         help="when verification fails for the machine's sake (GPU memory held by other "
                              "processes, a build or judge failure outside the code) even after a retry, "

@@ -21,8 +21,9 @@ workspace; the output is stored without TMA, so K is free), sizes within 32-bit 
 headers installed, and a chain that ends in the NCHW transpose (an NHWC result feeding a norm or a pool
 gains nothing over cuDNN: the reduction family already reads its epilogue in its own pass). Whether the
 kernel beats cuDNN plus the pointwise kernel is measured (`compiler.py` builds the channels-last plan with
-and without this family). Opt-in for now (`optimize --conv-kernels`, `OptimizeOptions.conv_kernels`): no
-GPU run has shown it winning end to end yet, and it costs ~30 s of nvcc a problem.
+and without this family). On by default (`optimize --no-conv-kernels`, `OptimizeOptions.conv_kernels`):
+kept on 3-4 of the 6 bundled problems it applies to, 10-34% faster than the cuDNN plan (H100, 2026-11-27);
+it costs ~30 s of nvcc a problem that has such a conv.
 The kernel computes in TF32, as eager's cuDNN convolutions do by default, and is claimed only while
 `torch.backends.cudnn.allow_tf32` is set; the judge's float64 rule rejects it where cuDNN would have been
 exact (it picks exact FP32 algorithms for some shapes), and the plan without it is kept.
