@@ -242,8 +242,8 @@ def _kw_cutlass_include():
     for path in candidates:
         if os.path.isfile(os.path.join(path, "cutlass", "cutlass.h")):
             return path
-    raise RuntimeError("this model's GEMM kernels need the CUTLASS headers: pip install --no-deps "
-                       "nvidia-cutlass (or set CUTLASS_PATH to a CUTLASS checkout)")
+    raise RuntimeError("this model's GEMM or convolution kernels need the CUTLASS headers: pip install "
+                       "--no-deps nvidia-cutlass (or set CUTLASS_PATH to a CUTLASS checkout)")
 
 
 def _kw_cutlass_paths(include):
