@@ -217,3 +217,16 @@ def test_capture_of_a_forward_that_fails_on_its_inputs_is_one_line(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert "must have same reduction dim" in result.stderr
+
+
+def test_conv_kernels_are_on_unless_turned_off(monkeypatch):
+    from kernelwright.cli import build_parser
+    from kernelwright.optimize_options import OptimizeOptions
+
+    assert OptimizeOptions().conv_kernels
+    monkeypatch.delenv("KERNELWRIGHT_CONV_KERNELS", raising=False)
+    assert build_parser().parse_args(["optimize", "p.py"]).conv_kernels
+    assert not build_parser().parse_args(["optimize", "p.py", "--no-conv-kernels"]).conv_kernels
+    monkeypatch.setenv("KERNELWRIGHT_CONV_KERNELS", "0")       # e.g. for a bench's optimize subprocesses
+    assert not build_parser().parse_args(["optimize", "p.py"]).conv_kernels
+    assert build_parser().parse_args(["optimize", "p.py", "--conv-kernels"]).conv_kernels
