@@ -5,7 +5,8 @@ launcher and its two C entry points; no torch header reaches nvcc, and there is 
 translation unit at all: the shared runtime extension (`cuda/kw_runtime.cpp`, `RUNTIME_SOURCE`, the same
 text for every model) calls the entries as each kernel's spec says. The runtime is the only code that
 parses ATen's and pybind11's headers (12-16 s of g++ on the H100 machine), and it is built once per torch
-version and Python ABI instead of once per model.
+version and Python ABI instead of once per model. A kernel's `Launcher` (a CUTLASS instantiation) is a
+translation unit of its own, built into a library that every model calling it links to.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class ExtensionSources:
 
     headers: str                      # device headers, inlined
     kernels: tuple[KernelSource, ...]
+    launchers: tuple[tuple[str, str], ...] = ()   # (name, its whole translation unit) per distinct launcher
+    checked: str = ""                 # every header any of them includes (`cuda_text`)
 
     @property
     def cuda_sources(self) -> list[str]:
@@ -43,7 +46,13 @@ class ExtensionSources:
 
     @property
     def cuda_text(self) -> str:
-        return "\n".join(self.cuda_sources)
+        """Everything in one translation unit (the launchers' texts before the kernels that declare their
+        functions): what a compile check compiles."""
+        if not self.launchers:
+            return "\n".join(self.cuda_sources)
+        bodies = [_strip_includes(k.launcher.cuda) for k in _distinct_launchers(self.kernels)]
+        return "\n".join(normalized(t) for t in [self.checked, *bodies]
+                         + [_strip_includes(k.cuda) for k in self.kernels])
 
     @property
     def specs(self) -> dict[str, tuple]:
@@ -57,15 +66,35 @@ def assemble(kernels: Sequence[KernelSource]) -> ExtensionSources:
     groups that compute the same thing on the same shapes (a network's repeated blocks) share one kernel:
     each name is defined once (twice would not compile)."""
     kernels = _distinct(kernels)
+    headers = _headers([k.cuda for k in kernels])
+    launchers = tuple((k.launcher.name, normalized(_headers([k.launcher.cuda]) + "\n"
+                                                  + _strip_includes(k.launcher.cuda)))
+                      for k in _distinct_launchers(kernels))
+    checked = _headers([k.cuda for k in kernels] + [k.launcher.cuda for k in kernels if k.launcher])
+    return ExtensionSources(headers, tuple(kernels), launchers, checked if launchers else "")
+
+
+def _headers(texts: Sequence[str]) -> str:
+    """Our device headers that `texts` include, inlined (kw_common.cuh always first), each once, in order of
+    first use."""
     order: list[str] = []
     _collect("kw_common.cuh", order)
-    for kernel in kernels:
-        for name in INCLUDE_RE.findall(kernel.cuda):
+    for text in texts:
+        for name in INCLUDE_RE.findall(text):
             _collect(name, order)
-    texts = [_strip_includes((HEADER_DIR / name).read_text()).replace("#pragma once\n", "") for name in order]
-    headers = "#include <cuda_runtime.h>\n#include <stdint.h>\n" + "\n".join(
-        f"// ======== {name}\n{text}" for name, text in zip(order, texts, strict=True))
-    return ExtensionSources(headers, tuple(kernels))
+    inlined = [_strip_includes((HEADER_DIR / name).read_text()).replace("#pragma once\n", "")
+               for name in order]
+    return "#include <cuda_runtime.h>\n#include <stdint.h>\n" + "\n".join(
+        f"// ======== {name}\n{text}" for name, text in zip(order, inlined, strict=True))
+
+
+def _distinct_launchers(kernels: Sequence[KernelSource]) -> list[KernelSource]:
+    """One kernel per distinct launcher, in order of first use."""
+    seen: dict[str, KernelSource] = {}
+    for kernel in kernels:
+        if kernel.launcher is not None:
+            seen.setdefault(kernel.launcher.name, kernel)
+    return list(seen.values())
 
 
 def _distinct(kernels: Sequence[KernelSource]) -> list[KernelSource]:

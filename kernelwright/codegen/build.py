@@ -35,10 +35,11 @@ from kernelwright.environment import cache_dir, cutlass_include_dir, nvcc_path
 from kernelwright.errors import KernelwrightError
 
 BUILD_SOURCE = r'''
-def _kw_build(name, cuda_sources, specs, runtime_source, root=None):
+def _kw_build(name, cuda_sources, specs, runtime_source, root=None, launchers=()):
     """Build the model's kernel library and the shared runtime extension, or load them from the cache;
     returns (kernels, seconds): `kernels.NAME([tensors])` runs kernel NAME (under compile-only, the library
-    stub, whose functions say they were not built).
+    stub, whose functions say they were not built). `launchers`: (name, source) of launchers compiled apart
+    (CUTLASS instantiations), each into a library of its own that any model calling it links to.
 
     Any number of processes may build or load at once: a library is built in a staging folder under a
     per-library lock (an flock, which the kernel drops when its holder dies, so a crash leaves nothing
@@ -50,17 +51,40 @@ def _kw_build(name, cuda_sources, specs, runtime_source, root=None):
     start = time.perf_counter()
     arch = _kw_arch()
     root = root or os.environ.get("KERNELWRIGHT_CACHE") or os.path.expanduser("~/.cache/kernelwright")
-    needs_cutlass = any("#include <cutlass/" in source for source in cuda_sources)
-    include = _kw_cutlass_include() if needs_cutlass else None
-    version = torch.__version__.replace("+", "_")
-    tag = f"{version}-sm{arch}" + (f"-cutlass{_kw_cutlass_version(include)}" if include else "")
+    # first: the model's library names their files (one whose launcher library is gone does not load, and
+    # is built again)
+    linked = [_kw_launcher(root, arch, launcher, source) for launcher, source in launchers]
+    include, tag = _kw_tag(cuda_sources, arch)
     # Compile-only compiles even where a cache holds a linked library (built on a GPU machine).
     load = (lambda _name, _path: None) if _kw_compile_only() else _kw_open_library
     library = _kw_cached(root, name, tag, load,
-                         lambda staging: _kw_compile(name, cuda_sources, staging, arch, include))
+                         lambda staging: _kw_compile(name, cuda_sources, staging, arch, include, linked))
     if _kw_compile_only():
         return library, time.perf_counter() - start
     return _KwKernels(_kw_runtime(runtime_source, root), library, specs), time.perf_counter() - start
+
+
+def _kw_tag(cuda_sources, arch):
+    """(CUTLASS include folder or None, cache tag) of a library built from `cuda_sources`: the torch version,
+    the GPU architecture and, where they are included, the CUTLASS headers' version."""
+    needs_cutlass = any(f"#include <{lib}/" in text for text in cuda_sources for lib in ("cutlass", "cute"))
+    include = _kw_cutlass_include() if needs_cutlass else None
+    version = torch.__version__.replace("+", "_")
+    return include, f"{version}-sm{arch}" + (f"-cutlass{_kw_cutlass_version(include)}" if include else "")
+
+
+def _kw_launcher(root, arch, launcher, source):
+    """The path of `launcher`'s library, built from `source` where the cache has none (named by a hash of
+    the source: a launcher's name hashes its own text, not the headers it includes)."""
+    import hashlib
+    import os
+
+    name = f"{launcher}_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
+    include, tag = _kw_tag([source], arch)
+    found = (lambda _name, _path: None) if _kw_compile_only() else (
+        lambda _name, path: path if os.path.isfile(path) else None)
+    return _kw_cached(root, name, tag, found,
+                      lambda staging: _kw_compile(name, [source], staging, arch, include))
 
 
 def _kw_runtime(source, root):
@@ -171,8 +195,10 @@ def _kw_open_library(name, library):
     return None
 
 
-def _kw_compile(name, cuda_sources, staging, arch, include):
-    """The kernels' library, built by nvcc alone (no torch header: about a second or two), in `staging`."""
+def _kw_compile(name, cuda_sources, staging, arch, include, linked=()):
+    """The kernels' library, built by nvcc alone (no torch header: about a second or two), in `staging`,
+    linked to the launcher libraries at the paths in `linked` (a loader finds them there: a library without
+    a soname is recorded as the path it was linked as)."""
     import os
 
     from torch.utils.cpp_extension import load_inline
@@ -182,6 +208,8 @@ def _kw_compile(name, cuda_sources, staging, arch, include):
         # NDEBUG: CUTLASS's device-side asserts are calls between wgmma issue and wait, which make ptxas
         # serialize every wgmma of a Hopper kernel (1.4-1.6x slower); no kernel of ours asserts
         extra_cuda_cflags=["-O3", "-DNDEBUG", f"-gencode=arch=compute_{arch},code=sm_{arch}"],
+        # (under compile-only a launcher's "path" is the stub of a library never linked)
+        extra_ldflags=[path for path in linked if isinstance(path, str)],
         extra_include_paths=_kw_cutlass_paths(include) if include else [], is_python_module=False,
         no_implicit_headers=True, verbose=os.environ.get("KERNELWRIGHT_VERBOSE_BUILD") == "1",
     )
@@ -276,7 +304,7 @@ DEFAULT_CHECK_ARCH = "90a"
 def extension_name(sources: ExtensionSources) -> str:
     """The kernel library's name: a hash of what builds it (its CUDA sources and the recipe)."""
     digest = hashlib.sha256()
-    for text in (*sources.cuda_sources, BUILD_SOURCE):
+    for text in (*sources.cuda_sources, *(text for _, text in sources.launchers), BUILD_SOURCE):
         digest.update(text.encode())
     return f"kw_{digest.hexdigest()[:16]}"
 
@@ -321,10 +349,11 @@ def build_extension(sources: ExtensionSources) -> Built:
     started = time.time()
     try:
         kernels, seconds = namespace["_kw_build"](name, sources.cuda_sources, sources.specs, RUNTIME_SOURCE,
-                                                  str(cache_dir()))
+                                                  str(cache_dir()), list(sources.launchers))
     except Exception as exc:
         raise BuildError(f"building {name} failed: {_first_errors(str(exc))}") from exc
-    return Built(kernels, name, seconds, _build_steps(cache_dir(), name, started, seconds))
+    launchers = [launcher for launcher, _ in sources.launchers]
+    return Built(kernels, name, seconds, _build_steps(cache_dir(), name, started, seconds, launchers))
 
 
 def prebuild_runtime() -> None:
@@ -376,11 +405,14 @@ def build_sharded(name: str, texts: Sequence[str], kernels: Sequence[KernelSourc
     return namespace["_KwKernels"](runtime, ctypes.CDLL(library), {k.name: k.spec.literal() for k in kernels})
 
 
-def _build_steps(root: Path, name: str, started: float, seconds: float) -> tuple[tuple[str, float], ...]:
-    """What a build spent its time on, from ninja's logs in the staging folders of the kernel library and of
-    the runtime written since `started` (a library loaded from the cache was not built)."""
+def _build_steps(root: Path, name: str, started: float, seconds: float,
+                 launchers: Sequence[str] = ()) -> tuple[tuple[str, float], ...]:
+    """What a build spent its time on, from ninja's logs in the staging folders of the kernel library, of
+    its launchers' libraries and of the runtime written since `started` (a library loaded from the cache was
+    not built)."""
     steps = []
-    for pattern, prefix in ((f"{name}-*", ""), ("kw_runtime_*", "runtime ")):
+    for pattern, prefix in ((f"{name}-*", ""), *((f"{launcher}_*", "launcher ") for launcher in launchers),
+                            ("kw_runtime_*", "runtime ")):
         for log in sorted((root / "builds").glob(f"{pattern}/staging/.ninja_log")):
             if log.stat().st_mtime < started:
                 continue

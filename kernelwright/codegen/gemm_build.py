@@ -32,6 +32,9 @@ def build_gemm_extension(sources: Sequence[KernelSource]) -> object:
     # include guard keeps the launcher once per file).
     by_launcher: dict[str, list[str]] = {}
     for source in sources:
-        by_launcher.setdefault(source.name.rsplit("_", 1)[0], []).append(source.cuda)
+        texts = by_launcher.setdefault(source.name.rsplit("_", 1)[0], [])
+        if source.launcher is not None and not texts:     # a launcher compiled apart: here, in its file
+            texts.append(source.launcher.cuda)
+        texts.append(source.cuda)
     return build_sharded(name, ["\n".join(texts) for texts in by_launcher.values()], sources,
                          include_dirs=[str(include), str(DEVICE_HEADERS)], cuda_flags=CUTLASS_NVCC_FLAGS)

@@ -14,6 +14,7 @@ allocates `spec.outputs` and the workspace on the current stream and returns the
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,11 +42,27 @@ class KernelSpec:
 
 
 @dataclass(frozen=True)
+class Launcher:
+    """A launcher built into a library of its own, cached by its text and shared by every kernel that calls
+    it, in one model or many (a CUTLASS instantiation: 10-40 s of nvcc; the model's own library then only
+    declares its functions and links to it)."""
+
+    name: str          # kw_FAMILY_<hash of its text>
+    cuda: str          # its text (`#include "x"` lines for our headers), include-guarded
+
+
+@dataclass(frozen=True)
 class KernelSource:
     name: str          # C identifier: the entry is kw_entry_NAME
-    cuda: str          # kernels, a launcher and the two C entry points; no torch headers
+    cuda: str          # kernels, a launcher (or its declarations), the two C entry points; no torch headers
     spec: KernelSpec   # the checks, operands and outputs of a call
     ir_comment: str    # the IR this kernel implements (printed above it in the emitted file)
+    launcher: Launcher | None = None   # where `cuda` declares its launcher instead of holding it
+
+    @property
+    def text(self) -> str:
+        """All of this kernel's CUDA: its launcher's text where that is compiled apart, then its own."""
+        return (self.launcher.cuda if self.launcher else "") + self.cuda
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -91,16 +108,35 @@ def shared_launcher_kernel(family: str, launcher_cuda: Callable[[str], str],
     arguments, so the launcher's text depends only on the variant and the epilogue). `launcher_cuda(name)`
     renders the launcher under a placeholder name; it becomes `kw_FAMILY_<hash of its text>`, wrapped in an
     include guard, so repeating it in one translation unit costs nothing. `entry(name, launcher)` renders
-    the group's own entry points and spec, named `<launcher>_<hash of both>`."""
+    the group's own entry points and spec, named `<launcher>_<hash of both>`. A launcher that includes
+    CUTLASS is a `Launcher` of its own (built once per machine for every model that calls it); the kernel's
+    text then declares its functions (those defined at the start of a line, named `<launcher>_...`)."""
     placeholder = f"KW_{family.upper()}_PLACEHOLDER"
     body = launcher_cuda(placeholder)
     launcher = f"kw_{family}_{_digest(body)}"
     guard = launcher.upper()
-    cuda = f"#ifndef {guard}\n#define {guard}\n{body.replace(placeholder, launcher)}#endif  // {guard}\n"
+    guarded = f"#ifndef {guard}\n#define {guard}\n{body.replace(placeholder, launcher)}#endif  // {guard}\n"
     entry_cuda, spec = entry(placeholder, launcher)
     name = f"{launcher}_{_digest(entry_cuda + repr(spec))[:8]}"
-    return KernelSource(name=name, cuda=cuda + entry_cuda.replace(placeholder, name), spec=spec,
-                        ir_comment=ir_comment)
+    entry_text = entry_cuda.replace(placeholder, name)
+    if not _HEAVY_INCLUDE.search(body):
+        return KernelSource(name=name, cuda=guarded + entry_text, spec=spec, ir_comment=ir_comment)
+    return KernelSource(name=name, cuda=launcher_declarations(guarded, launcher) + entry_text, spec=spec,
+                        ir_comment=ir_comment, launcher=Launcher(launcher, guarded))
+
+
+# a launcher that includes these is compiled apart (its headers alone cost nvcc tens of seconds)
+_HEAVY_INCLUDE = re.compile(r"^\s*#include\s*<(cutlass|cute)/", re.MULTILINE)
+
+
+def launcher_declarations(cuda: str, launcher: str) -> str:
+    """Declarations of the functions `cuda` defines at the start of a line whose names begin with
+    `launcher` (its exported functions: return type, name, parameters, then `{`)."""
+    found = re.findall(rf"^((?:const\s+)?[A-Za-z_]\w*\s*\**\s+)({re.escape(launcher)}_\w+)\(([^)]*)\)\s*\{{",
+                       cuda, flags=re.MULTILINE)
+    if not found:
+        raise ValueError(f"{launcher}: no exported function found in its launcher")
+    return "".join(f"{ret.strip()} {fn}({' '.join(params.split())});\n" for ret, fn, params in found)
 
 
 def _digest(text: str) -> str:

@@ -118,7 +118,8 @@ def _header(info: EmitInfo, lines: Sequence[str], builds: bool = True, summary: 
 
 def _sources_block(sources: ExtensionSources) -> str:
     """Each source string under a readable name, each kernel's under the IR it implements and beside its
-    spec (how the runtime calls it); then the runtime extension's source, the same in every file."""
+    spec (how the runtime calls it); then each launcher compiled apart (its own library, shared with
+    other models), then the runtime extension's source, the same in every file."""
     cuda = sources.cuda_sources
     blocks = [f"_KW_DEVICE_HEADERS = {_raw(cuda[0])}"]
     for index, kernel in enumerate(sources.kernels, start=1):
@@ -126,6 +127,9 @@ def _sources_block(sources: ExtensionSources) -> str:
         blocks.append(f"# ---- kernel {kernel.name}, implementing:\n{comment}\n"
                       f"_KW_CUDA_{kernel.name} = {_raw(cuda[index])}\n"
                       f"_KW_SPEC_{kernel.name} = {kernel.spec.literal()!r}")
+    for launcher, text in sources.launchers:
+        blocks.append(f"# ---- launcher {launcher} (a library of its own, shared with other models)\n"
+                      f"_KW_LAUNCHER_{launcher} = {_raw(text)}")
     blocks.append("# The runtime every kernelwright file shares (built once per torch version, then\n"
                   "# cached): it checks the inputs, prepares the operands, allocates the outputs and\n"
                   f"# calls each kernel's C entry.\n_KW_RUNTIME = {_raw(RUNTIME_SOURCE)}")
@@ -142,9 +146,12 @@ def _build_block(sources: ExtensionSources) -> str:
     name = extension_name(sources)
     cuda = ", ".join(["_KW_DEVICE_HEADERS"] + [f"_KW_CUDA_{k.name}" for k in sources.kernels])
     specs = ", ".join(f'"{k.name}": _KW_SPEC_{k.name}' for k in sources.kernels)
+    call = f'_kw_build("{name}", [{cuda}], {{{specs}}}, _KW_RUNTIME'
+    if sources.launchers:
+        call += ", None, [" + ", ".join(f'("{n}", _KW_LAUNCHER_{n})' for n, _ in sources.launchers) + "]"
     return (f"_kw_ext = None\nKW_BUILD_SECONDS = None\n"
             f"if torch.cuda.is_available() or _kw_compile_only():\n"
-            f'    _kw_ext, KW_BUILD_SECONDS = _kw_build("{name}", [{cuda}], {{{specs}}}, _KW_RUNTIME)\n')
+            f"    _kw_ext, KW_BUILD_SECONDS = {call})\n")
 
 
 # ------------------------------------------------------------------------------------ derived weights

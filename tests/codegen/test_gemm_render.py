@@ -68,15 +68,15 @@ def test_cutlass_source_instantiates_the_config():
     group = epilogue_group()
     group = dataclasses.replace(group, config=group.config._replace(swizzle="streamk"))
     source = render(group)
-    assert "#include <torch" not in source.cuda and "cutlass::arch::OpMultiplyAddFastF32" in source.cuda
-    assert "float, cutlass::layout::ColumnMajor, cutlass::ComplexTransform::kNone, kAlignA" in source.cuda
-    assert "kAlignA = 4, kAlignB = 1, kAlignC = 1" in source.cuda
-    assert "ThreadblockSwizzleStreamK" in source.cuda
+    assert "#include <torch" not in source.text and "cutlass::arch::OpMultiplyAddFastF32" in source.text
+    assert "float, cutlass::layout::ColumnMajor, cutlass::ComplexTransform::kNone, kAlignA" in source.text
+    assert "kAlignA = 4, kAlignB = 1, kAlignC = 1" in source.text
+    assert "ThreadblockSwizzleStreamK" in source.text
     for visitor in ("VisitorAuxLoad", "VisitorRowBroadcast", "VisitorColBroadcast"):
-        assert f"tb::{visitor}<" in source.cuda
+        assert f"tb::{visitor}<" in source.text
     assert "bmm" in source.ir_comment and "3xTF32" in source.ir_comment
     # the launcher launches its own, explicit __global__ entry (not the device adapter's Kernel2)
-    code = strip_comments(source.cuda)
+    code = strip_comments(source.text)
     assert ("__global__ void __launch_bounds__(Kernel::kThreadCount) gemm_kernel(Kernel::Params params)"
             in code)
     assert "gemm_kernel<<<grid, Kernel::kThreadCount, kSharedBytes, stream>>>(params);" in code
@@ -92,17 +92,17 @@ def test_split_k_is_an_entry_constant_on_the_stream_k_instantiation():
                      params=(bias,))
     assert group.config.split_k == 2 and group.config.swizzle == "streamk"
     source = render(group)
-    assert "constexpr bool kStreamK = true;" in source.cuda
-    assert "batch > 1 ? batch : kStreamK ? split_k : 1" in source.cuda
+    assert "constexpr bool kStreamK = true;" in source.text
+    assert "batch > 1 ? batch : kStreamK ? split_k : 1" in source.text
     launcher, entry = _launcher_and_entry(source)
     assert "_workspace(1, 128, 4096, 4096, 2)" in entry and ", 2, workspace, stream);" in entry
     assert "split-K 2" in source.ir_comment
     other = render(dataclasses.replace(group, config=group.config._replace(split_k=5)))
-    assert _launcher_and_entry(other)[0] == launcher and ", 5, workspace, stream);" in other.cuda
+    assert _launcher_and_entry(other)[0] == launcher and ", 5, workspace, stream);" in other.text
     assert other.name != source.name
     data_parallel = render(dataclasses.replace(group, config=group.config._replace(swizzle="identity",
                                                                                    split_k=1)))
-    assert "constexpr bool kStreamK = false;" in data_parallel.cuda
+    assert "constexpr bool kStreamK = false;" in data_parallel.text
     with pytest.raises(ValueError, match="split-K"):
         render(dataclasses.replace(group, config=group.config._replace(swizzle="identity")))
 
@@ -115,8 +115,8 @@ def test_split_k_is_refused_for_batched_products():
 
 def _launcher_and_entry(source) -> tuple[str, str]:
     """The kernel's CUDA split into its (guarded, shared) launcher and its own entry points."""
-    cut = source.cuda.index('extern "C" const char* kw_entry_')
-    return source.cuda[:cut], source.cuda[cut:]
+    cut = source.text.index('extern "C" const char* kw_entry_')
+    return source.text[:cut], source.text[cut:]
 
 
 def test_the_spec_maps_inputs_to_roles_and_collapses_operands():
@@ -152,7 +152,7 @@ def test_gemv_forms(a_shape, b_shape, transpose_a, form):
     group = group_of(make_node("mm", [lhs, b]), inputs=(a, b))
     assert group.config.kernel == "gemv"
     source = render(group)
-    assert f"({form} form)" in source.cuda and "cutlass" not in source.cuda
+    assert f"({form} form)" in source.text and "cutlass" not in source.text
     # The kernel picks its access width at run time: no operand is copied for alignment.
     assert [steps[-1] for _, steps, _ in source.spec.operands[:2]] == [("matrix", 1), ("matrix", 1)]
 
@@ -160,7 +160,7 @@ def test_gemv_forms(a_shape, b_shape, transpose_a, form):
 def test_linear_with_a_single_row_is_a_dot_gemv():
     x, w, b = input_node("x", 0, (1, 2048)), param_node("w", (4096, 2048)), param_node("b", (4096,))
     group = group_of(make_node("relu", [make_node("linear", [x, w, b])]), inputs=(x,), params=(w, b))
-    assert "(dot form)" in render(group).cuda
+    assert "(dot form)" in render(group).text
 
 
 def test_gemv_source_compiles():
@@ -170,7 +170,7 @@ def test_gemv_source_compiles():
     scale = input_node("scale", 2, (4096, 1))
     y = make_node("tanh", [make_node("mul", [make_node("mm", [a, v]), scale])])
     group = group_of(y, inputs=(a, v, scale))
-    _compile(render(group).cuda, [])
+    _compile(render(group).text, [])
 
 
 def test_cutlass_source_compiles_for_sm90a(tmp_path):
@@ -183,7 +183,7 @@ def test_cutlass_source_compiles_for_sm90a(tmp_path):
     group = epilogue_group()
     group = dataclasses.replace(group, config=GemmConfig(block=(64, 64, 16), warp=(32, 32, 16), stages=4,
                                                          swizzle="streamk", align_a=4, align_b=1, align_c=1))
-    _compile(render(group).cuda, [f"-I{include}"])
+    _compile(render(group).text, [f"-I{include}"])
 
 
 def _compile(cuda: str, flags: list[str]) -> None:
@@ -230,7 +230,7 @@ def test_tf32x3_entry_splits_activations_and_caches_parameter_splits():
     assert f"kw_workspace_{source.name}() {{ return {3 * 2048 * 1024 * 4}; }}" in entry
     assert "_finish(static_cast<float*>(out[0]), static_cast<float*>(out[0]), 4096, " \
            "static_cast<const float*>(in[2].data)" in entry
-    assert "cutlass" not in source.cuda and "cublas_v2.h" not in source.cuda
+    assert "cutlass" not in source.text and "cublas_v2.h" not in source.text
     plain = group_of(make_node("linear", [x, w]), inputs=(x,), params=(w,))
     assert "_finish(" not in _launcher_and_entry(render(plain))[1]
 
@@ -262,7 +262,7 @@ def test_tf32x3_source_compiles():
     if nvcc_path() is None:
         pytest.skip("nvcc is not installed")
     group = dataclasses.replace(epilogue_group(), config=GemmConfig(kernel="tf32x3"))
-    _compile(render(group).cuda, [])
+    _compile(render(group).text, [])
 
 
 def test_tf32x3_gemms_of_one_model_share_one_split():
@@ -279,6 +279,6 @@ def test_tf32x3_gemms_of_one_model_share_one_split():
     text = assemble(sources).cuda_text
     assert text.count("namespace kw_x3 {") == 1
     assert text.count("__launch_bounds__(kThreads) split_kernel(") == 1
-    assert all("split_kernel" not in s.cuda and "kw_x3::split_matrix(" in s.cuda for s in sources)
+    assert all("split_kernel" not in s.text and "kw_x3::split_matrix(" in s.text for s in sources)
     if nvcc_path() is not None:
         _compile(text, [])

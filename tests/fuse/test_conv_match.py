@@ -62,7 +62,7 @@ def test_epilogue_tensors_by_broadcast_kind():
                                                                ("pixel", "col")]
     source = render(group)
     for index in ("__ldg(p.e0 + n)", "__ldg(p.e1 + m * p.k + n)", "__ldg(p.e2 + m)"):
-        assert index in source.cuda
+        assert index in source.text
     assert source.spec.outputs == (("float32", (8, 128, 34, 34)),)
     assert source.spec.operands[0] == (0, (("dense", 16),), None)
 
@@ -84,10 +84,10 @@ def test_three_channels_are_padded_to_four():
     source = render(group)
     # x [16, 130, 130, 3] and the weight [64, 3, 3, 3] copied with a zero channel into the workspace, whose
     # size counts both (256-byte aligned) before the kernel's own
-    assert "_pad(static_cast<const float*>(in[0].data), padded_x, 270400LL, 3, 4, stream)" in source.cuda
-    assert "_pad(static_cast<const float*>(in[1].data), padded_w, 576LL, 3, 4, stream)" in source.cuda
-    assert "return 4335616 + " in source.cuda
-    assert "16, 130, 130, 4, 64, 3, 3," in source.cuda
+    assert "_pad(static_cast<const float*>(in[0].data), padded_x, 270400LL, 3, 4, stream)" in source.text
+    assert "_pad(static_cast<const float*>(in[1].data), padded_w, 576LL, 3, 4, stream)" in source.text
+    assert "return 4335616 + " in source.text
+    assert "16, 130, 130, 4, 64, 3, 3," in source.text
 
 
 def test_not_claimed_when_eager_convs_are_exact_fp32(monkeypatch):
@@ -128,8 +128,8 @@ def test_render_geometry_and_tile():
     assert tile(view) == (128, 64, 32)
     source = render(group)
     # sizes baked into the entry: n, h, w, c, k, r, s, pads, strides, dilations
-    assert "8, 34, 34, 64, 64, 3, 5, 1, 2, 2, 1, 1, 2, workspace, stream" in source.cuda
-    assert "kw::ConvPingpong" in source.cuda and "#include <cutlass/" in source.cuda
+    assert "8, 34, 34, 64, 64, 3, 5, 1, 2, 2, 1, 1, 2, workspace, stream" in source.text
+    assert "kw::ConvPingpong" in source.text and "#include <cutlass/" in source.text
     # one instantiation per tile and epilogue: the same chain on other sizes shares the launcher
     other = render(match(conv_chain(n=4, h=20, w=20, k=64, kernel=(3, 5)), frozenset())[0])
     assert other.name.rsplit("_", 1)[0] == source.name.rsplit("_", 1)[0]
