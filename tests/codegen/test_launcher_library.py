@@ -12,6 +12,7 @@ import ctypes
 import dataclasses
 import shutil
 import subprocess
+import sys
 import types
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from test_gemm_render import group_of
 
 import kernelwright.fuse.gemm as fuse_gemm
 from kernelwright.codegen.assemble import assemble
-from kernelwright.codegen.build import TORCH_NVCC_FLAGS, extension_name
+from kernelwright.codegen.build import TORCH_NVCC_FLAGS, extension_name, recipe
 from kernelwright.codegen.gemm import render
 from kernelwright.codegen.kernel import launcher_declarations
 from kernelwright.emit.module import _build_block, _sources_block
@@ -83,21 +84,39 @@ def test_declarations_are_the_definitions_at_the_start_of_a_line():
         launcher_declarations("int other(int a) { return a; }\n", "kw_x")
 
 
-def test_two_models_link_to_one_launcher_library(tmp_path):
-    """The slow one (~40 s of nvcc): the launcher's library once, two models' libraries linked to it by path,
-    both loaded and their entries found."""
+def _two_convs_one_launcher():
+    """Two channels-last 3x3 convs + bias of other sizes and C (one padded to 4): one launcher."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "fuse"))
+    from test_conv_match import conv_chain
+
+    from kernelwright.codegen.conv import render as render_conv
+    from kernelwright.fuse.plan import make_group
+
+    kernels = []
+    for c in (16, 3):
+        graph = conv_chain(c=c)
+        kernels.append(render_conv(make_group(graph, "conv", [n for n in graph.nodes() if not n.is_leaf])))
+    return kernels
+
+
+@pytest.mark.parametrize("family", ["gemm", "conv"])
+def test_two_models_link_to_one_launcher_library(tmp_path, family):
+    """The slow one (~30-40 s of nvcc each): the launcher's library once, two models' libraries linked to
+    it by path, both loaded and their entries found."""
     include = cutlass_include_dir()
     if nvcc_path() is None or include is None or shutil.which("readelf") is None:
         pytest.skip("needs nvcc, readelf and the CUTLASS headers")
     cudart = _shared_cudart()
     if cudart is None:
         pytest.skip("no shared CUDA runtime beside nvcc")
-    first, second = _two_kernels_one_launcher()
+    first, second = _two_kernels_one_launcher() if family == "gemm" else _two_convs_one_launcher()
+    assert first.launcher == second.launcher and first.name != second.name
     flags = ["-O3", "-DNDEBUG", "-gencode=arch=compute_90a,code=sm_90a", *TORCH_NVCC_FLAGS, "-shared",
              "-cudart", "shared"]
     (launcher_name, launcher_text), = assemble([first]).launchers
     launcher = tmp_path / f"{launcher_name}.so"
-    _nvcc(tmp_path / "launcher.cu", launcher_text, [*flags, f"-I{include}"], launcher)
+    includes = [f"-I{path}" for path in recipe()["_kw_cutlass_paths"](str(include))]
+    _nvcc(tmp_path / "launcher.cu", launcher_text, [*flags, *includes], launcher)
     ctypes.CDLL(str(cudart), mode=ctypes.RTLD_GLOBAL)
     for kernel in (first, second):
         library = tmp_path / f"{kernel.name}.so"
