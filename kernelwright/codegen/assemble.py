@@ -38,7 +38,6 @@ class ExtensionSources:
     headers: str                      # device headers, inlined
     kernels: tuple[KernelSource, ...]
     launchers: tuple[tuple[str, str], ...] = ()   # (name, its whole translation unit) per distinct launcher
-    checked: str = ""                 # every header any of them includes (`cuda_text`)
 
     @property
     def cuda_sources(self) -> list[str]:
@@ -50,8 +49,9 @@ class ExtensionSources:
         functions): what a compile check compiles."""
         if not self.launchers:
             return "\n".join(self.cuda_sources)
-        bodies = [_strip_includes(k.launcher.cuda) for k in _distinct_launchers(self.kernels)]
-        return "\n".join(normalized(t) for t in [self.checked, *bodies]
+        launchers = [k.launcher.cuda for k in _distinct_launchers(self.kernels)]
+        headers = _headers([k.cuda for k in self.kernels] + launchers)
+        return "\n".join(normalized(t) for t in [headers, *map(_strip_includes, launchers)]
                          + [_strip_includes(k.cuda) for k in self.kernels])
 
     @property
@@ -70,8 +70,7 @@ def assemble(kernels: Sequence[KernelSource]) -> ExtensionSources:
     launchers = tuple((k.launcher.name, normalized(_headers([k.launcher.cuda]) + "\n"
                                                   + _strip_includes(k.launcher.cuda)))
                       for k in _distinct_launchers(kernels))
-    checked = _headers([k.cuda for k in kernels] + [k.launcher.cuda for k in kernels if k.launcher])
-    return ExtensionSources(headers, tuple(kernels), launchers, checked if launchers else "")
+    return ExtensionSources(headers, tuple(kernels), launchers)
 
 
 def _headers(texts: Sequence[str]) -> str:

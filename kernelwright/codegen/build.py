@@ -81,10 +81,16 @@ def _kw_launcher(root, arch, launcher, source):
 
     name = f"{launcher}_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
     include, tag = _kw_tag([source], arch)
-    found = (lambda _name, _path: None) if _kw_compile_only() else (
-        lambda _name, path: path if os.path.isfile(path) else None)
+    found = (lambda _name, _path: None) if _kw_compile_only() else _kw_built_path
     return _kw_cached(root, name, tag, found,
                       lambda staging: _kw_compile(name, [source], staging, arch, include))
+
+
+def _kw_built_path(_name, path):
+    """`path` where a library is published there (a `_kw_cached` load that only needs the file), else None."""
+    import os
+
+    return path if os.path.isfile(path) else None
 
 
 def _kw_runtime(source, root):
@@ -366,13 +372,10 @@ def prebuild_runtime() -> None:
     name, tag = namespace["_kw_runtime_name"](RUNTIME_SOURCE)
     compile_runtime = namespace["_kw_compile_runtime"]
 
-    def found(_name: str, path: str) -> str | None:
-        return path if Path(path).is_file() else None
-
     def compile_linked(staging: str) -> str:
         return compile_runtime(name, RUNTIME_SOURCE, staging, python_module=False)
 
-    namespace["_kw_cached"](str(cache_dir()), name, tag, found, compile_linked)
+    namespace["_kw_cached"](str(cache_dir()), name, tag, namespace["_kw_built_path"], compile_linked)
 
 
 def runtime_library() -> Path:

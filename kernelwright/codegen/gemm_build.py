@@ -26,15 +26,12 @@ def build_gemm_extension(sources: Sequence[KernelSource]) -> object:
     include = cutlass_include_dir()
     if include is None:
         raise KernelwrightError("the GEMM kernels need the CUTLASS headers: pip install nvidia-cutlass")
-    digest = hashlib.sha1("".join(s.cuda + repr(s.spec) for s in sources).encode()).hexdigest()[:12]
+    digest = hashlib.sha1("".join(s.text + repr(s.spec) for s in sources).encode()).hexdigest()[:12]
     name = f"kw_gemm_ext_{digest}"
     # One file per launcher (kernels that share an instantiation differ only in their entries, and the
     # include guard keeps the launcher once per file).
     by_launcher: dict[str, list[str]] = {}
-    for source in sources:
-        texts = by_launcher.setdefault(source.name.rsplit("_", 1)[0], [])
-        if source.launcher is not None and not texts:     # a launcher compiled apart: here, in its file
-            texts.append(source.launcher.cuda)
-        texts.append(source.cuda)
+    for source in sources:     # (a launcher compiled apart for emitted files is in `text`, include-guarded)
+        by_launcher.setdefault(source.name.rsplit("_", 1)[0], []).append(source.text)
     return build_sharded(name, ["\n".join(texts) for texts in by_launcher.values()], sources,
                          include_dirs=[str(include), str(DEVICE_HEADERS)], cuda_flags=CUTLASS_NVCC_FLAGS)
