@@ -344,6 +344,15 @@ def test_our_convolutions_are_a_variant_of_their_own(monkeypatch):
     _, judged, emitted = run(ours_wrong, drop_conv=True)
     assert [v.name for v in judged] == ["channels_last"] and emitted == judged
 
+    # the TF32 note is said in the header of a file with our convolutions, once however often such a file is
+    # emitted (timed, judged, kept), and never in the cuDNN plan's
+    pipeline, (ours, cudnn), _ = run(ours_wrong)
+    pipeline.problem.id = "p"
+    for _ in range(3):
+        notes = pipeline.info(ours, "verified").notes
+    assert sum("TF32 tensor cores" in note for note in notes) == 1
+    assert not any("TF32 tensor cores" in note for note in pipeline.info(cudnn, "verified").notes)
+
 
 def test_the_judge_starts_before_capture_and_is_closed_whatever_happens(monkeypatch):
     """On a GPU the judge's processes start first (they load while we capture and build) and are closed
