@@ -15,10 +15,12 @@
 // KernelImplicitTmaWarpSpecializedSm90). Cluster 1x1x1 only (launched without a cluster launch).
 //
 // DirectStore (optional): instead of the epilogue collective (TMA stores of NHWC tiles), each consumer thread
-// hands its accumulators to `DirectStore::store(params.direct, accumulators, tiled_mma, thread, m0, n0,
-// storage)` (storage: its SharedStorage, one for both warpgroups, whose epilogues never overlap), which writes
-// them itself (an NCHW output, say); the epilogue collective is then never run, and may be `kw::NoEpilogue`
-// (no shared memory, no TMA descriptor, none of CUTLASS's epilogue headers to compile).
+// hands its accumulators first to `DirectStore::finish(params.direct, accumulators, tiled_mma, thread, m0,
+// n0)`, which may rewrite them in registers (the epilogue's math: the two warpgroups may do it at the same
+// time, beside the other's MMA and store), then to `DirectStore::store(params.direct, accumulators,
+// tiled_mma, thread, m0, n0, storage)` (storage: its SharedStorage, one for both warpgroups, whose stores take
+// turns), which writes them itself (an NCHW output, say); the epilogue collective is then never run, and may
+// be `kw::NoEpilogue` (no shared memory, no TMA descriptor, none of CUTLASS's epilogue headers to compile).
 #pragma once
 
 // self-contained: the emitted file inlines this header before the kernels that include CuTe
@@ -357,12 +359,19 @@ class ConvPingpong {
         math_wg_order_barrier.arrive();
         collective_mainloop.mma_tail(mainloop_pipeline, mainloop_pipe_consumer_state, k_tile_count);
         mainloop_pipe_consumer_state.advance(k_tile_count * NumMmaWarpGroups);
+        const int64_t m0 = int64_t(work_tile_info.M_idx) * size<0>(blk_shape);
+        const int n0 = int(work_tile_info.N_idx) * int(size<1>(blk_shape));
+        (void)m0; (void)n0;
+        if constexpr (Direct) {
+          // registers only: outside the ordered section, so one warpgroup's epilogue math need not wait for
+          // the other's stores
+          DirectStore::finish(params.direct, accumulators, tiled_mma, warp_group_thread_idx, m0, n0);
+        }
 
         math_wg_order_barrier.wait();        // ... and their epilogues
         if constexpr (Direct) {
-          DirectStore::store(params.direct, accumulators, tiled_mma, warp_group_thread_idx,
-                             int64_t(work_tile_info.M_idx) * size<0>(blk_shape),
-                             int(work_tile_info.N_idx) * int(size<1>(blk_shape)), shared_storage.tensors.direct);
+          DirectStore::store(params.direct, accumulators, tiled_mma, warp_group_thread_idx, m0, n0,
+                             shared_storage.tensors.direct);
         } else {
           auto [epi_load_next, epi_store_next] = collective_epilogue.store(
               epi_load_pipeline, epi_load_pipe_consumer_state, epi_store_pipeline, epi_store_pipe_producer_state,
