@@ -92,20 +92,21 @@ def render_entry(name: str, launcher: str, group, view: GemmView,
     pad = padded_depth(view.k) - view.k
     # The product's rows 16-byte aligned: with N not a multiple of 4 the product goes to the workspace in
     # rows of N' = N rounded up, and the epilogue pass (an identity copy when there is nothing to apply)
-    # writes the output's N columns. cuBLAS also computes the N' - N extra columns when B's split is stored
-    # [N, 3K'] (an nn.Linear weight): they read the slack after the split, whatever it holds, and are never
-    # read back; an N of 4093 made cuBLAS take an Ampere kernel for 4-byte alignment, 3.37 ms against 1.97
-    # for N = 4096 and ATen's FP32 2.65 (H100). Only the ldc was padded for B stored [3K', N] (its ld is N).
+    # writes the output's N columns. cuBLAS computes the N' - N extra columns too, never read back: from the
+    # slack after the split when B's split is stored [N, 3K'] (an nn.Linear weight), from the unwritten pad
+    # of its rows when stored [3K', N'] (kw_x3::row_pitch; a column-major A's split [3K', M'] the same way).
+    # An N of 4093 made cuBLAS take an Ampere kernel for 4-byte alignment, 3.37 ms against 1.97 for N = 4096
+    # and ATen's FP32 2.65; a row-major B of N = 4099 with rows N apart 2.17 ms against ATen's 1.56 (H100).
     ld = padded_depth(view.n)
-    n_gemm = ld if view.b_col_major else view.n
     # A row-major [M, K]: K along its columns; column-major (stored [K, M]): along its rows. B the opposite.
     for j, (node, along, smalls) in enumerate(((view.a, not view.a_col_major, SMALLS_A),
                                               (view.b, view.b_col_major, SMALLS_B))):
         batch, rows, cols = matrices[j]
         elements = batch * rows * cols
-        split = 3 * batch * (rows * (cols + pad) if along else (rows + pad) * cols)   # floats, K padded
-        if j == 1:
-            split += (n_gemm - view.n) * 3 * (view.k + pad)     # the extra columns' slack
+        # floats: K padded, and the rows of a split stored [3K', cols] padded to kw_x3::row_pitch
+        split = 3 * batch * (rows * (cols + pad) if along else (rows + pad) * padded_depth(cols))
+        if j == 1 and along:
+            split += (ld - view.n) * 3 * (view.k + pad)     # the extra columns' slack
         cache = None
         if node.op == "param":
             cache = (split * 4, -(-elements // SPLIT_TILE),
@@ -131,9 +132,11 @@ def render_entry(name: str, launcher: str, group, view: GemmView,
         scratch += -(-view.batch * m * ld * 4 // SCRATCH_ALIGN) * SCRATCH_ALIGN
         lines.append(f"  float* product = {product};")
         product = "product"
-    lines.append(f"  error = kw_x3::gemm(x, {int(view.a_col_major)}, {0 if a_batch == 1 else 3 * m * k}, "
-                 f"y, {int(view.b_col_major)}, {0 if b_batch == 1 else 3 * k * n}, {product}, {ld}, "
-                 f"{view.batch}, {m}, {n_gemm}, {3 * k}, {config.split_k}, stream);")
+    # each split's batch stride: 3K' of its rows, padded to kw_x3::row_pitch where stored [3K', rows]
+    x_bs = 0 if a_batch == 1 else 3 * k * (padded_depth(m) if view.a_col_major else m)
+    y_bs = 0 if b_batch == 1 else 3 * k * (n if view.b_col_major else ld)
+    lines.append(f"  error = kw_x3::gemm(x, {int(view.a_col_major)}, {x_bs}, y, {int(view.b_col_major)}, "
+                 f"{y_bs}, {product}, {ld}, {view.batch}, {m}, {ld}, {3 * k}, {config.split_k}, stream);")
     if has_epilogue(view) or ld != n:
         lines += ["  if (error != nullptr) return error;",
                   f"  error = {launcher}_finish(static_cast<float*>(out[0]), {product}, {ld}, {operand_args} "

@@ -10,7 +10,7 @@ from kernelwright.fuse import conv, gemm, pointwise, pool, reduction, scan
 from kernelwright.fuse.plan import AtenStep, FusedGroup, FusionPlan, Partition, make_group, plan_fusion
 
 # Family -> other launches of one of its groups, which the GPU measures against the planner's own.
-ALTERNATIVES = {"reduction": reduction.launch_alternatives}
+ALTERNATIVES = {"reduction": reduction.launch_alternatives, "gemm": gemm.launch_alternatives}
 
 
 def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:

@@ -257,6 +257,43 @@ def test_tf32x3_pads_an_odd_depth_and_width_to_multiples_of_4():
     assert w_cache[0] == 3 * 4096 * 4100 * 4 and w_cache[1] == -(-4093 * 4099 // 4096)
 
 
+def test_tf32x3_pads_the_rows_of_a_split_stored_depth_major():
+    """A row-major B of N = 4099 (stored [K, N]) and a column-major A of M = 4093 (stored [K, M]): their
+    splits are stored [3K', rows] with rows padded to a multiple of 4 (kw_x3::row_pitch), so every row is
+    16-byte aligned for cuBLAS's TF32 kernels (rows 4099 apart: 2.17 ms against ATen's FP32 1.56 ms, H100);
+    cuBLAS computes the product's padded N' columns (ld 4100) from the pad, which the epilogue never reads."""
+    a, b = input_node("a", 0, (2053, 4093)), input_node("b", 1, (2053, 4099))
+    group = group_of(make_node("mm", [make_node("permute", [a], dims=(1, 0)), b]), inputs=(a, b))
+    view = describe(group)
+    assert group.config.kernel == "tf32x3" and view.a_col_major and not view.b_col_major
+    _, entry = _launcher_and_entry(render(group))
+    assert "kw_x3::gemm(x, 1, 0, y, 0, 0, product, 4100, 1, 4093, 4100, 6168," in entry
+    a_split, b_split = 3 * 2056 * 4096 * 4, 3 * 2056 * 4100 * 4       # K' = 2056; M' = 4096, N' = 4100
+    assert "float* y = reinterpret_cast<float*>(static_cast<char*>(workspace) + " f"{a_split});" in entry
+    b_split = -(-b_split // 256) * 256               # the workspace's parts start 256-byte aligned
+    assert f"+ {a_split + b_split});" in entry        # the padded product follows both splits
+    assert "_finish(static_cast<float*>(out[0]), product, 4100, " in entry
+
+
+def test_tf32x3_alternatives_cut_the_big_block_finer():
+    """The GPU measures the planner's chunks against twice and four times as many (each chunk of at least
+    TF32X3_MIN_CHUNK): one instantiation, other split_k arguments; other kernels have none."""
+    a, b = input_node("a", 0, (128, 512, 1024)), input_node("b", 1, (128, 1024, 768))
+    group = group_of(make_node("bmm", [a, b]), inputs=(a, b))
+    assert group.config.kernel == "tf32x3" and group.config.split_k == 1
+    others = fuse_gemm.launch_alternatives(group)
+    assert [g.config.split_k for g in others] == [2, 4]
+    assert all(g.nodes == group.nodes and g.config._replace(split_k=1) == group.config for g in others)
+    sources = [render(g) for g in (group, *others)]
+    assert len({s.name for s in sources}) == 3
+    assert len({_launcher_and_entry(s)[0] for s in sources}) == 1
+    a, b = input_node("a", 0, (4096, 300)), input_node("b", 1, (300, 4096))
+    shallow = group_of(make_node("mm", [a, b]), inputs=(a, b))
+    shallow = dataclasses.replace(shallow, config=GemmConfig(kernel="tf32x3", split_k=1))
+    assert [g.config.split_k for g in fuse_gemm.launch_alternatives(shallow)] == [2]
+    assert fuse_gemm.launch_alternatives(epilogue_group()) == []      # CUTLASS: none
+
+
 def test_tf32x3_source_compiles():
     """Light (no CUTLASS, no cuBLAS header): the split, epilogue and cuBLAS-lookup launcher."""
     if nvcc_path() is None:

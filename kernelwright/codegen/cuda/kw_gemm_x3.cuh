@@ -97,6 +97,12 @@ __device__ __forceinline__ void locate(const Origin& o, unsigned j, int rows, in
   l = o.l + p;
 }
 
+// The row length of a split stored [3 * kp, cols] (K along the rows): cols rounded up to a multiple of 4, so
+// that every row starts 16-byte aligned, as cuBLAS's fast TF32 kernels need (a row-major B of N = 4099
+// took a 4-byte-aligned kernel: 2.17 ms against ATen's FP32 1.56, H100). The columns past `cols` are never
+// written: cuBLAS computes the product's padded columns from them, which nothing reads.
+__host__ __device__ __forceinline__ long long row_pitch(long long cols) { return (cols + 3) / 4 * 4; }
+
 // Element (l, r, c) of the source, value x, into the split's three blocks (the layouts of split_kernel
 // below), with the zero pad that follows it when it ends a row of K. Not inlined: the 4-byte stores are the
 // slow path (unaligned rows, or a kept split's tile that changed), and 16 inlined copies per kernel made
@@ -108,22 +114,22 @@ __device__ __noinline__ void split_one(float x, long long l, long long r, long l
 #pragma unroll
   for (int part = 0; part < 3; ++part) {
     const long long o = along_cols ? (l * rows + r) * 3 * kp + part * kp + c
-                                   : ((l * 3 + part) * kp + r) * cols + c;
+                                   : ((l * 3 + part) * kp + r) * row_pitch(cols) + c;
     dst[o] = parts[(smalls >> part) & 1];
     if (pad > 0 && along_cols && c == cols - 1) {
       for (int q = 1; q <= pad; ++q) dst[o + q] = 0.f;
     } else if (pad > 0 && !along_cols && r == rows - 1) {
-      for (int q = 1; q <= pad; ++q) dst[o + static_cast<long long>(q) * cols] = 0.f;
+      for (int q = 1; q <= pad; ++q) dst[o + static_cast<long long>(q) * row_pitch(cols)] = 0.f;
     }
   }
 }
 
 // src [batch, rows, cols] (unit column stride) -> dst, dense: [batch, rows, 3 * kp] when K runs along the
-// columns, else [batch, 3 * kp, cols], kp = K + pad being K rounded up to a multiple of 4 (the pad entries
-// zero: they add nothing to the product, and every K block, leading dimension and chunk boundary stays
-// 16-byte aligned; cuBLAS's TF32 kernels on an unaligned 3K ran slower than FP32: K = 4099, 3.98 ms vs
-// ATen's 2.83). Block `part` holds the small halves when bit `part` of `smalls` is set. The source is walked
-// in tiles of kTile consecutive elements (row-major), one per block step.
+// columns, else [batch, 3 * kp, row_pitch(cols)], kp = K + pad being K rounded up to a multiple of 4 (the
+// pad entries zero: they add nothing to the product, and every K block, leading dimension and chunk
+// boundary stays 16-byte aligned; cuBLAS's TF32 kernels on an unaligned 3K ran slower than FP32: K = 4099,
+// 3.98 ms vs ATen's 2.83). Block `part` holds the small halves when bit `part` of `smalls` is set. The
+// source is walked in tiles of kTile consecutive elements (row-major), one per block step.
 // With FINGERPRINTS (a parameter's split, kept across calls), a tile is split only when its fingerprint
 // differs from the one stored for it, which is stored once the tile's writes are visible device-wide: one
 // read of the parameter per call decides, whatever wrote it (writes through `param.data` move no version
@@ -193,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const float* __restrict
 #pragma unroll
       for (int part = 0; part < 3; ++part) {
         const long long o = along_cols ? (l * rows + r) * 3 * kp + part * kp + c
-                                       : ((l * 3 + part) * kp + r) * cols + c;
+                                       : ((l * 3 + part) * kp + r) * row_pitch(cols) + c;
         kw::store_vec<float, VEC>(dst + o, (smalls >> part) & 1 ? small : big);
         // the pad after K's last entry: by the vector ending a row (K along the columns), or for each
         // column of the last row (K along the rows)
@@ -201,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const float* __restrict
           for (int q = 0; q < pad; ++q) dst[o + VEC + q] = 0.f;
         } else if (pad > 0 && !along_cols && r == rows - 1) {
           for (int q = 1; q <= pad; ++q)
-            for (int v = 0; v < VEC; ++v) dst[o + static_cast<long long>(q) * cols + v] = 0.f;
+            for (int v = 0; v < VEC; ++v) dst[o + static_cast<long long>(q) * row_pitch(cols) + v] = 0.f;
         }
       }
     }
@@ -343,7 +349,9 @@ inline const char* split_matrix(const float* src, long long ld, long long bs, in
 }
 
 // d[l] (row-major m x n) = x[l] . y[l] over depth k3 = 3k, both split operands in the layouts the split
-// wrote: x is A's, "[m, k3]" (x_t 0) or "[k3, m]" (x_t 1); y is B's, "[k3, n]" (y_t 0) or "[n, k3]" (y_t 1).
+// wrote: x is A's, "[m, k3]" (x_t 0) or "[k3, m]" with rows row_pitch(m) apart (x_t 1); y is B's, "[k3, n]"
+// (y_t 0; n is then N rounded up to the split's row pitch, d's padded columns computed from its unwritten
+// pad) or "[n, k3]" (y_t 1).
 // cuBLAS is column-major, so it computes d^T = y^T . x^T. With `chunks` > 1 the big x big block (the last k
 // of the depth) is cut into that many consecutive GEMMs, each adding its part to d (beta = 1) with an FP32
 // add, after one GEMM over the two correction blocks: the tensor cores' accumulator rounds less exactly than
@@ -365,7 +373,7 @@ inline const char* gemm(const float* x, int x_t, long long x_bs, const float* y,
   if (api.set_stream(handle, stream) != 0) return "cublasSetStream failed";
   const float one = 1.f, zero = 0.f;
   const int op_y = y_t ? kOpT : kOpN, ld_y = y_t ? k3 : n;
-  const int op_x = x_t ? kOpT : kOpN, ld_x = x_t ? m : k3;
+  const int op_x = x_t ? kOpT : kOpN, ld_x = x_t ? static_cast<int>(row_pitch(m)) : k3;
   const int k = k3 / 3;
   chunks = chunks < 1 ? 1 : (chunks > k / 4 ? (k / 4 > 1 ? k / 4 : 1) : chunks);
   bool first = true;
@@ -380,7 +388,7 @@ inline const char* gemm(const float* x, int x_t, long long x_bs, const float* y,
       k1 = c == chunks ? k3 : 2 * k + static_cast<int>(static_cast<long long>(k) * c / chunks) / 4 * 4;
     }
     if (k1 <= k0) continue;
-    const float* xc = x + (x_t ? static_cast<long long>(k0) * m : k0);
+    const float* xc = x + (x_t ? static_cast<long long>(k0) * ld_x : k0);
     const float* yc = y + (y_t ? k0 : static_cast<long long>(k0) * n);
     const int status = api.gemm(handle, op_y, op_x, n, m, k1 - k0, &one, yc, kR32F, ld_y, y_bs, xc, kR32F,
                                 ld_x, x_bs, first ? &zero : &one, d, kR32F, ld_d, static_cast<long long>(m) * ld_d,
