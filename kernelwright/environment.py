@@ -53,6 +53,14 @@ def nvcc_version() -> str | None:
     return match.group(1) if match else out.strip().splitlines()[-1] if out.strip() else None
 
 
+def hopper_gpu() -> bool:
+    """Whether this machine's GPU runs our sm_90a kernels (wgmma, TMA). Without a GPU nothing is claimed:
+    such a kernel is kept only where it was measured, and an unverified file must build anywhere."""
+    import torch  # not at import time: the CLI's start-up stays torch-free
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
 def cutlass_include_dir() -> Path | None:
     """CUTLASS C++ headers shipped by the `nvidia-cutlass` wheel (never vendored), or `$CUTLASS_PATH`."""
     candidates = []

@@ -24,9 +24,11 @@ must be built with the `nvidia-cutlass` wheel's include directory, which the bui
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from kernelwright.codegen import gemm_cutlass, gemm_gemv, gemm_tf32x3
+from kernelwright.codegen import gemm_cutlass, gemm_gemv, gemm_sm90x3, gemm_tf32x3
 from kernelwright.codegen.gemm_entry import render_entry
 from kernelwright.codegen.kernel import KernelSource, shared_launcher_kernel
 from kernelwright.codegen.pointwise import c_literal, emit_statements
@@ -48,8 +50,10 @@ def render(group: FusedGroup) -> KernelSource:
             "cutlass", "streamk", 1):
         raise ValueError(f"split-K needs the CUTLASS stream-K kernel and an unbatched product, got {config} "
                          f"for batch {view.batch}")
-    route = {"gemv": gemm_gemv, "tf32x3": gemm_tf32x3}.get(config.kernel, gemm_cutlass)
-    entry = gemm_tf32x3.render_entry if config.kernel == "tf32x3" else render_entry
+    route = {"gemv": gemm_gemv, "tf32x3": gemm_tf32x3, "sm90x3": gemm_sm90x3}.get(config.kernel, gemm_cutlass)
+    entry = {"tf32x3": gemm_tf32x3.render_entry,
+             "sm90x3": functools.partial(gemm_sm90x3.render_entry, epilogue_function=epilogue_function)
+             }.get(config.kernel, render_entry)
     return shared_launcher_kernel(
         "gemm", lambda name: route.render_cuda(name, view, config, epilogue_function(name, view)),
         lambda name, launcher: entry(name, launcher, group, view, config), ir_comment(view, config))
@@ -87,6 +91,8 @@ def ir_comment(view: GemmView, config: GemmConfig) -> str:
         kernel = "matrix-vector kernel (exact FP32, bandwidth-bound)"
     elif config.kernel == "tf32x3":
         kernel = "3xTF32 split operands + cuBLAS TF32 GEMM of depth 3K"
+    elif config.kernel == "sm90x3":
+        kernel = "SM90 3xTF32 (TMA + wgmma, split in shared memory, FP32 promotion every 128 of K)"
     else:
         split = f" split-K {config.split_k}" if config.split_k > 1 else ""
         kernel = (f"CUTLASS 3xTF32 tile {'x'.join(map(str, config.block))} warp "

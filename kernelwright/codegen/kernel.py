@@ -111,18 +111,26 @@ def shared_launcher_kernel(family: str, launcher_cuda: Callable[[str], str],
     the group's own entry points and spec, named `<launcher>_<hash of both>`. A launcher that includes
     CUTLASS is a `Launcher` of its own (built once per machine for every model that calls it); the kernel's
     text then declares its functions (those defined at the start of a line, named `<launcher>_...`)."""
+    launcher, guarded = guarded_launcher(family, launcher_cuda)
+    placeholder = f"KW_{family.upper()}_PLACEHOLDER"
+    entry_cuda, spec = entry(placeholder, launcher)
+    name = f"{launcher}_{_digest(entry_cuda + repr(spec))[:8]}"
+    entry_text = entry_cuda.replace(placeholder, name)
+    if not _HEAVY_INCLUDE.search(guarded):
+        return KernelSource(name=name, cuda=guarded + entry_text, spec=spec, ir_comment=ir_comment)
+    return KernelSource(name=name, cuda=launcher_declarations(guarded, launcher) + entry_text, spec=spec,
+                        ir_comment=ir_comment, launcher=Launcher(launcher, guarded))
+
+
+def guarded_launcher(family: str, launcher_cuda: Callable[[str], str]) -> tuple[str, str]:
+    """(name, text) of a launcher that groups share by name: `launcher_cuda(name)` rendered under a
+    placeholder, named `kw_FAMILY_<hash of that text>` and wrapped in an include guard."""
     placeholder = f"KW_{family.upper()}_PLACEHOLDER"
     body = launcher_cuda(placeholder)
     launcher = f"kw_{family}_{_digest(body)}"
     guard = launcher.upper()
-    guarded = f"#ifndef {guard}\n#define {guard}\n{body.replace(placeholder, launcher)}#endif  // {guard}\n"
-    entry_cuda, spec = entry(placeholder, launcher)
-    name = f"{launcher}_{_digest(entry_cuda + repr(spec))[:8]}"
-    entry_text = entry_cuda.replace(placeholder, name)
-    if not _HEAVY_INCLUDE.search(body):
-        return KernelSource(name=name, cuda=guarded + entry_text, spec=spec, ir_comment=ir_comment)
-    return KernelSource(name=name, cuda=launcher_declarations(guarded, launcher) + entry_text, spec=spec,
-                        ir_comment=ir_comment, launcher=Launcher(launcher, guarded))
+    text = body.replace(placeholder, launcher)
+    return launcher, f"#ifndef {guard}\n#define {guard}\n{text}#endif  // {guard}\n"
 
 
 # a launcher that includes these is compiled apart (its headers alone cost nvcc tens of seconds)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelwright.environment import cutlass_include_dir
+from kernelwright.environment import cutlass_include_dir, hopper_gpu
 from kernelwright.fuse import gemm
 from kernelwright.fuse.gemm import EpilogueOperand, GemmView
 from kernelwright.fuse.plan import FusedGroup, Partition, make_group
@@ -167,9 +167,8 @@ def _gemm_view(anchor: Node) -> GemmView:
 
 
 def _hopper() -> bool:
-    """Whether this machine's GPU runs the kernel (wgmma and TMA are sm_90a's). Without a GPU nothing is
-    claimed: the kernel is kept only where it was measured, and an unverified file must build anywhere."""
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+    """Whether this machine's GPU runs the kernel (environment.hopper_gpu)."""
+    return hopper_gpu()
 
 
 def _is_to_nchw(node: Node) -> bool:

@@ -131,6 +131,7 @@ def _every_operand_kind(m, n, k):
 
 
 X3 = GemmConfig(kernel="tf32x3")
+SM90X3 = GemmConfig(kernel="sm90x3")
 
 
 def _split(split_k: int, align_a: int = 4) -> GemmConfig:
@@ -219,6 +220,18 @@ CASES: dict[str, Case] = {
     "x3_addmm_beta0_ignores_nan": (lambda: _addmm(1.0, 0.0), X3, _nan_bias),
     "x3_activations": (lambda: _activations(256, 320, 192), X3, None),
     "x3_every_operand_kind": (lambda: _every_operand_kind(128, 1000, 1024), X3, None),
+    # 3xTF32 split inside the SM90 kernel (forced; the GPU measures it against the cuBLAS route): operands
+    # made K-major in the workspace (a row-major B, a column-major A, K odd) or read in place (K-major,
+    # aligned: the layouts test's misaligned views go through the runtime's copy), odd M and N (TMA's
+    # out-of-bounds fill, the direct epilogue's 4-byte stores), batches, every epilogue operand kind
+    "sm90x3_mm_odd_sizes": (lambda: _mm(257, 129, 67), SM90X3, None),
+    "sm90x3_mm_transposed_operands": (_mm_transposed, SM90X3, None),
+    "sm90x3_linear_odd_width_epilogue": (lambda: _linear((256, 1024), 1001, epilogue=_relu_gelu), SM90X3,
+                                         None),
+    "sm90x3_bmm_transposed_epilogue": (lambda: _bmm(8, 100, 72, 64, transpose_b=True, epilogue=True), SM90X3,
+                                       None),
+    "sm90x3_bmm_odd_rows": (lambda: _bmm_column_major_a(3, 51, 61, 37), SM90X3, None),
+    "sm90x3_every_operand_kind": (lambda: _every_operand_kind(128, 1000, 1024), SM90X3, None),
 }
 
 
@@ -229,6 +242,9 @@ ACCURACY = {"mm_2048": (lambda: _mm(2048, 2048, 2048), None, "tf32x3"),
             # a batched product of depth 1024: one 3K-deep pass (the planner's) was 2.2x less accurate than
             # FP32 (H100); the first launch alternative, the big block in two chunks, is the one measured
             "bmm_k1024_chunks2": (lambda: _bmm(16, 512, 768, 1024), X3._replace(split_k=2), "tf32x3"),
+            # the SM90 in-kernel split at the same depth, and deeper (FP32 promotion every 128 of K)
+            "sm90x3_bmm_k1024": (lambda: _bmm(16, 512, 768, 1024), SM90X3, "tf32x3"),
+            "sm90x3_mm_2048": (lambda: _mm(2048, 2048, 2048), SM90X3, "tf32x3"),
             # matrix-vector products of depth 20480: one running sum a lane was 2.5x less accurate
             "mv_dot_long_k": (lambda: _mv(4096, 20480), None, "gemv"),
             "mv_axpy_long_k": (lambda: _mv(4096, 20480, transpose_a=True), None, "gemv")}

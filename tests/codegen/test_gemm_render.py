@@ -294,6 +294,33 @@ def test_tf32x3_alternatives_cut_the_big_block_finer():
     assert fuse_gemm.launch_alternatives(epilogue_group()) == []      # CUTLASS: none
 
 
+def test_sm90x3_is_an_alternative_on_hopper_with_one_launcher_for_every_gemm(monkeypatch):
+    """On Hopper the in-kernel split is measured too. Its launcher (CUTLASS, compiled apart) holds no
+    epilogue and no size, so every GEMM shares it; each entry makes non-K-major or odd-K operands K-major in
+    the workspace and reads the others in place, then runs the epilogue pass in place."""
+    monkeypatch.setattr(fuse_gemm, "hopper_gpu", lambda: True)
+    a, b = input_node("a", 0, (128, 512, 1024)), input_node("b", 1, (128, 1024, 768))
+    bmm = group_of(make_node("bmm", [a, b]), inputs=(a, b))
+    others = fuse_gemm.launch_alternatives(bmm)
+    assert [g.config.kernel for g in others] == ["tf32x3", "tf32x3", "sm90x3"]
+    x, w, bias = input_node("x", 0, (4096, 4099)), param_node("w", (4093, 4099)), param_node("b", (4093,))
+    linear = group_of(make_node("relu", [make_node("linear", [x, w, bias])]), inputs=(x,), params=(w, bias))
+    sources = [render(dataclasses.replace(g, config=GemmConfig(kernel="sm90x3"))) for g in (bmm, linear)]
+    assert sources[0].launcher is not None and sources[0].launcher == sources[1].launcher
+    assert "<cutlass/" in sources[0].launcher.cuda and "<cutlass/" not in sources[0].cuda
+    first, second = sources[0].cuda, sources[1].cuda
+    # bmm: A [128, 512, 1024] in place (16-byte aligned K-major rows, the runtime copies other views), B
+    # stored [K, N] made K-major; no epilogue pass
+    assert first.count("kw_kmajor::kmajor(") == 1 and "_finish(" not in first
+    assert sources[0].spec.operands[0][1] == (("reshape", 128, 512, 1024), ("matrix", 4))
+    assert "kw_kmajor::kmajor(static_cast<const float*>(in[1].data), kw::batch_stride(in[1]), 1, " in first
+    assert ("_gemm(a, ld_a, bs_a, b, ld_b, bs_b, static_cast<float*>(out[0]), 768, 393216LL, 512, 768, "
+            "1024, 128, scratch + 402653184, 65536, stream);") in first
+    # linear, K = 4099: both operands copied with rows of 4100; bias + ReLU in place after the product
+    assert second.count("kw_kmajor::kmajor(") == 2
+    assert "_finish(static_cast<float*>(out[0]), static_cast<float*>(out[0]), 4093, " in second
+
+
 def test_tf32x3_source_compiles():
     """Light (no CUTLASS, no cuBLAS header): the split, epilogue and cuBLAS-lookup launcher."""
     if nvcc_path() is None:

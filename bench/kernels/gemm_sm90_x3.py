@@ -1,0 +1,151 @@
+"""Probe of the SM90 3xTF32 GEMM (TMA + wgmma, the split done in shared memory by the consumers, FP32
+promotion of the tensor cores' partial sums: `kernelwright/codegen/cuda/kw_gemm_sm90_x3.cuh`), issue #22.
+
+    python bench/kernels/gemm_sm90_x3.py OUT.json [--variants 128x128s3,128x64s4] [--promotion 1,4,16]
+
+Builds `bench/kernels/cuda/gemm_sm90_x3.cu` per tile variant (nvcc in parallel), then for each shape: its
+error against float64 (on a sample of rows) beside torch FP32's and cuBLAS TF32's, and its time (CUDA
+events, cold L2, median of 20) beside torch FP32 (TF32 off) and cuBLAS TF32, with the FP32-equivalent
+TFLOP/s. Operands are K-major ([M, K] and [N, K], an nn.Linear weight's layout): a row-major B is given
+transposed here, outside the timing (the planner's copy would be a bandwidth-bound pass).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _timing import l2_flush, time_ms  # noqa: E402
+
+from kernelwright.environment import cutlass_include_dir, nvcc_path  # noqa: E402
+
+HERE = Path(__file__).parent
+HEADERS = HERE.parent.parent / "kernelwright" / "codegen" / "cuda"
+
+# name: (M, N, K, batch)
+SHAPES = {
+    "4096^3": (4096, 4096, 4096, 1),
+    "8192^3": (8192, 8192, 8192, 1),
+    "1024x8192x8192": (1024, 8192, 8192, 1),
+    "bmm 128 x 512x768x1024": (512, 768, 1024, 128),
+    "7001x3001x5004": (7001, 3001, 5004, 1),
+    "65536x24576x48": (65536, 24576, 48, 1),
+    "40000x40x2000": (40000, 40, 2000, 1),
+    "odd 1000x1001x1004": (1000, 1001, 1004, 1),
+}
+
+
+def build(variant: str, out: Path) -> ctypes.CDLL:
+    tile_n, stages = variant.split("x")[1].rstrip("nm").split("s")
+    lib = out / f"x3_{variant}.so"
+    command = [str(nvcc_path()), "-std=c++17", "-O3", "-arch=sm_90a", "--expt-relaxed-constexpr",
+               "-Xcompiler", "-fPIC", "-shared", f"-I{cutlass_include_dir()}", f"-I{HEADERS}",
+               f"-DKW_TILE_N={tile_n}", f"-DKW_STAGES={stages}",
+               f"-DKW_X3_PROBE_MODE={'_nm'.find(variant[-1]) if variant[-1] in 'nm' else 0}",
+               str(HERE / "cuda" / "gemm_sm90_x3.cu"),
+               "-o", str(lib)]
+    subprocess.run(command, check=True)
+    dll = ctypes.CDLL(str(lib))
+    dll.x3_gemm.restype = ctypes.c_char_p
+    dll.x3_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4 + [ctypes.c_longlong] * 6 + [
+        ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    dll.x3_smem.restype = ctypes.c_size_t
+    return dll
+
+
+def run(dll, a, bt, d, promotion, workspace) -> None:
+    """d [L, M, N] = a [L, M, K] . bt [L, N, K]^T"""
+    batch, m, k = a.shape
+    n = bt.shape[1]
+    error = dll.x3_gemm(a.data_ptr(), bt.data_ptr(), d.data_ptr(), m, n, k, batch, a.stride(1), bt.stride(1),
+                        d.stride(1), a.stride(0) if batch > 1 else 0, bt.stride(0) if batch > 1 else 0,
+                        d.stride(0) if batch > 1 else 0, promotion, workspace.data_ptr(), workspace.numel(),
+                        torch.cuda.current_stream().cuda_stream)
+    if error is not None:
+        raise RuntimeError(error.decode())
+
+
+def error_vs_float64(out: torch.Tensor, a: torch.Tensor, bt: torch.Tensor, rows: int = 256) -> float:
+    """Max abs error against float64 on the first `rows` rows of each of the first two batches."""
+    worst = 0.0
+    for batch in range(min(2, a.shape[0])):
+        exact = a[batch, :rows].double() @ bt[batch].double().T
+        worst = max(worst, (out[batch, :rows].double() - exact).abs().max().item())
+    return worst
+
+
+def measure(name: str, dlls: dict, promotions: list[int], flush, workspace) -> dict:
+    """One shape: torch FP32, cuBLAS TF32 and each variant x promotion interval, timed and checked."""
+    m, n, k, batch = SHAPES[name]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(batch, m, k, device="cuda", generator=gen)
+    bt = torch.randn(batch, n, k, device="cuda", generator=gen)
+    b = bt.transpose(1, 2)
+    d = torch.empty(batch, m, n, device="cuda")
+    flop = 2.0 * m * n * k * batch
+    row = {"shape": name, "m": m, "n": n, "k": k, "batch": batch}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    row["fp32_err"] = error_vs_float64(torch.bmm(a, b), a, bt)
+    row["fp32_ms"] = time_ms(lambda: torch.bmm(a, b, out=d), flush, runs=20)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    row["tf32_err"] = error_vs_float64(torch.bmm(a, b), a, bt)
+    row["tf32_ms"] = time_ms(lambda: torch.bmm(a, b, out=d), flush, runs=20)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for v, dll in dlls.items():
+        for promotion in promotions:
+            key = f"{v}/p{promotion}"
+            try:
+                run(dll, a, bt, d, promotion, workspace)
+                torch.cuda.synchronize()
+                row[key + "_err"] = error_vs_float64(d, a, bt)
+                row[key + "_ms"] = time_ms(lambda dll=dll, p=promotion: run(dll, a, bt, d, p, workspace),
+                                           flush, runs=20)
+            except RuntimeError as exc:
+                row[key + "_error"] = str(exc)
+    parts = [f"{name:24s} FP32 {row['fp32_ms']:.3f} ms (err {row['fp32_err']:.2e})",
+             f"TF32 {row['tf32_ms']:.3f} (err {row['tf32_err']:.2e})"]
+    for key in row:
+        if key.endswith("_ms") and "/" in key:
+            base = key[:-3]
+            parts.append(f"{base} {row[key]:.3f} ms = {row['fp32_ms'] / row[key]:.2f}x "
+                         f"({flop / row[key] / 1e9:.0f} TFLOP/s, err {row[base + '_err']:.2e})")
+        elif key.endswith("_error"):
+            parts.append(f"{key[:-6]} FAILED: {row[key]}")
+    print(" | ".join(parts), flush=True)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    # TILE_M x TILE_N s STAGES; for timing only, a final "n": no split (three products of the raw tiles),
+    # "m": one TF32 product
+    parser.add_argument("--variants", default="128x128s3")
+    parser.add_argument("--promotion", default="1,4")
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    args = parser.parse_args()
+    out = Path(args.out).parent
+    variants = args.variants.split(",")
+    with ThreadPoolExecutor(len(variants)) as pool:
+        dlls = dict(zip(variants, pool.map(lambda v: build(v, out), variants), strict=True))
+    for v, dll in dlls.items():
+        print(f"{v}: {dll.x3_smem() / 1024:.0f} KB shared memory a block")
+    flush, workspace = l2_flush(), torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    rows = []
+    for name in args.shapes.split(","):
+        rows.append(measure(name, dlls, [int(p) for p in args.promotion.split(",")], flush, workspace))
+        torch.cuda.empty_cache()
+    Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                          "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

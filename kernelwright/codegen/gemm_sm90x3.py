@@ -1,0 +1,91 @@
+"""3xTF32 GEMMs on Hopper's tensor cores, split inside the kernel: FP32 accuracy, no split copies.
+
+The launcher (`cuda/kw_gemm_sm90_x3.cu.in`, CUTLASS: compiled apart, one library per machine for every
+GEMM, since sizes are arguments and the epilogue is not in it) runs CUTLASS's TMA warp-specialized kernel
+with our mainloop (`cuda/kw_gemm_sm90_x3.cuh`): each stage's FP32 tiles are the TF32 big parts as they are
+(the tensor cores read a TF32 operand's top 19 bits), the consumers write the small parts beside them in
+shared memory, and A_small.B + A.B_small + A.B accumulate on the tensor cores with an FP32 promotion every
+128 of K. Against the cuBLAS route (`gemm_tf32x3.py`) it writes no split copies (three of each activation
+operand per call, three of each weight kept) and is more accurate than FP32 at any depth; H100 numbers in
+`bench/results/2026-11-27-h100-80gb-hbm3-gemm-sm90x3/`.
+
+The kernel reads both operands K-major (A [l, m, k], B [l, n, k]) with 16-byte aligned rows: an operand in
+another layout (B stored [k, n], a column-major A) or with an odd K is first copied into the workspace
+K-major, its depth padded with zeros to a multiple of 4 (`cuda/kw_gemm_kmajor.cuh`, one bandwidth-bound
+pass; a misaligned view the runtime copies). The
+epilogue (bias, activations, ...) is the 3xTF32 route's pass over the product, in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kernelwright.codegen import gemm_tf32x3
+from kernelwright.codegen.gemm_entry import epilogue_operands, gemm_inputs, input_index, stored_matrices
+from kernelwright.codegen.kernel import KernelSpec, entry_points, guarded_launcher, source_template, typed
+from kernelwright.fuse.gemm import GemmConfig, GemmView
+
+_CUDA = source_template("kw_gemm_sm90_x3.cu.in")
+
+# bytes reserved for CUTLASS's own workspace (its persistent tile scheduler needs none today)
+CUTLASS_WORKSPACE = 1 << 16
+ALIGN = 256
+
+
+def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function: str) -> str:
+    del view, config, epilogue_function      # one instantiation serves every GEMM
+    return _CUDA.substitute(name=name)
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // ALIGN) * ALIGN
+
+
+def render_entry(name: str, launcher: str, group, view: GemmView, config: GemmConfig,
+                 epilogue_function: Callable[[str, GemmView], str]) -> tuple[str, KernelSpec]:
+    """Make A and B K-major where they are not (into the workspace), one launch, then the epilogue pass
+    (`epilogue_function`: codegen.gemm's, which imports this module)."""
+    stored = stored_matrices(view)
+    m, n, k, batch = view.m, view.n, view.k, view.batch
+    ldk = -(-k // 4) * 4
+    if batch > 1 and (stored[0][0], stored[1][0]) != (batch, batch):
+        raise ValueError(f"sm90x3: a batched product needs both operands batched, got {stored}")
+    lines = ["  const char* error = nullptr;", "  char* scratch = static_cast<char*>(workspace);"]
+    scratch, operands = 0, []
+    for j, (var, kmajor, rows) in enumerate((("a", not view.a_col_major, m), ("b", view.b_col_major, n))):
+        if kmajor and k % 4 == 0:
+            prep = ("matrix", 4)      # read in place (the runtime copies a misaligned view)
+            lines.append(f"  const float* {var} = static_cast<const float*>(in[{j}].data);"
+                         f" const long long ld_{var} = kw::row_stride(in[{j}], {k}, 4),"
+                         f" bs_{var} = kw::batch_stride(in[{j}]);")
+        else:
+            # made K-major (a row-major B, a column-major A), its rows padded to 16 bytes (K odd)
+            prep = ("inner_contiguous",)
+            s_r, s_k = (f"in[{j}].strides[1]", "1") if kmajor else ("1", f"in[{j}].strides[1]")
+            lines += [f"  float* {var} = reinterpret_cast<float*>(scratch + {scratch});",
+                      f"  const long long ld_{var} = {ldk}, bs_{var} = {rows * ldk}LL;",
+                      f"  error = kw_kmajor::kmajor(static_cast<const float*>(in[{j}].data), "
+                      f"kw::batch_stride(in[{j}]), {s_r}, {s_k}, {batch}, {rows}, {k}, {var}, stream);",
+                      "  if (error != nullptr) return error;"]
+            scratch += _aligned(batch * rows * ldk * 4)
+        operands.append((input_index(group, (view.a, view.b)[j]), (("reshape", *stored[j]), prep), None))
+    out = "static_cast<float*>(out[0])"
+    # depth ldk: with K not a multiple of 4 both operands are copies with zero pads (CUTLASS's TMA mainloop
+    # wants the contiguous extent aligned too)
+    lines.append(f"  error = {launcher}_gemm(a, ld_a, bs_a, b, ld_b, bs_b, {out}, {n}, {m * n}LL, {m}, {n}, "
+                 f"{ldk}, {batch}, scratch + {scratch}, {CUTLASS_WORKSPACE}, stream);")
+    scratch += CUTLASS_WORKSPACE
+    epilogue, operand_args = epilogue_operands(group, view, ("contiguous",))
+    finish = ""
+    if gemm_tf32x3.has_epilogue(view):
+        # the 3xTF32 route's epilogue pass, in place over the product (rows n apart)
+        finish_name, finish = guarded_launcher("gemm", lambda fname: gemm_tf32x3.render_cuda(
+            fname, view, config, epilogue_function(fname, view)))
+        lines += ["  if (error != nullptr) return error;",
+                  f"  error = {finish_name}_finish({out}, {out}, {n}, {operand_args} {batch}, {m}, {n}, "
+                  "stream);"]
+    lines.append("  return error;")
+    spec = KernelSpec(gemm_inputs(group, view), (*operands, *epilogue), typed([view.output]))
+    cuda = (finish + '#include "kw_common.cuh"\n#include "kw_gemm_kmajor.cuh"\n'
+            + entry_points(name, "\n".join(lines), str(scratch)))
+    return cuda, spec
