@@ -43,12 +43,12 @@ SHAPES = {
 }
 
 
-def build(variant: str, out: Path) -> ctypes.CDLL:
+def build(variant: str, promotion: int, out: Path) -> ctypes.CDLL:
     tile_n, stages = variant.split("x")[1].rstrip("nm").split("s")
-    lib = out / f"x3_{variant}.so"
+    lib = out / f"x3_{variant}_p{promotion}.so"
     command = [str(nvcc_path()), "-std=c++17", "-O3", "-arch=sm_90a", "--expt-relaxed-constexpr",
                "-Xcompiler", "-fPIC", "-shared", f"-I{cutlass_include_dir()}", f"-I{HEADERS}",
-               f"-DKW_TILE_N={tile_n}", f"-DKW_STAGES={stages}",
+               f"-DKW_TILE_N={tile_n}", f"-DKW_STAGES={stages}", f"-DKW_PROMOTION={promotion}",
                f"-DKW_X3_PROBE_MODE={'_nm'.find(variant[-1]) if variant[-1] in 'nm' else 0}",
                str(HERE / "cuda" / "gemm_sm90_x3.cu"),
                "-o", str(lib)]
@@ -61,13 +61,13 @@ def build(variant: str, out: Path) -> ctypes.CDLL:
     return dll
 
 
-def run(dll, a, bt, d, promotion, workspace) -> None:
+def run(dll, a, bt, d, workspace) -> None:
     """d [L, M, N] = a [L, M, K] . bt [L, N, K]^T"""
     batch, m, k = a.shape
     n = bt.shape[1]
     error = dll.x3_gemm(a.data_ptr(), bt.data_ptr(), d.data_ptr(), m, n, k, batch, a.stride(1), bt.stride(1),
                         d.stride(1), a.stride(0) if batch > 1 else 0, bt.stride(0) if batch > 1 else 0,
-                        d.stride(0) if batch > 1 else 0, promotion, workspace.data_ptr(), workspace.numel(),
+                        d.stride(0) if batch > 1 else 0, 0, workspace.data_ptr(), workspace.numel(),
                         torch.cuda.current_stream().cuda_stream)
     if error is not None:
         raise RuntimeError(error.decode())
@@ -82,8 +82,9 @@ def error_vs_float64(out: torch.Tensor, a: torch.Tensor, bt: torch.Tensor, rows:
     return worst
 
 
-def measure(name: str, dlls: dict, promotions: list[int], flush, workspace) -> dict:
-    """One shape: torch FP32, cuBLAS TF32 and each variant x promotion interval, timed and checked."""
+def measure(name: str, dlls: dict, flush, workspace) -> dict:
+    """One shape: torch FP32, cuBLAS TF32 and each built variant (tile, stages, promotion interval), timed
+    and checked."""
     m, n, k, batch = SHAPES[name]
     gen = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randn(batch, m, k, device="cuda", generator=gen)
@@ -99,17 +100,14 @@ def measure(name: str, dlls: dict, promotions: list[int], flush, workspace) -> d
     row["tf32_err"] = error_vs_float64(torch.bmm(a, b), a, bt)
     row["tf32_ms"] = time_ms(lambda: torch.bmm(a, b, out=d), flush, runs=20)
     torch.backends.cuda.matmul.allow_tf32 = False
-    for v, dll in dlls.items():
-        for promotion in promotions:
-            key = f"{v}/p{promotion}"
-            try:
-                run(dll, a, bt, d, promotion, workspace)
-                torch.cuda.synchronize()
-                row[key + "_err"] = error_vs_float64(d, a, bt)
-                row[key + "_ms"] = time_ms(lambda dll=dll, p=promotion: run(dll, a, bt, d, p, workspace),
-                                           flush, runs=20)
-            except RuntimeError as exc:
-                row[key + "_error"] = str(exc)
+    for key, dll in dlls.items():
+        try:
+            run(dll, a, bt, d, workspace)
+            torch.cuda.synchronize()
+            row[key + "_err"] = error_vs_float64(d, a, bt)
+            row[key + "_ms"] = time_ms(lambda dll=dll: run(dll, a, bt, d, workspace), flush, runs=20)
+        except RuntimeError as exc:
+            row[key + "_error"] = str(exc)
     parts = [f"{name:24s} FP32 {row['fp32_ms']:.3f} ms (err {row['fp32_err']:.2e})",
              f"TF32 {row['tf32_ms']:.3f} (err {row['tf32_err']:.2e})"]
     for key in row:
@@ -133,15 +131,16 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES))
     args = parser.parse_args()
     out = Path(args.out).parent
-    variants = args.variants.split(",")
-    with ThreadPoolExecutor(len(variants)) as pool:
-        dlls = dict(zip(variants, pool.map(lambda v: build(v, out), variants), strict=True))
+    builds = [(v, int(p)) for v in args.variants.split(",") for p in args.promotion.split(",")]
+    with ThreadPoolExecutor(len(builds)) as pool:
+        libs = pool.map(lambda b: build(*b, out), builds)
+        dlls = {f"{v}/p{p}": dll for (v, p), dll in zip(builds, libs, strict=True)}
     for v, dll in dlls.items():
         print(f"{v}: {dll.x3_smem() / 1024:.0f} KB shared memory a block")
     flush, workspace = l2_flush(), torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
     rows = []
     for name in args.shapes.split(","):
-        rows.append(measure(name, dlls, [int(p) for p in args.promotion.split(",")], flush, workspace))
+        rows.append(measure(name, dlls, flush, workspace))
         torch.cuda.empty_cache()
     Path(args.out).write_text(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                                           "rows": rows}, indent=1))
