@@ -99,7 +99,18 @@ def _two_convs_one_launcher():
     return kernels
 
 
-@pytest.mark.parametrize("family", ["gemm", "conv"])
+def _two_sm90x3_kernels():
+    """The SM90 3xTF32 GEMM: one launcher for every GEMM (no epilogue, no size in it); a bmm whose B is made
+    K-major, and a Linear of odd K with bias + ReLU (both operands copied, the epilogue pass after)."""
+    a, b = input_node("a", 0, (8, 256, 512)), input_node("b", 1, (8, 512, 384))
+    bmm = group_of(make_node("bmm", [a, b]), inputs=(a, b))
+    x, w, bias = input_node("x", 0, (1024, 1027)), param_node("w", (768, 1027)), param_node("bias", (768,))
+    linear = group_of(make_node("relu", [make_node("linear", [x, w, bias])]), inputs=(x,), params=(w, bias))
+    sm90x3 = fuse_gemm.GemmConfig(kernel="sm90x3")
+    return tuple(render(dataclasses.replace(g, config=sm90x3)) for g in (bmm, linear))
+
+
+@pytest.mark.parametrize("family", ["gemm", "conv", "sm90x3"])
 def test_two_models_link_to_one_launcher_library(tmp_path, family):
     """The slow one (~30-40 s of nvcc each): the launcher's library once, two models' libraries linked to
     it by path, both loaded and their entries found."""
@@ -109,7 +120,8 @@ def test_two_models_link_to_one_launcher_library(tmp_path, family):
     cudart = _shared_cudart()
     if cudart is None:
         pytest.skip("no shared CUDA runtime beside nvcc")
-    first, second = _two_kernels_one_launcher() if family == "gemm" else _two_convs_one_launcher()
+    first, second = {"gemm": _two_kernels_one_launcher, "conv": _two_convs_one_launcher,
+                     "sm90x3": _two_sm90x3_kernels}[family]()
     assert first.launcher == second.launcher and first.name != second.name
     flags = ["-O3", "-DNDEBUG", "-gencode=arch=compute_90a,code=sm_90a", *TORCH_NVCC_FLAGS, "-shared",
              "-cudart", "shared"]
