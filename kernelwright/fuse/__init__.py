@@ -19,6 +19,15 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     return find(group) if find else []
 
 
+LABELS = {"reduction": reduction.launch_label, "gemm": gemm.launch_label}
+
+
+def launch_label(group: FusedGroup) -> str:
+    """How a launch differs from its alternatives, in a few words ("" for families that offer none)."""
+    label = LABELS.get(group.family)
+    return label(group) if label else ""
+
+
 MATCHERS = [
     conv.match,
     gemm.match,
@@ -34,5 +43,5 @@ def matchers_without(families: tuple[str, ...] = ()) -> list:
     return [m for m in MATCHERS if m.__module__.rsplit(".", 1)[-1] not in families]
 
 
-__all__ = ["ALTERNATIVES", "MATCHERS", "AtenStep", "FusedGroup", "FusionPlan", "Partition",
-           "launch_alternatives", "make_group", "matchers_without", "plan_fusion"]
+__all__ = ["ALTERNATIVES", "LABELS", "MATCHERS", "AtenStep", "FusedGroup", "FusionPlan", "Partition",
+           "launch_alternatives", "launch_label", "make_group", "matchers_without", "plan_fusion"]

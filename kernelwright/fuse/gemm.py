@@ -209,6 +209,19 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     return [dataclasses.replace(group, config=other) for other in others]
 
 
+def launch_label(group: FusedGroup) -> str:
+    """A few words telling this group's launch from its alternatives (`--explain`'s "launches tried")."""
+    config = group.config if isinstance(group.config, GemmConfig) else GemmConfig(*group.config)
+    if config.kernel == "tf32x3":
+        return f"3xTF32 on cuBLAS, {config.split_k} chunk{'s' if config.split_k > 1 else ''}"
+    if config.kernel == "sm90x3":
+        return "3xTF32 split in an SM90 kernel"
+    if config.kernel == "gemv":
+        return "matrix-vector"
+    split = f", split-K {config.split_k}" if config.split_k > 1 else ""
+    return f"CUTLASS SM80 3xTF32 {'x'.join(map(str, config.block))}{split}"
+
+
 # The shortest big x big chunk a launch alternative cuts K into.
 TF32X3_MIN_CHUNK = 128
 

@@ -592,6 +592,24 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     return [dataclasses.replace(group, config=(other,)) for other in others if other != spec]
 
 
+def launch_label(group: FusedGroup) -> str:
+    """A few words telling this group's launch from its alternatives (`--explain`'s "launches tried")."""
+    spec = group.config[0] if group.config else None
+    if not isinstance(spec, ReductionSpec):
+        return ""
+    parts = [f"{spec.layout}s", f"{spec.threads} threads"]
+    if spec.split:
+        parts.append(f"split in {spec.cluster}" + (", one launch" if spec.one_launch else ""))
+    elif spec.cluster > 1:
+        parts.append(f"cluster of {spec.cluster}")
+    if spec.lanes < 32:
+        parts.append(f"{spec.lanes} lanes a row")
+    parts.append("cached" if spec.cache else "uncached")
+    if spec.persistent:
+        parts.append("persistent")
+    return ", ".join(parts)
+
+
 def _split(rows: int, units: int, least: int, device: Device) -> int:
     """Independent blocks per row (a power of two) for two to four blocks per SM, each with at least
     `least` of the row's `units` (chunks or positions)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from kernelwright.codegen.kernel import KernelSource
+from kernelwright.fuse import launch_label
 from kernelwright.fuse.plan import FusedGroup, FusionPlan
 from kernelwright.gpulock import gpu_timing, gpu_work
 from kernelwright.judge.compare import compare_outputs, oracle_check
@@ -133,8 +134,10 @@ def _report(candidates: list[Candidate], failures: list[str | None], times: list
     if not correct:
         return GroupReport(names[0], False, failures[0] or "", tried=tried if len(names) > 1 else ())
     best = min(correct, key=lambda i: times[i])
+    labels = [f" ({label})" if (label := launch_label(group)) else "" for group, _ in candidates]
     detail = "" if len(names) == 1 else "launches tried: " + ", ".join(
-        f"{name} {'incorrect' if ms is None else f'{ms:.3f} ms'}" for name, ms in tried)
+        f"{name}{label} {'incorrect' if ms is None else f'{ms:.3f} ms'}"
+        for (name, ms), label in zip(tried, labels, strict=True))
     return GroupReport(names[best], True, detail, times[best], aten_ms, choice=best,
                        tried=tried if len(names) > 1 else ())
 

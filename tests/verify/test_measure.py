@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from kernelwright.fuse.plan import FusedGroup
+from kernelwright.ir.graph import Graph
 from kernelwright.ir.ops import input_node, make_node
 from kernelwright.verify.execute import run_group_with_aten
 from kernelwright.verify.measure import group_verdict
@@ -93,18 +94,27 @@ def test_every_group_is_timed_under_one_hold_of_the_timing_lock(monkeypatch):
 
 
 def test_the_fastest_correct_launch_of_a_group_is_kept():
-    """measure_groups' choice among a group's launches (the planner's first): the fastest correct one; the
-    planner's failure reported when none is correct; one launch reports no alternatives."""
+    """measure_groups' choice among a group's launches (the planner's first): the fastest correct one,
+    each launch named with what sets it apart; the planner's failure reported when none is correct; one
+    launch reports no alternatives."""
+    import dataclasses
     from types import SimpleNamespace
 
+    from kernelwright.fuse import gemm as fuse_gemm
     from kernelwright.verify.measure import _report
 
-    launches = [(None, SimpleNamespace(name=name)) for name in ("cached", "uncached", "split")]
+    a, b = input_node("a", 0, (512, 1024)), input_node("b", 1, (1024, 768))
+    group, = fuse_gemm.match(Graph(inputs=(a, b), params=(), outputs=(make_node("mm", [a, b]),)), frozenset())
+    configs = [fuse_gemm.GemmConfig(kernel="tf32x3"), fuse_gemm.GemmConfig(kernel="tf32x3", split_k=2),
+               fuse_gemm.GemmConfig(kernel="sm90x3")]
+    launches = [(dataclasses.replace(group, config=config), SimpleNamespace(name=name))
+                for config, name in zip(configs, ("one", "two", "sm90"), strict=True)]
     report = _report(launches, [None, None, "seed 0: mismatch"], [6.0, 3.9, None], 18.0)
-    assert (report.kernel, report.choice, report.kernel_ms, report.aten_ms) == ("uncached", 1, 3.9, 18.0)
-    assert report.keep and report.tried == (("cached", 6.0), ("uncached", 3.9), ("split", None))
-    assert "cached 6.000 ms" in report.detail and "split incorrect" in report.detail
+    assert (report.kernel, report.choice, report.kernel_ms, report.aten_ms) == ("two", 1, 3.9, 18.0)
+    assert report.keep and report.tried == (("one", 6.0), ("two", 3.9), ("sm90", None))
+    assert report.detail == ("launches tried: one (3xTF32 on cuBLAS, 1 chunk) 6.000 ms, two (3xTF32 on "
+                             "cuBLAS, 2 chunks) 3.900 ms, sm90 (3xTF32 split in an SM90 kernel) incorrect")
     failed = _report(launches[:2], ["seed 1: nan", "seed 0: mismatch"], [None, None], None)
-    assert not failed.correct and failed.kernel == "cached" and failed.detail == "seed 1: nan"
+    assert not failed.correct and failed.kernel == "one" and failed.detail == "seed 1: nan"
     alone = _report(launches[:1], [None], [1.0], 2.0)
     assert alone.choice == 0 and alone.tried == () and alone.detail == ""
