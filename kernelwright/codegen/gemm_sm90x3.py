@@ -12,8 +12,8 @@ operand per call, three of each weight kept) and is more accurate than FP32 at a
 The kernel reads both operands K-major (A [l, m, k], B [l, n, k]) with 16-byte aligned rows: an operand in
 another layout (B stored [k, n], a column-major A) or with an odd K is first copied into the workspace
 K-major, its depth padded with zeros to a multiple of 4 (`cuda/kw_gemm_kmajor.cuh`, one bandwidth-bound
-pass; a misaligned view the runtime copies). The
-epilogue (bias, activations, ...) is the 3xTF32 route's pass over the product, in place.
+pass; a misaligned view the runtime copies). The epilogue (bias, activations, ...) is the 3xTF32 route's
+pass over the product, in place.
 """
 
 from __future__ import annotations
