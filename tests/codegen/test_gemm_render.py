@@ -275,9 +275,11 @@ def test_tf32x3_pads_the_rows_of_a_split_stored_depth_major():
     assert "_finish(static_cast<float*>(out[0]), product, 4100, " in entry
 
 
-def test_tf32x3_alternatives_cut_the_big_block_finer():
+def test_tf32x3_alternatives_cut_the_big_block_finer(monkeypatch):
     """The GPU measures the planner's chunks against twice and four times as many (each chunk of at least
-    TF32X3_MIN_CHUNK): one instantiation, other split_k arguments; other kernels have none."""
+    TF32X3_MIN_CHUNK): one instantiation, other split_k arguments; other kernels have none. (Off Hopper:
+    the SM90 alternative is the next test's.)"""
+    monkeypatch.setattr(fuse_gemm, "hopper_gpu", lambda: False)
     a, b = input_node("a", 0, (128, 512, 1024)), input_node("b", 1, (128, 1024, 768))
     group = group_of(make_node("bmm", [a, b]), inputs=(a, b))
     assert group.config.kernel == "tf32x3" and group.config.split_k == 1
