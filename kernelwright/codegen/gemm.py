@@ -32,7 +32,7 @@ from kernelwright.codegen import gemm_cutlass, gemm_gemv, gemm_sm90x3, gemm_tf32
 from kernelwright.codegen.gemm_entry import render_entry
 from kernelwright.codegen.kernel import KernelSource, shared_launcher_kernel
 from kernelwright.codegen.pointwise import c_literal, emit_statements
-from kernelwright.fuse.gemm import GemmConfig, GemmView, describe
+from kernelwright.fuse.gemm import GemmConfig, GemmView, describe, gemm_config
 from kernelwright.fuse.plan import FusedGroup
 
 # nvcc flags the CUTLASS translation units need on top of torch's defaults.
@@ -45,7 +45,7 @@ def render(group: FusedGroup) -> KernelSource:
     CUTLASS instantiation (named by the hash of its text and wrapped in an include guard, so repeating it
     in one translation unit costs nothing), while each group keeps its own entry points."""
     view = describe(group)
-    config = group.config if isinstance(group.config, GemmConfig) else GemmConfig(*group.config)
+    config = gemm_config(group)
     if config.split_k > 1 and config.kernel != "tf32x3" and (config.kernel, config.swizzle, view.batch) != (
             "cutlass", "streamk", 1):
         raise ValueError(f"split-K needs the CUTLASS stream-K kernel and an unbatched product, got {config} "

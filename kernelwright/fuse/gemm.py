@@ -188,6 +188,11 @@ def tf32x3_chunks(k: int) -> int:
     return max(1, -(-k // TF32X3_CHUNK_DEPTH))
 
 
+def gemm_config(group: FusedGroup) -> GemmConfig:
+    """A GEMM group's config (`make_group` stores a config as a plain tuple)."""
+    return group.config if isinstance(group.config, GemmConfig) else GemmConfig(*group.config)
+
+
 def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     """Other launches of a 3xTF32-on-cuBLAS GEMM that the GPU measures against the planner's
     (`verify.measure_groups` keeps the fastest correct one): its big x big block in twice and four times as
@@ -198,7 +203,7 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     alternatives share the planner's instantiation (no nvcc beyond their entry points).
     On Hopper, also the in-kernel split (`codegen/gemm_sm90x3.py`: no split copies, FP32 promotion): one
     CUTLASS library per machine for every GEMM (~30 s of nvcc the first time)."""
-    config = group.config if isinstance(group.config, GemmConfig) else GemmConfig(*group.config)
+    config = gemm_config(group)
     if config.kernel != "tf32x3":
         return []
     most = describe(group).k // TF32X3_MIN_CHUNK
@@ -211,7 +216,7 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
 
 def launch_label(group: FusedGroup) -> str:
     """A few words telling this group's launch from its alternatives (`--explain`'s "launches tried")."""
-    config = group.config if isinstance(group.config, GemmConfig) else GemmConfig(*group.config)
+    config = gemm_config(group)
     if config.kernel == "tf32x3":
         return f"3xTF32 on cuBLAS, {config.split_k} chunk{'s' if config.split_k > 1 else ''}"
     if config.kernel == "sm90x3":
