@@ -306,7 +306,7 @@ def test_our_convolutions_are_a_variant_of_their_own(monkeypatch):
     from kernelwright import compiler
 
     monkeypatch.setattr(fuse_conv, "cutlass_include_dir", lambda: Path("/cutlass/include"))
-    monkeypatch.setattr(fuse_conv, "_hopper", lambda: True)
+    monkeypatch.setattr(fuse_conv, "hopper_gpu", lambda: True)
     sys.path.insert(0, str(Path(__file__).parent / "fuse"))
     from test_conv_match import conv_chain
 

@@ -95,7 +95,7 @@ class ConvView:
 
 def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
     # TF32 only where eager's convolutions use it too (PyTorch's default)
-    if cutlass_include_dir() is None or not _hopper() or not torch.backends.cudnn.allow_tf32:
+    if cutlass_include_dir() is None or not hopper_gpu() or not torch.backends.cudnn.allow_tf32:
         return []
     users = graph.users()
     roots = {id(n) for n in graph.roots()}
@@ -164,11 +164,6 @@ def _gemm_view(anchor: Node) -> GemmView:
     n, p, q, k = anchor.shape
     return GemmView(anchor, x, False, w, True, 1, n * p * q, k, math.prod(w.shape[1:]),
                     ((), (0, 1, 2), (3,)), (), (), anchor)
-
-
-def _hopper() -> bool:
-    """Whether this machine's GPU runs the kernel (environment.hopper_gpu)."""
-    return hopper_gpu()
 
 
 def _is_to_nchw(node: Node) -> bool:

@@ -19,7 +19,7 @@ from kernelwright.ir.ops import input_node, make_node, param_node
 def cutlass_headers(monkeypatch):
     """Matching does not read the headers, only asks whether they exist."""
     monkeypatch.setattr(fuse_conv, "cutlass_include_dir", lambda: Path("/cutlass/include"))
-    monkeypatch.setattr(fuse_conv, "_hopper", lambda: True)
+    monkeypatch.setattr(fuse_conv, "hopper_gpu", lambda: True)
 
 
 def conv_chain(n=8, h=34, w=34, c=64, k=128, kernel=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1),
