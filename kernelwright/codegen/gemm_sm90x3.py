@@ -29,16 +29,11 @@ _CUDA = source_template("kw_gemm_sm90_x3.cu.in")
 
 # bytes reserved for CUTLASS's own workspace (its persistent tile scheduler needs none today)
 CUTLASS_WORKSPACE = 1 << 16
-ALIGN = 256
 
 
 def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function: str) -> str:
     del view, config, epilogue_function      # one instantiation serves every GEMM
     return _CUDA.substitute(name=name)
-
-
-def _aligned(nbytes: int) -> int:
-    return -(-nbytes // ALIGN) * ALIGN
 
 
 def render_entry(name: str, launcher: str, group, view: GemmView, config: GemmConfig,
@@ -47,7 +42,7 @@ def render_entry(name: str, launcher: str, group, view: GemmView, config: GemmCo
     (`epilogue_function`: codegen.gemm's, which imports this module)."""
     stored = stored_matrices(view)
     m, n, k, batch = view.m, view.n, view.k, view.batch
-    ldk = -(-k // 4) * 4
+    ldk = gemm_tf32x3.padded_depth(k)
     if batch > 1 and (stored[0][0], stored[1][0]) != (batch, batch):
         raise ValueError(f"sm90x3: a batched product needs both operands batched, got {stored}")
     lines = ["  const char* error = nullptr;", "  char* scratch = static_cast<char*>(workspace);"]
@@ -67,7 +62,7 @@ def render_entry(name: str, launcher: str, group, view: GemmView, config: GemmCo
                       f"  error = kw_kmajor::kmajor(static_cast<const float*>(in[{j}].data), "
                       f"kw::batch_stride(in[{j}]), {s_r}, {s_k}, {batch}, {rows}, {k}, {var}, stream);",
                       "  if (error != nullptr) return error;"]
-            scratch += _aligned(batch * rows * ldk * 4)
+            scratch += -(-batch * rows * ldk * 4 // gemm_tf32x3.SCRATCH_ALIGN) * gemm_tf32x3.SCRATCH_ALIGN
         operands.append((input_index(group, (view.a, view.b)[j]), (("reshape", *stored[j]), prep), None))
     out = "static_cast<float*>(out[0])"
     # depth ldk: with K not a multiple of 4 both operands are copies with zero pads (CUTLASS's TMA mainloop
