@@ -3,7 +3,8 @@ promotion of the tensor cores' partial sums: `kernelwright/codegen/cuda/kw_gemm_
 
     python bench/kernels/gemm_sm90_x3.py OUT.json [--variants 128x128s3,128x64s4] [--promotion 1,4,16]
 
-Builds `bench/kernels/cuda/gemm_sm90_x3.cu` per tile variant (nvcc in parallel), then for each shape: its
+Builds the launcher that `optimize` emits (`codegen/gemm_sm90x3.py`), one library per variant with its knobs
+set by -D (tile width, stages, promotion interval; nvcc in parallel), then for each shape: its
 error against float64 (on a sample of rows) beside torch FP32's and cuBLAS TF32's, and its time (CUDA
 events, cold L2, median of 20) beside torch FP32 (TF32 off) and cuBLAS TF32, with the FP32-equivalent
 TFLOP/s. Operands are K-major ([M, K] and [N, K], an nn.Linear weight's layout): a row-major B is given
@@ -25,6 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _timing import l2_flush, time_ms  # noqa: E402
 
+from kernelwright.codegen import gemm_sm90x3  # noqa: E402
 from kernelwright.environment import cutlass_include_dir, nvcc_path  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -43,20 +45,33 @@ SHAPES = {
 }
 
 
+# The product's C entry points around the launcher as `optimize` renders it (codegen/gemm_sm90x3.py)
+PROBE_ENTRY = """
+extern "C" const char* x3_gemm(const float* a, const float* b, float* d, int m, int n, int k, int l,
+                               long long lda, long long ldb, long long ldd, long long bsa, long long bsb,
+                               long long bsd, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  return kw_probe_gemm(a, lda, bsa, b, ldb, bsb, d, ldd, bsd, m, n, k, l, workspace, workspace_bytes, stream);
+}
+extern "C" size_t x3_smem() { return sizeof(typename kw_probe_sm90::Kernel::SharedStorage); }
+"""
+
+
 def build(variant: str, promotion: int, out: Path) -> ctypes.CDLL:
+    """The launcher of `codegen/gemm_sm90x3.py` with the variant's knobs (its -D macros), as a library."""
     tile_n, stages = variant.split("x")[1].rstrip("nm").split("s")
-    lib = out / f"x3_{variant}_p{promotion}.so"
-    command = [str(nvcc_path()), "-std=c++17", "-O3", "-arch=sm_90a", "--expt-relaxed-constexpr",
+    source = out / f"x3_{variant}_p{promotion}.cu"
+    source.write_text(gemm_sm90x3.render_cuda("kw_probe", None, None, "") + PROBE_ENTRY)
+    lib = source.with_suffix(".so")
+    command = [str(nvcc_path()), "-std=c++17", "-O3", "-DNDEBUG", "-arch=sm_90a", "--expt-relaxed-constexpr",
                "-Xcompiler", "-fPIC", "-shared", f"-I{cutlass_include_dir()}", f"-I{HEADERS}",
-               f"-DKW_TILE_N={tile_n}", f"-DKW_STAGES={stages}", f"-DKW_PROMOTION={promotion}",
+               f"-DKW_X3_TILE_N={tile_n}", f"-DKW_X3_STAGES={stages}", f"-DKW_X3_PROMOTION={promotion}",
                f"-DKW_X3_PROBE_MODE={'_nm'.find(variant[-1]) if variant[-1] in 'nm' else 0}",
-               str(HERE / "cuda" / "gemm_sm90_x3.cu"),
-               "-o", str(lib)]
+               str(source), "-o", str(lib)]
     subprocess.run(command, check=True)
     dll = ctypes.CDLL(str(lib))
     dll.x3_gemm.restype = ctypes.c_char_p
     dll.x3_gemm.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 4 + [ctypes.c_longlong] * 6 + [
-        ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
     dll.x3_smem.restype = ctypes.c_size_t
     return dll
 
@@ -67,7 +82,7 @@ def run(dll, a, bt, d, workspace) -> None:
     n = bt.shape[1]
     error = dll.x3_gemm(a.data_ptr(), bt.data_ptr(), d.data_ptr(), m, n, k, batch, a.stride(1), bt.stride(1),
                         d.stride(1), a.stride(0) if batch > 1 else 0, bt.stride(0) if batch > 1 else 0,
-                        d.stride(0) if batch > 1 else 0, 0, workspace.data_ptr(), workspace.numel(),
+                        d.stride(0) if batch > 1 else 0, workspace.data_ptr(), workspace.numel(),
                         torch.cuda.current_stream().cuda_stream)
     if error is not None:
         raise RuntimeError(error.decode())
