@@ -1,5 +1,5 @@
-"""Probe of the SM90 3xTF32 GEMM (TMA + wgmma, the split done in shared memory by the consumers, FP32
-promotion of the tensor cores' partial sums: `kernelwright/codegen/cuda/kw_gemm_sm90_x3.cuh`), issue #22.
+"""Probe of the SM90 3xTF32 GEMM (TMA + wgmma, A's small part formed in registers and B's in shared memory,
+FP32 promotion of the tensor cores' partial sums: `kernelwright/codegen/cuda/kw_gemm_sm90_x3.cuh`), issue #22.
 
     python bench/kernels/gemm_sm90_x3.py OUT.json [--variants 128x128s3,128x64s4] [--promotion 1,4,16]
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -58,14 +59,18 @@ extern "C" size_t x3_smem() { return sizeof(typename kw_probe_sm90::Kernel::Shar
 
 def build(variant: str, promotion: int, out: Path) -> ctypes.CDLL:
     """The launcher of `codegen/gemm_sm90x3.py` with the variant's knobs (its -D macros), as a library."""
-    tile_n, stages = variant.split("x")[1].rstrip("nm").split("s")
+    match = re.fullmatch(r"128x(\d+)s(\d+)([nmb]?)", variant)
+    if match is None:
+        raise SystemExit(f"variant {variant!r}: expected 128xNsS with an optional flag n, m or b")
+    tile_n, stages, flag = match.groups()
+    mode = "_nmb".find(flag) if flag else 0
     source = out / f"x3_{variant}_p{promotion}.cu"
     source.write_text(gemm_sm90x3.render_cuda("kw_probe", None, None, "") + PROBE_ENTRY)
     lib = source.with_suffix(".so")
     command = [str(nvcc_path()), "-std=c++17", "-O3", "-DNDEBUG", "-arch=sm_90a", "--expt-relaxed-constexpr",
                "-Xcompiler", "-fPIC", "-shared", f"-I{cutlass_include_dir()}", f"-I{HEADERS}",
                f"-DKW_X3_TILE_N={tile_n}", f"-DKW_X3_STAGES={stages}", f"-DKW_X3_PROMOTION={promotion}",
-               f"-DKW_X3_PROBE_MODE={'_nm'.find(variant[-1]) if variant[-1] in 'nm' else 0}",
+               f"-DKW_X3_PROBE_MODE={mode}",
                str(source), "-o", str(lib)]
     subprocess.run(command, check=True)
     dll = ctypes.CDLL(str(lib))
@@ -139,9 +144,9 @@ def measure(name: str, dlls: dict, flush, workspace) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
-    # TILE_M x TILE_N s STAGES; for timing only, a final "n": no split (three products of the raw tiles),
-    # "m": one TF32 product
-    parser.add_argument("--variants", default="128x128s3")
+    # 128 x TILE_N s STAGES; for timing only, a final "n": no split (three products of the raw tiles), "m":
+    # one TF32 product, "b": no split of B
+    parser.add_argument("--variants", default="128x128s4")
     parser.add_argument("--promotion", default="1,4")
     parser.add_argument("--shapes", default=",".join(SHAPES))
     args = parser.parse_args()

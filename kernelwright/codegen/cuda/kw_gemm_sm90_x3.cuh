@@ -1,9 +1,9 @@
 // kw::X3Mainloop: the 3xTF32 mainloop of the SM90 GEMM (codegen/gemm_sm90x3.py). CUTLASS's TMA + GMMA
-// warp-specialized SS mainloop (cutlass/gemm/collective/sm90_mma_tma_gmma_ss_warpspecialized.hpp) does the
-// loads, the pipeline and the parameters; this subclass adds a second pair of stage buffers (the small parts)
-// and replaces the consumer (`mma`). Instantiated with ElementA = ElementB = uint32_t and a TF32 TiledMma,
-// so that TMA copies raw 32-bit words: CUTLASS's float path converts f32 to tf32 on load, dropping exactly
-// the bits the small part needs.
+// warp-specialized RS mainloop (cutlass/gemm/collective/sm90_mma_tma_gmma_rs_warpspecialized.hpp: A from
+// registers, B from shared memory) does the loads, the pipeline and the parameters; this subclass adds a
+// stage buffer for B's small parts and replaces the consumer (`mma`). Instantiated with ElementA = ElementB =
+// uint32_t and a TF32 TiledMma, so that TMA copies raw 32-bit words: CUTLASS's float path converts f32 to
+// tf32 on load, dropping exactly the bits the small part needs.
 #pragma once
 
 #include <cutlass/cutlass.h>
@@ -11,7 +11,8 @@
 #include <cutlass/gemm/collective/collective_mma.hpp>
 #include <cute/tensor.hpp>
 
-// probe only (bench/kernels/gemm_sm90_x3.py): 1 = no split (wrong sums, the MMAs' time), 2 = one TF32 product
+// probe only (bench/kernels/gemm_sm90_x3.py), wrong sums, for timing: 1 = no split (the MMAs' time), 2 = one
+// TF32 product, 3 = no split of B
 #ifndef KW_X3_PROBE_MODE
 #define KW_X3_PROBE_MODE 0
 #endif
@@ -19,7 +20,40 @@
 namespace kw {
 using namespace cute;
 
-// Promotion: k-tiles between the FP32 promotions of the tensor cores' partial sums (see below)
+// x's small part: x - big exactly, big being x with its 13 low mantissa bits dropped (what the tensor cores
+// read of a TF32 operand: the tile itself is the big part); inf and NaN have none
+CUTLASS_DEVICE float x3_small_part(float x) {
+  const uint32_t bits = __float_as_uint(x);
+  return (bits & 0x7f800000u) == 0x7f800000u ? 0.f : x - __uint_as_float(bits & 0xffffe000u);
+}
+
+// the small parts of a stage buffer of N floats, written to `smalls` in the same layout by `Threads` threads
+template <int N, int Threads>
+CUTLASS_DEVICE void x3_split_tile(const void* tile, void* smalls, int thread) {
+  static_assert(N % (4 * Threads) == 0, "whole float4s");
+  const float4* x = reinterpret_cast<const float4*>(tile);
+  float4* s = reinterpret_cast<float4*>(smalls);
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = thread; i < N / 4; i += Threads) {
+    const float4 v = x[i];
+    s[i] = make_float4(x3_small_part(v.x), x3_small_part(v.y), x3_small_part(v.z), x3_small_part(v.w));
+  }
+}
+
+// The consumer. Each stage's FP32 tiles (raw bits, as TMA copied them) are the big parts (the tensor cores
+// read a TF32 operand's top 19 bits: x truncated). Each warpgroup reads its rows of A into the wgmma register
+// fragment and forms A's small part there; the 256 consumer threads write B's small parts (x - big, exact)
+// to smem_Bs in B's layout, one stage ahead, while the current tile's MMAs run. A_small.B + A.B_small + A.B
+// go to the tensor cores (the dropped A_small.B_small is below 2^-20 of each product), accumulating in
+// `partial`, added to the FP32 accumulators every `Promotion` k-tiles: the tensor cores' own accumulation
+// rounds less exactly than FP32 adds, so it is kept short (H100, 2026-11-27: every 4 k-tiles of 32, 2-3x more
+// accurate than cuBLAS FP32 against float64; every 16, less accurate).
+// Measured on an H100 (2026-11-28, 4096^3): 1.18 ms, against 1.37 for the SS form that wrote both small
+// parts to shared memory (208 KB of shared-memory traffic a 128x128x32 k-tile against 144 here), 1.27
+// with B's split at its own stage instead of one ahead, 1.06 with no split of B at all (wrong sums).
+// Rounding the big part in place (cvt.rna, a second store per element) was 1.4x slower for 1.4x less
+// error; two partial fragments in turn (the promotion off the critical path) made ptxas serialize the
+// wgmmas.
 template <class Base, int Promotion = 4>
 struct X3Mainloop : Base {
   using typename Base::MainloopPipeline;
@@ -28,55 +62,17 @@ struct X3Mainloop : Base {
   using typename Base::SmemLayoutA;
   using typename Base::SmemLayoutB;
   using typename Base::TiledMma;
-  static_assert(cute::is_same_v<typename Base::ElementA, uint32_t> &&
-                cute::is_same_v<typename Base::ElementB, uint32_t>, "raw 32-bit operands: no TMA conversion");
+  using typename Base::InternalSmemCopyAtomA;
+  static_assert(!Base::SwapAB && !Base::TransposeB, "both operands K-major");
+  static_assert(cute::is_same_v<typename Base::InternalElementA, uint32_t> &&
+                cute::is_same_v<typename Base::InternalElementB, uint32_t>, "raw 32-bit operands");
 
-  // the base's stage buffers, then the small parts of each stage in the same layouts
   struct TensorStorage : Base::TensorStorage {
-    cute::array_aligned<typename TiledMma::ValTypeA, cute::cosize_v<SmemLayoutA>> smem_As;
-    cute::array_aligned<typename TiledMma::ValTypeB, cute::cosize_v<SmemLayoutB>> smem_Bs;
+    using ValB = typename TiledMma::ValTypeB;
+    cute::array_aligned<ValB, cute::cosize_v<SmemLayoutB>, Base::SmemAlignmentB> smem_Bs;
   };
 
-  // ---- kw: the 3xTF32 consumer. Each stage's FP32 tiles (raw bits, as TMA copied them) are the big parts
-  // (the tensor cores read a TF32 operand's top 19 bits: x truncated); the consumer threads write each
-  // element's rest, small = x - big (exact), to smem_As / smem_Bs in the same layouts, then A_small.B +
-  // A.B_small + A.B go to the tensor cores (the dropped A_small.B_small is below 2^-20 of each product),
-  // accumulating in `partial`, added to the FP32 accumulators with an FADD every `Promotion`
-  // k-tiles: the tensor cores' own accumulation rounds less exactly than FP32 adds, so it is kept short
-  // (H100, 2026-11-27: every 4 k-tiles of 32, 2-3x more accurate than cuBLAS FP32 against float64; every 16,
-  // less accurate). One tile's MMAs stay in flight while the next stage is split. Rounding the big part in
-  // place instead (cvt.rna, a second store per element) was 1.4x slower for 1.4x less error.
   static constexpr int NumMmaThreads = size(TiledMma{});
-
-  // x's small part: x - big exactly, big being x with its 13 low mantissa bits dropped (what the tensor cores
-  // read of a TF32 operand: the tile itself is the big part); inf and NaN have none
-  CUTLASS_DEVICE static float small_part(float x) {
-    const uint32_t bits = __float_as_uint(x);
-    return (bits & 0x7f800000u) == 0x7f800000u ? 0.f : x - __uint_as_float(bits & 0xffffe000u);
-  }
-
-  template <int N>
-  CUTLASS_DEVICE static void split_tile(const void* tile, void* smalls, int thread) {
-    const float4* x = reinterpret_cast<const float4*>(tile);
-    float4* s = reinterpret_cast<float4*>(smalls);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = thread; i < N / 4; i += NumMmaThreads) {
-      const float4 v = x[i];
-      s[i] = make_float4(small_part(v.x), small_part(v.y), small_part(v.z), small_part(v.w));
-    }
-  }
-
-  CUTLASS_DEVICE static void split_stage(TensorStorage& shared_tensors, int stage, int thread) {
-    constexpr int TileA = size<0>(SmemLayoutA{}) * size<1>(SmemLayoutA{});
-    constexpr int TileB = size<0>(SmemLayoutB{}) * size<1>(SmemLayoutB{});
-    static_assert(TileA % (4 * NumMmaThreads) == 0 && TileB % (4 * NumMmaThreads) == 0, "whole float4s");
-    split_tile<TileA>(shared_tensors.smem_A.data() + stage * TileA,
-                      shared_tensors.smem_As.data() + stage * TileA, thread);
-    split_tile<TileB>(shared_tensors.smem_B.data() + stage * TileB,
-                      shared_tensors.smem_Bs.data() + stage * TileB, thread);
-    cutlass::arch::fence_view_async_shared();            // the generic-proxy writes, seen by the wgmma reads
-    cutlass::arch::NamedBarrier::sync(NumMmaThreads, 0);  // every consumer's part of the stage written
-  }
 
   template <class FrgTensorC>
   CUTLASS_DEVICE void
@@ -88,78 +84,129 @@ struct X3Mainloop : Base {
       TensorStorage& shared_tensors,
       Params const& mainloop_params) {
     static_assert(is_rmem<FrgTensorC>::value, "C tensor must be rmem resident.");
-    // (BLK_M, BLK_K, PIPE) and (BLK_N, BLK_K, PIPE): the stages, and their small parts
-    Tensor sA = make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{});
+    (void)mainloop_params;
+    Tensor sA = as_position_independent_swizzle_tensor(
+        make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{}));   // (BLK_M,BLK_K,PIPE)
     Tensor sB = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});
-    Tensor sAs = make_tensor(make_smem_ptr(shared_tensors.smem_As.data()), SmemLayoutA{});
     Tensor sBs = make_tensor(make_smem_ptr(shared_tensors.smem_Bs.data()), SmemLayoutB{});
 
-    constexpr int MmaWarpGroups = size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
+    constexpr int MmaWarpGroups = NumMmaThreads / cutlass::NumThreadsPerWarpGroup;
     Layout warp_group_thread_layout =
         make_layout(Int<MmaWarpGroups>{}, Int<cutlass::NumThreadsPerWarpGroup>{});
     int warp_group_idx = __shfl_sync(0xFFFFFFFF, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
     TiledMma tiled_mma;
-    auto thread_mma = tiled_mma.get_slice(warp_group_thread_layout(warp_group_idx));
-    Tensor tCrA = thread_mma.make_fragment_A(thread_mma.partition_A(sA));     // (MMA,MMA_M,MMA_K,PIPE)
-    Tensor tCrB = thread_mma.make_fragment_B(thread_mma.partition_B(sB));     // (MMA,MMA_N,MMA_K,PIPE)
-    Tensor tCrAs = thread_mma.make_fragment_A(thread_mma.partition_A(sAs));
-    Tensor tCrBs = thread_mma.make_fragment_B(thread_mma.partition_B(sBs));
+    auto thread_slice = tiled_mma.get_thread_slice(thread_idx);
+    auto warpgroup_slice = tiled_mma.get_slice(warp_group_thread_layout(warp_group_idx));
+    Tensor tCrA = thread_slice.partition_fragment_A(sA(_,_,Int<0>{}));           // (MMA,MMA_M,MMA_K)
+    Tensor tCrAs = make_fragment_like(tCrA);
+    // (MMA,MMA_N,MMA_K,PIPE)
+    Tensor tCrB = warpgroup_slice.make_fragment_B(warpgroup_slice.partition_B(sB));
+    Tensor tCrBs = warpgroup_slice.make_fragment_B(warpgroup_slice.partition_B(sBs));
+    auto smem_tiled_copy_A = make_tiled_copy_A(InternalSmemCopyAtomA{}, tiled_mma);
+    auto smem_thr_copy_A = smem_tiled_copy_A.get_thread_slice(thread_idx);
+    Tensor tCrA_copy = smem_thr_copy_A.retile_D(tCrA);                           // (CPY,CPY_M,CPY_K)
+    Tensor tCsA_copy = smem_thr_copy_A.partition_S(sA);                          // (CPY,CPY_M,CPY_K,PIPE)
+    constexpr int KBlocks = size<2>(tCrA);
+    constexpr int TileB = size<0>(SmemLayoutB{}) * size<1>(SmemLayoutB{});
 
+    // the tensor cores' partial sums, added to `accum` every `Promotion` k-tiles (the pipe drains there: two
+    // fragments in turn, the previous added while the next group's MMAs run, made ptxas serialize the wgmmas)
     auto partial = make_fragment_like(accum);
     clear(accum);
-    (void)mainloop_params;
-    constexpr int interval = Promotion;
-    int since = 0, pending = 0;
+    int group_tiles = 0, pending = 0;
     PipelineState smem_pipe_release = smem_pipe_read;
     tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
     warpgroup_fence_operand(accum);
+
+    // one k-tile's MMAs into `part`: per k-block, A's fragment from shared memory, its small part in
+    // registers, then A_small.B + A.B_small + A.B as one batch
+    auto tile_mmas = [&](auto& part, int stage) {
+      warpgroup_fence_operand(part);
+      CUTLASS_PRAGMA_UNROLL
+      for (int k_block = 0; k_block < KBlocks; ++k_block) {
+        // the batch that last read this k-block's registers (the previous tile's) is done
+        warpgroup_wait<KBlocks - 1>();
+        if (k_block == KBlocks - 1) {
+          for (; pending > 0; --pending) {     // every earlier tile's MMAs are done: their stages go back
+            pipeline.consumer_release(smem_pipe_release);
+            ++smem_pipe_release;
+          }
+        }
+        auto a_frag = tCrA(_,_,k_block);
+        auto s_frag = tCrAs(_,_,k_block);
+        warpgroup_fence_operand(a_frag);
+        warpgroup_fence_operand(s_frag);
+        copy(smem_tiled_copy_A, tCsA_copy(_,_,k_block,stage), tCrA_copy(_,_,k_block));
+#if KW_X3_PROBE_MODE != 1
+        auto a_bits = recast<uint32_t>(a_frag);
+        auto s_bits = recast<uint32_t>(s_frag);
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(a_bits); ++i) {
+          s_bits(i) = __float_as_uint(x3_small_part(__uint_as_float(a_bits(i))));
+        }
+#endif
+        warpgroup_arrive();
+#if KW_X3_PROBE_MODE != 2
+        cute::gemm(tiled_mma, tCrAs(_,_,k_block), tCrB(_,_,k_block,stage), part);
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+        cute::gemm(tiled_mma, tCrA(_,_,k_block), tCrBs(_,_,k_block,stage), part);
+#endif
+        cute::gemm(tiled_mma, tCrA(_,_,k_block), tCrB(_,_,k_block,stage), part);
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+        warpgroup_commit_batch();
+        warpgroup_fence_operand(a_frag);
+        warpgroup_fence_operand(s_frag);
+      }
+      warpgroup_fence_operand(part);
+    };
+
+    // B's small part: one split of a stage for both warpgroups, made visible to the wgmma reads by the
+    // barrier before the stage's MMAs
+    auto split_B = [&](int stage) {
+#if KW_X3_PROBE_MODE != 1 && KW_X3_PROBE_MODE != 3
+      x3_split_tile<TileB, NumMmaThreads>(shared_tensors.smem_B.data() + stage * TileB,
+                                          shared_tensors.smem_Bs.data() + stage * TileB, thread_idx);
+      cutlass::arch::fence_view_async_shared();
+#endif
+    };
+    auto wait_stage = [&](PipelineState state) {
+      auto barrier_token = pipeline.consumer_try_wait(state);
+      pipeline.consumer_wait(state, barrier_token);
+    };
+    if (k_tile_count > 0) {
+      wait_stage(smem_pipe_read);
+      split_B(smem_pipe_read.index());
+    }
     CUTLASS_PRAGMA_NO_UNROLL
     for ( ; k_tile_count > 0; --k_tile_count) {
-      auto barrier_token = pipeline.consumer_try_wait(smem_pipe_read);
-      pipeline.consumer_wait(smem_pipe_read, barrier_token);
       const int stage = smem_pipe_read.index();
-#if KW_X3_PROBE_MODE == 0
-      split_stage(shared_tensors, stage, thread_idx);
-#endif
-
-      warpgroup_fence_operand(partial);
-      warpgroup_arrive();
-      CUTLASS_PRAGMA_UNROLL
-      for (int k_block = 0; k_block < size<2>(tCrA); ++k_block) {
-#if KW_X3_PROBE_MODE != 2
-        cute::gemm(tiled_mma, tCrAs(_,_,k_block,stage), tCrB(_,_,k_block,stage), partial);
-        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-        cute::gemm(tiled_mma, tCrA(_,_,k_block,stage), tCrBs(_,_,k_block,stage), partial);
-#endif
-        cute::gemm(tiled_mma, tCrA(_,_,k_block,stage), tCrB(_,_,k_block,stage), partial);
-        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-      }
-      warpgroup_commit_batch();
+      cutlass::arch::NamedBarrier::sync(NumMmaThreads, 0);   // every consumer's share of the split written
+      tile_mmas(partial, stage);
       ++pending;
-      if (++since == interval) {
+      ++smem_pipe_read;
+      // the next stage's split while this tile's MMAs run (its buffer's last readers, a pipeline's length
+      // back, are done: the stage was released before TMA refilled it)
+      if (k_tile_count > 1) {
+        wait_stage(smem_pipe_read);
+        split_B(smem_pipe_read.index());
+      }
+      if (++group_tiles == Promotion) {
+        group_tiles = 0;
+        tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
         warpgroup_wait<0>();
         warpgroup_fence_operand(partial);
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(accum); ++i) accum(i) += partial(i);
-        since = 0;
-        tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+        warpgroup_fence_operand(partial);
         for (; pending > 0; --pending) {
           pipeline.consumer_release(smem_pipe_release);
           ++smem_pipe_release;
         }
-      } else {
-        warpgroup_wait<1>();                 // the previous tile's MMAs done: its stage goes back
-        warpgroup_fence_operand(partial);
-        for (; pending > 1; --pending) {
-          pipeline.consumer_release(smem_pipe_release);
-          ++smem_pipe_release;
-        }
       }
-      ++smem_pipe_read;
     }
     warpgroup_wait<0>();
     warpgroup_fence_operand(partial);
-    if (since > 0) {
+    if (group_tiles > 0) {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(accum); ++i) accum(i) += partial(i);
     }
