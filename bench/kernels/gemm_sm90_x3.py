@@ -53,16 +53,16 @@ extern "C" const char* x3_gemm(const float* a, const float* b, float* d, int m, 
                                long long bsd, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   return kw_probe_gemm(a, lda, bsa, b, ldb, bsb, d, ldd, bsd, m, n, k, l, workspace, workspace_bytes, stream);
 }
-extern "C" size_t x3_smem() { return sizeof(typename kw_probe_sm90::Kernel::SharedStorage); }
+extern "C" size_t x3_smem() { return sizeof(typename kw_probe_sm90::KernelTma::SharedStorage); }
 """
 
 
 def build(variant: str, promotion: int, out: Path) -> ctypes.CDLL:
     """The launcher of `codegen/gemm_sm90x3.py` with the variant's knobs (its -D macros), as a library."""
-    match = re.fullmatch(r"128x(\d+)s(\d+)([nmb]?)", variant)
+    match = re.fullmatch(r"128x(\d+)s(\d+)(d?)([nmb]?)", variant)
     if match is None:
-        raise SystemExit(f"variant {variant!r}: expected 128xNsS with an optional flag n, m or b")
-    tile_n, stages, flag = match.groups()
+        raise SystemExit(f"variant {variant!r}: expected 128xNsS, then optional flags d, and n, m or b")
+    tile_n, stages, direct, flag = match.groups()
     mode = "_nmb".find(flag) if flag else 0
     source = out / f"x3_{variant}_p{promotion}.cu"
     source.write_text(gemm_sm90x3.render_cuda("kw_probe", None, None, "") + PROBE_ENTRY)
@@ -70,7 +70,7 @@ def build(variant: str, promotion: int, out: Path) -> ctypes.CDLL:
     command = [str(nvcc_path()), "-std=c++17", "-O3", "-DNDEBUG", "-arch=sm_90a", "--expt-relaxed-constexpr",
                "-Xcompiler", "-fPIC", "-shared", f"-I{cutlass_include_dir()}", f"-I{HEADERS}",
                f"-DKW_X3_TILE_N={tile_n}", f"-DKW_X3_STAGES={stages}", f"-DKW_X3_PROMOTION={promotion}",
-               f"-DKW_X3_PROBE_MODE={mode}",
+               f"-DKW_X3_PROBE_MODE={mode}", f"-DKW_X3_TMA_STORE={int(not direct)}",
                str(source), "-o", str(lib)]
     subprocess.run(command, check=True)
     dll = ctypes.CDLL(str(lib))
@@ -144,8 +144,8 @@ def measure(name: str, dlls: dict, flush, workspace) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
-    # 128 x TILE_N s STAGES; for timing only, a final "n": no split (three products of the raw tiles), "m":
-    # one TF32 product, "b": no split of B
+    # 128 x TILE_N s STAGES, then "d": the direct epilogue only (no TMA store); for timing only, a final "n":
+    # no split (three products of the raw tiles), "m": one TF32 product, "b": no split of B
     parser.add_argument("--variants", default="128x128s4")
     parser.add_argument("--promotion", default="1,4")
     parser.add_argument("--shapes", default=",".join(SHAPES))

@@ -194,21 +194,25 @@ def gemm_config(group: FusedGroup) -> GemmConfig:
 
 
 def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
-    """Other launches of a 3xTF32-on-cuBLAS GEMM that the GPU measures against the planner's
+    """Other launches of a tensor-core GEMM that the GPU measures against the planner's
     (`verify.measure_groups` keeps the fastest correct one): its big x big block in twice and four times as
     many chunks, each ending in an FP32 add to the product, as long as a chunk keeps `TF32X3_MIN_CHUNK` of
     K. Chunks of `TF32X3_CHUNK_DEPTH` are the fastest and usually accurate enough, but not always: a batched
     128 x (512x1024 . 1024x768) in one 3K-deep pass was 2.2x less accurate than eager FP32 against float64
     (the judge allows 2x) and fell back whole (H100, 2026-11-27). split_k is a launcher argument: the
     alternatives share the planner's instantiation (no nvcc beyond their entry points).
-    On Hopper, also the in-kernel split (`codegen/gemm_sm90x3.py`: no split copies, FP32 promotion): one
+    On Hopper, also the in-kernel split (`codegen/gemm_sm90x3.py`: no split copies, FP32 promotion), for
+    the SM80 CUTLASS kernel's products too (small K or a narrow output: 65536x48 . 48x24576 wrote its 6 GiB
+    product in 3.06 ms in the probe against the SM80 kernel's 4.77 in optimize, H100 2026-11-28): one
     CUTLASS library per machine for every GEMM (~30 s of nvcc the first time)."""
     config = gemm_config(group)
-    if config.kernel != "tf32x3":
+    if config.kernel not in ("tf32x3", "cutlass"):
         return []
-    most = describe(group).k // TF32X3_MIN_CHUNK
-    chunks = sorted({min(config.split_k * f, most) for f in (2, 4)})
-    others = [config._replace(split_k=c) for c in chunks if c > config.split_k]
+    others = []
+    if config.kernel == "tf32x3":
+        most = describe(group).k // TF32X3_MIN_CHUNK
+        chunks = sorted({min(config.split_k * f, most) for f in (2, 4)})
+        others = [config._replace(split_k=c) for c in chunks if c > config.split_k]
     if hopper_gpu() and cutlass_include_dir() is not None:
         others.append(config._replace(kernel="sm90x3", split_k=1))
     return [dataclasses.replace(group, config=other) for other in others]

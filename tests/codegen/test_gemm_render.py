@@ -305,6 +305,11 @@ def test_sm90x3_is_an_alternative_on_hopper_with_one_launcher_for_every_gemm(mon
     bmm = group_of(make_node("bmm", [a, b]), inputs=(a, b))
     others = fuse_gemm.launch_alternatives(bmm)
     assert [g.config.kernel for g in others] == ["tf32x3", "tf32x3", "sm90x3"]
+    a, b = input_node("a", 0, (65536, 48)), input_node("b", 1, (48, 24576))      # small K: the SM80 kernel's
+    shallow = group_of(make_node("mm", [a, b]), inputs=(a, b))
+    assert shallow.config.kernel == "cutlass"
+    assert [g.config.kernel for g in fuse_gemm.launch_alternatives(shallow)] == ["sm90x3"]
+    assert [g.config.kernel for g in fuse_gemm.launch_alternatives(epilogue_group())] == ["sm90x3"]
     x, w, bias = input_node("x", 0, (4096, 4099)), param_node("w", (4093, 4099)), param_node("b", (4093,))
     linear = group_of(make_node("relu", [make_node("linear", [x, w, bias])]), inputs=(x,), params=(w, bias))
     sources = [render(dataclasses.replace(g, config=GemmConfig(kernel="sm90x3"))) for g in (bmm, linear)]
