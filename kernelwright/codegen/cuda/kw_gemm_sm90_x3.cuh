@@ -64,6 +64,10 @@ struct X3Mainloop : Base {
   using typename Base::TiledMma;
   using typename Base::InternalSmemCopyAtomA;
   static_assert(!Base::SwapAB && !Base::TransposeB, "both operands K-major");
+  // both warpgroups run `mma` on the same tile (B's split is shared): the cooperative schedule
+  static_assert(cute::is_same_v<typename Base::DispatchPolicy::Schedule,
+                                cutlass::gemm::KernelTmaWarpSpecializedCooperative>,
+                "the cooperative kernel only");
   static_assert(cute::is_same_v<typename Base::InternalElementA, uint32_t> &&
                 cute::is_same_v<typename Base::InternalElementB, uint32_t>, "raw 32-bit operands");
 
