@@ -232,6 +232,8 @@ CASES: dict[str, Case] = {
                                        None),
     "sm90x3_bmm_odd_rows": (lambda: _bmm_column_major_a(3, 51, 61, 37), SM90X3, None),
     "sm90x3_every_operand_kind": (lambda: _every_operand_kind(128, 1000, 1024), SM90X3, None),
+    # small K (two k-tiles, the second zero-filled) into the TMA-store epilogue (N a multiple of 4)
+    "sm90x3_mm_small_k": (lambda: _mm(1031, 1024, 48), SM90X3, None),
 }
 
 
