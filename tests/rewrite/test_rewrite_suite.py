@@ -57,7 +57,9 @@ def assert_matches_model(graph, model, inputs) -> None:
     for got, want in pairs:
         assert got.shape == want.shape and got.dtype == want.dtype
         scale = float(want.abs().max()) if want.is_floating_point() and want.numel() else 0.0
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * max(scale, 1e-6), equal_nan=True)
+        # floor: a value that is 0 in exact arithmetic but computed from the problems' O(1) data is FP32
+        # noise (level3/18: the running mean of a channel whose batch mean is 0, ~3e-9, off by ~1e-10)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * max(scale, 1e-3), equal_nan=True)
 
 
 @pytest.mark.parametrize("problem_id", suite_ids())
