@@ -1,12 +1,12 @@
 """Probe of the SM90 3xTF32 GEMM (TMA + wgmma, A's small part formed in registers and B's in shared memory,
 FP32 promotion of the tensor cores' partial sums: `kernelwright/codegen/cuda/kw_gemm_sm90_x3.cuh`), issue #22.
 
-    python bench/kernels/gemm_sm90_x3.py OUT.json [--variants 128x128s3,128x64s4] [--promotion 1,4,16]
+    python bench/kernels/gemm_sm90_x3.py OUT.json [--variants 128x128s4,128x64s6] [--promotion 1,4,16]
 
-Builds the launcher that `optimize` emits (`codegen/gemm_sm90x3.py`), one library per variant with its knobs
-set by -D (tile width, stages, promotion interval; nvcc in parallel), then for each shape: its
-error against float64 (on a sample of rows) beside torch FP32's and cuBLAS TF32's, and its time (CUDA
-events, cold L2, median of 20) beside torch FP32 (TF32 off) and cuBLAS TF32, with the FP32-equivalent
+Builds the launcher that `optimize` emits (`codegen/gemm_sm90x3.py`), one library per variant (its tile
+width and stages rendered, the promotion interval and the rest set by -D; nvcc in parallel), then for each
+shape: its error against float64 (on a sample of rows) beside torch FP32's and cuBLAS TF32's, and its time
+(CUDA events, cold L2, median of 20) beside torch FP32 (TF32 off) and cuBLAS TF32, with the FP32-equivalent
 TFLOP/s. Operands are K-major ([M, K] and [N, K], an nn.Linear weight's layout): a row-major B is given
 transposed here, outside the timing (the planner's copy would be a bandwidth-bound pass).
 """
@@ -29,6 +29,7 @@ from _timing import l2_flush, time_ms  # noqa: E402
 
 from kernelwright.codegen import gemm_sm90x3  # noqa: E402
 from kernelwright.environment import cutlass_include_dir, nvcc_path  # noqa: E402
+from kernelwright.fuse.gemm import GemmConfig  # noqa: E402
 
 HERE = Path(__file__).parent
 HEADERS = HERE.parent.parent / "kernelwright" / "codegen" / "cuda"
@@ -58,18 +59,19 @@ extern "C" size_t x3_smem() { return sizeof(typename kw_probe_sm90::KernelTma::S
 
 
 def build(variant: str, promotion: int, out: Path) -> ctypes.CDLL:
-    """The launcher of `codegen/gemm_sm90x3.py` with the variant's knobs (its -D macros), as a library."""
+    """The launcher of `codegen/gemm_sm90x3.py` with the variant's tile and knobs, as a library."""
     match = re.fullmatch(r"128x(\d+)s(\d+)(d?)([nmb]?)", variant)
     if match is None:
         raise SystemExit(f"variant {variant!r}: expected 128xNsS, then optional flags d, and n, m or b")
     tile_n, stages, direct, flag = match.groups()
     mode = "_nmb".find(flag) if flag else 0
     source = out / f"x3_{variant}_p{promotion}.cu"
-    source.write_text(gemm_sm90x3.render_cuda("kw_probe", None, None, "") + PROBE_ENTRY)
+    config = GemmConfig(kernel="sm90x3", block=(128, int(tile_n), 32))
+    source.write_text(gemm_sm90x3.render_cuda("kw_probe", None, config, "", stages=int(stages)) + PROBE_ENTRY)
     lib = source.with_suffix(".so")
     command = [str(nvcc_path()), "-std=c++17", "-O3", "-DNDEBUG", "-arch=sm_90a", "--expt-relaxed-constexpr",
                "-Xcompiler", "-fPIC", "-shared", f"-I{cutlass_include_dir()}", f"-I{HEADERS}",
-               f"-DKW_X3_TILE_N={tile_n}", f"-DKW_X3_STAGES={stages}", f"-DKW_X3_PROMOTION={promotion}",
+               f"-DKW_X3_PROMOTION={promotion}",
                f"-DKW_X3_PROBE_MODE={mode}", f"-DKW_X3_TMA_STORE={int(not direct)}",
                str(source), "-o", str(lib)]
     subprocess.run(command, check=True)

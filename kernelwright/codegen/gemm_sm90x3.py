@@ -1,13 +1,14 @@
 """3xTF32 GEMMs on Hopper's tensor cores, split inside the kernel: FP32 accuracy, no split copies.
 
-The launcher (`cuda/kw_gemm_sm90_x3.cu.in`, CUTLASS: compiled apart, one library per machine for every
-GEMM, since sizes are arguments and the epilogue is not in it) runs CUTLASS's TMA warp-specialized kernel
-with our mainloop (`cuda/kw_gemm_sm90_x3.cuh`): each stage's FP32 tiles are the TF32 big parts as they are
-(the tensor cores read a TF32 operand's top 19 bits), the consumers write the small parts beside them in
-shared memory, and A_small.B + A.B_small + A.B accumulate on the tensor cores with an FP32 promotion every
-128 of K. Against the cuBLAS route (`gemm_tf32x3.py`) it writes no split copies (three of each activation
-operand per call, three of each weight kept) and is more accurate than FP32 at any depth; H100 numbers in
-`bench/results/2026-11-27-h100-80gb-hbm3-gemm-sm90x3/`.
+The launcher (`cuda/kw_gemm_sm90_x3.cu.in`, CUTLASS: compiled apart, one library per machine and tile width
+for every GEMM, since sizes are arguments and the epilogue is not in it) runs CUTLASS's TMA warp-specialized
+kernel with our mainloop (`cuda/kw_gemm_sm90_x3.cuh`): each stage's FP32 tiles are the TF32 big parts as
+they are (the tensor cores read a TF32 operand's top 19 bits); A's small part is formed in the wgmma
+register fragment, B's written beside its stage in shared memory; A_small.B + A.B_small + A.B accumulate on
+the tensor cores with an FP32 promotion every 128 of K. Against the cuBLAS route (`gemm_tf32x3.py`) it
+writes no split copies (three of each activation operand per call, three of each weight kept) and is more
+accurate than FP32 at depths of ~1000 and more; H100 numbers in `bench/results/2026-11-28-h100-80gb-hbm3-
+gemm-rs/`.
 
 The kernel reads both operands K-major (A [l, m, k], B [l, n, k]) with 16-byte aligned rows: an operand in
 another layout (B stored [k, n], a column-major A) or with an odd K is first copied into the workspace
@@ -15,7 +16,6 @@ K-major, its depth padded with zeros to a multiple of 4 (`cuda/kw_gemm_kmajor.cu
 pass; a misaligned view the runtime copies). The epilogue (bias, activations, ...) is the 3xTF32 route's
 pass over the product, in place.
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from kernelwright.codegen import gemm_tf32x3
 from kernelwright.codegen.gemm_entry import epilogue_operands, gemm_inputs, input_index, stored_matrices
 from kernelwright.codegen.kernel import KernelSpec, entry_points, guarded_launcher, source_template, typed
-from kernelwright.fuse.gemm import GemmConfig, GemmView
+from kernelwright.fuse.gemm import SM90X3_TILES, SM90X3_WIDE, GemmConfig, GemmView, sm90x3_tile
 
 _CUDA = source_template("kw_gemm_sm90_x3.cu.in")
 
@@ -31,9 +31,13 @@ _CUDA = source_template("kw_gemm_sm90_x3.cu.in")
 CUTLASS_WORKSPACE = 1 << 16
 
 
-def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function: str) -> str:
-    del view, config, epilogue_function      # one instantiation serves every GEMM
-    return _CUDA.substitute(name=name)
+def render_cuda(name: str, view: GemmView | None, config: GemmConfig | None, epilogue_function: str,
+                stages: int | None = None) -> str:
+    """The launcher: one instantiation per tile (`fuse.gemm.sm90x3_tile`; the wide one without a config)
+    serves every GEMM. `stages` overrides the tile's pipeline depth (the probe's variants)."""
+    del view, epilogue_function
+    tile = sm90x3_tile(config) if config is not None else SM90X3_WIDE
+    return _CUDA.substitute(name=name, tile_n=tile[1], stages=stages or SM90X3_TILES[tile])
 
 
 def render_entry(name: str, launcher: str, group, view: GemmView, config: GemmConfig,

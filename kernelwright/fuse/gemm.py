@@ -203,19 +203,38 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     alternatives share the planner's instantiation (no nvcc beyond their entry points).
     On Hopper, also the in-kernel split (`codegen/gemm_sm90x3.py`: no split copies, FP32 promotion), for
     the SM80 CUTLASS kernel's products too (small K or a narrow output: 65536x48 . 48x24576 wrote its 6 GiB
-    product in 3.06 ms in the probe against the SM80 kernel's 4.77 in optimize, H100 2026-11-28): one
-    CUTLASS library per machine for every GEMM (~30 s of nvcc the first time)."""
+    product in 3.06 ms in the probe against the SM80 kernel's 4.77 in optimize, H100 2026-11-28), where a
+    product has `SM90X3_MIN_FLOP` of work: one CUTLASS library per machine and tile for every GEMM."""
     config = gemm_config(group)
     if config.kernel not in ("tf32x3", "cutlass"):
         return []
+    view = describe(group)
     others = []
     if config.kernel == "tf32x3":
-        most = describe(group).k // TF32X3_MIN_CHUNK
+        most = view.k // TF32X3_MIN_CHUNK
         chunks = sorted({min(config.split_k * f, most) for f in (2, 4)})
         others = [config._replace(split_k=c) for c in chunks if c > config.split_k]
-    if hopper_gpu() and cutlass_include_dir() is not None:
-        others.append(config._replace(kernel="sm90x3", split_k=1))
+    if (hopper_gpu() and cutlass_include_dir() is not None
+            and 2.0 * view.m * view.n * view.k * view.batch >= SM90X3_MIN_FLOP):
+        tile = SM90X3_NARROW if view.n <= SM90X3_NARROW[1] else SM90X3_WIDE
+        others.append(config._replace(kernel="sm90x3", split_k=1, block=tile))
     return [dataclasses.replace(group, config=other) for other in others]
+
+
+# The SM90 kernel's tiles (M x N x K) -> pipeline stages (shared memory a stage: 128x32 floats of A, Nx32 of
+# B and of B's small part; plus the TMA store's staging). A product at most 64 wide takes the narrow tile:
+# the wide one would compute twice the columns it keeps.
+SM90X3_WIDE, SM90X3_NARROW = (128, 128, 32), (128, 64, 32)
+SM90X3_TILES = {SM90X3_WIDE: 4, SM90X3_NARROW: 6}
+# The least work (FLOP) for which the SM90 launch is built and measured: its launcher is a CUTLASS library
+# (~45 s of nvcc, once per machine and tile), and a product under ~2 GFLOP (~40 us at FP32's rate) has
+# little to gain from it.
+SM90X3_MIN_FLOP = 2e9
+
+
+def sm90x3_tile(config: GemmConfig) -> tuple[int, int, int]:
+    """An SM90 config's tile: its block where that is one of SM90X3_TILES, else the wide one."""
+    return config.block if config.block in SM90X3_TILES else SM90X3_WIDE
 
 
 def launch_label(group: FusedGroup) -> str:
@@ -224,7 +243,9 @@ def launch_label(group: FusedGroup) -> str:
     if config.kernel == "tf32x3":
         return f"3xTF32 on cuBLAS, {config.split_k} chunk{'s' if config.split_k > 1 else ''}"
     if config.kernel == "sm90x3":
-        return "3xTF32 split in an SM90 kernel"
+        tile = sm90x3_tile(config)
+        narrow = "" if tile == SM90X3_WIDE else f", {tile[0]}x{tile[1]} tiles"
+        return f"3xTF32 split in an SM90 kernel{narrow}"
     if config.kernel == "gemv":
         return "matrix-vector"
     split = f", split-K {config.split_k}" if config.split_k > 1 else ""

@@ -305,16 +305,28 @@ def test_sm90x3_is_an_alternative_on_hopper_with_one_launcher_for_every_gemm(mon
     bmm = group_of(make_node("bmm", [a, b]), inputs=(a, b))
     others = fuse_gemm.launch_alternatives(bmm)
     assert [g.config.kernel for g in others] == ["tf32x3", "tf32x3", "sm90x3"]
-    a, b = input_node("a", 0, (65536, 48)), input_node("b", 1, (48, 24576))      # small K: the SM80 kernel's
-    shallow = group_of(make_node("mm", [a, b]), inputs=(a, b))
-    assert shallow.config.kernel == "cutlass"
-    assert [g.config.kernel for g in fuse_gemm.launch_alternatives(shallow)] == ["sm90x3"]
-    assert [g.config.kernel for g in fuse_gemm.launch_alternatives(epilogue_group())] == ["sm90x3"]
+    assert others[-1].config.block == fuse_gemm.SM90X3_WIDE
+    # the SM80 kernel's products (small K, a narrow output) too, 64-wide tiles for an output at most 64 wide;
+    # not a product too small to repay a CUTLASS library's build
+    for (m, k, n), tile in (((65536, 48, 24576), fuse_gemm.SM90X3_WIDE), ((40000, 2000, 40),
+                                                                         fuse_gemm.SM90X3_NARROW)):
+        a, b = input_node("a", 0, (m, k)), input_node("b", 1, (k, n))
+        group = group_of(make_node("mm", [a, b]), inputs=(a, b))
+        assert group.config.kernel == "cutlass"
+        (other,) = fuse_gemm.launch_alternatives(group)
+        assert other.config.kernel == "sm90x3" and fuse_gemm.sm90x3_tile(other.config) == tile
+    assert fuse_gemm.launch_alternatives(epilogue_group()) == []           # 4 MFLOP
     x, w, bias = input_node("x", 0, (4096, 4099)), param_node("w", (4093, 4099)), param_node("b", (4093,))
     linear = group_of(make_node("relu", [make_node("linear", [x, w, bias])]), inputs=(x,), params=(w, bias))
     sources = [render(dataclasses.replace(g, config=GemmConfig(kernel="sm90x3"))) for g in (bmm, linear)]
     assert sources[0].launcher is not None and sources[0].launcher == sources[1].launcher
     assert "<cutlass/" in sources[0].launcher.cuda and "<cutlass/" not in sources[0].cuda
+    wide = sources[0].launcher.cuda
+    assert "Shape<_128, Int<128>, _32>" in wide and "kStages = 4;" in wide
+    narrow = render(dataclasses.replace(bmm, config=GemmConfig(kernel="sm90x3",
+                                                               block=fuse_gemm.SM90X3_NARROW)))
+    assert narrow.launcher.name != sources[0].launcher.name      # a library of its own, for every narrow GEMM
+    assert "Shape<_128, Int<64>, _32>" in narrow.launcher.cuda and "kStages = 6;" in narrow.launcher.cuda
     first, second = sources[0].cuda, sources[1].cuda
     # bmm: A [128, 512, 1024] in place (16-byte aligned K-major rows, the runtime copies other views), B
     # stored [K, N] made K-major; no epilogue pass
