@@ -113,8 +113,7 @@ struct X3Mainloop : Base {
     constexpr int KBlocks = size<2>(tCrA);
     constexpr int TileB = size<0>(SmemLayoutB{}) * size<1>(SmemLayoutB{});
 
-    // the tensor cores' partial sums, added to `accum` every `Promotion` k-tiles (the pipe drains there: two
-    // fragments in turn, the previous added while the next group's MMAs run, made ptxas serialize the wgmmas)
+    // the tensor cores' partial sums, added to `accum` every `Promotion` k-tiles
     auto partial = make_fragment_like(accum);
     clear(accum);
     int group_tiles = 0, pending = 0;
@@ -122,10 +121,10 @@ struct X3Mainloop : Base {
     tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
     warpgroup_fence_operand(accum);
 
-    // one k-tile's MMAs into `part`: per k-block, A's fragment from shared memory, its small part in
-    // registers, then A_small.B + A.B_small + A.B as one batch
-    auto tile_mmas = [&](auto& part, int stage) {
-      warpgroup_fence_operand(part);
+    // one k-tile's MMAs: per k-block, A's fragment from shared memory, its small part in registers, then
+    // A_small.B + A.B_small + A.B into `partial` as one batch
+    auto tile_mmas = [&](int stage) {
+      warpgroup_fence_operand(partial);
       CUTLASS_PRAGMA_UNROLL
       for (int k_block = 0; k_block < KBlocks; ++k_block) {
         // the batch that last read this k-block's registers (the previous tile's) is done
@@ -151,17 +150,17 @@ struct X3Mainloop : Base {
 #endif
         warpgroup_arrive();
 #if KW_X3_PROBE_MODE != 2
-        cute::gemm(tiled_mma, tCrAs(_,_,k_block), tCrB(_,_,k_block,stage), part);
+        cute::gemm(tiled_mma, tCrAs(_,_,k_block), tCrB(_,_,k_block,stage), partial);
         tiled_mma.accumulate_ = GMMA::ScaleOut::One;
-        cute::gemm(tiled_mma, tCrA(_,_,k_block), tCrBs(_,_,k_block,stage), part);
+        cute::gemm(tiled_mma, tCrA(_,_,k_block), tCrBs(_,_,k_block,stage), partial);
 #endif
-        cute::gemm(tiled_mma, tCrA(_,_,k_block), tCrB(_,_,k_block,stage), part);
+        cute::gemm(tiled_mma, tCrA(_,_,k_block), tCrB(_,_,k_block,stage), partial);
         tiled_mma.accumulate_ = GMMA::ScaleOut::One;
         warpgroup_commit_batch();
         warpgroup_fence_operand(a_frag);
         warpgroup_fence_operand(s_frag);
       }
-      warpgroup_fence_operand(part);
+      warpgroup_fence_operand(partial);
     };
 
     // B's small part: one split of a stage for both warpgroups, made visible to the wgmma reads by the
@@ -185,7 +184,7 @@ struct X3Mainloop : Base {
     for ( ; k_tile_count > 0; --k_tile_count) {
       const int stage = smem_pipe_read.index();
       cutlass::arch::NamedBarrier::sync(NumMmaThreads, 0);   // every consumer's share of the split written
-      tile_mmas(partial, stage);
+      tile_mmas(stage);
       ++pending;
       ++smem_pipe_read;
       // the next stage's split while this tile's MMAs run (its buffer's last readers, a pipeline's length
