@@ -32,7 +32,7 @@ from kernelwright.codegen import gemm_cutlass, gemm_gemv, gemm_sm90x3, gemm_tf32
 from kernelwright.codegen.gemm_entry import render_entry
 from kernelwright.codegen.kernel import KernelSource, shared_launcher_kernel
 from kernelwright.codegen.pointwise import c_literal, emit_statements
-from kernelwright.fuse.gemm import GemmConfig, GemmView, describe, gemm_config
+from kernelwright.fuse.gemm import GemmConfig, GemmView, describe, gemm_config, sm90x3_tile
 from kernelwright.fuse.plan import FusedGroup
 
 # nvcc flags the CUTLASS translation units need on top of torch's defaults.
@@ -92,7 +92,9 @@ def ir_comment(view: GemmView, config: GemmConfig) -> str:
     elif config.kernel == "tf32x3":
         kernel = "3xTF32 split operands + cuBLAS TF32 GEMM of depth 3K"
     elif config.kernel == "sm90x3":
-        kernel = "SM90 3xTF32 (TMA + wgmma, split in shared memory, FP32 promotion every 128 of K)"
+        tile = "x".join(map(str, sm90x3_tile(config)))
+        kernel = (f"SM90 3xTF32 tile {tile} (TMA + wgmma, A's small part in registers, B's in shared memory, "
+                  "FP32 promotion every 128 of K)")
     else:
         split = f" split-K {config.split_k}" if config.split_k > 1 else ""
         kernel = (f"CUTLASS 3xTF32 tile {'x'.join(map(str, config.block))} warp "

@@ -66,7 +66,7 @@ def render_entry(name: str, launcher: str, group, view: GemmView, config: GemmCo
                       f"  error = kw_kmajor::kmajor(static_cast<const float*>(in[{j}].data), "
                       f"kw::batch_stride(in[{j}]), {s_r}, {s_k}, {batch}, {rows}, {k}, {var}, stream);",
                       "  if (error != nullptr) return error;"]
-            scratch += -(-batch * rows * ldk * 4 // gemm_tf32x3.SCRATCH_ALIGN) * gemm_tf32x3.SCRATCH_ALIGN
+            scratch += gemm_tf32x3.scratch_part(batch * rows * ldk * 4)
         operands.append((input_index(group, (view.a, view.b)[j]), (("reshape", *stored[j]), prep), None))
     out = "static_cast<float*>(out[0])"
     # depth ldk: with K not a multiple of 4 both operands are copies with zero pads (CUTLASS's TMA mainloop

@@ -59,6 +59,12 @@ def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function
     ).lstrip()
 
 
+def scratch_part(nbytes: int) -> int:
+    """The workspace a part of `nbytes` takes: rounded up to SCRATCH_ALIGN, so the next part starts
+    aligned."""
+    return -(-nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
+
+
 def padded_depth(k: int) -> int:
     """K rounded up to a multiple of 4: the depth of each of the split's three blocks (zero-padded), so that
     their leading dimension 3K and the blocks' starts are 16-byte aligned for cuBLAS's TF32 kernels (and the
@@ -114,7 +120,7 @@ def render_entry(name: str, launcher: str, group, view: GemmView,
             target = f"static_cast<float*>(cached[{j}].data)"
         else:
             target = f"reinterpret_cast<float*>(static_cast<char*>(workspace) + {scratch})"
-            scratch += -(-split * 4 // SCRATCH_ALIGN) * SCRATCH_ALIGN
+            scratch += scratch_part(split * 4)
         operands.append((input_index(group, node), (("reshape", batch, rows, cols), ("inner_contiguous",)),
                          cache))
         var = "xy"[j]
@@ -129,7 +135,7 @@ def render_entry(name: str, launcher: str, group, view: GemmView,
     product = "static_cast<float*>(out[0])"
     if ld != n:
         product = f"reinterpret_cast<float*>(static_cast<char*>(workspace) + {scratch})"
-        scratch += -(-view.batch * m * ld * 4 // SCRATCH_ALIGN) * SCRATCH_ALIGN
+        scratch += scratch_part(view.batch * m * ld * 4)
         lines.append(f"  float* product = {product};")
         product = "product"
     # each split's batch stride: 3K' of its rows, padded to kw_x3::row_pitch where stored [3K', rows]

@@ -121,6 +121,14 @@ struct X3Mainloop : Base {
     tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
     warpgroup_fence_operand(accum);
 
+    // the stages of the `pending` tiles whose MMAs have completed go back to the producer
+    auto release_done = [&] {
+      for (; pending > 0; --pending) {
+        pipeline.consumer_release(smem_pipe_release);
+        ++smem_pipe_release;
+      }
+    };
+
     // one k-tile's MMAs: per k-block, A's fragment from shared memory, its small part in registers, then
     // A_small.B + A.B_small + A.B into `partial` as one batch
     auto tile_mmas = [&](int stage) {
@@ -130,10 +138,7 @@ struct X3Mainloop : Base {
         // the batch that last read this k-block's registers (the previous tile's) is done
         warpgroup_wait<KBlocks - 1>();
         if (k_block == KBlocks - 1) {
-          for (; pending > 0; --pending) {     // every earlier tile's MMAs are done: their stages go back
-            pipeline.consumer_release(smem_pipe_release);
-            ++smem_pipe_release;
-          }
+          release_done();                        // every earlier tile's MMAs are done: their stages go back
         }
         auto a_frag = tCrA(_,_,k_block);
         auto s_frag = tCrAs(_,_,k_block);
@@ -201,10 +206,7 @@ struct X3Mainloop : Base {
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(accum); ++i) accum(i) += partial(i);
         warpgroup_fence_operand(partial);
-        for (; pending > 0; --pending) {
-          pipeline.consumer_release(smem_pipe_release);
-          ++smem_pipe_release;
-        }
+        release_done();
       }
     }
     warpgroup_wait<0>();
@@ -213,10 +215,7 @@ struct X3Mainloop : Base {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < size(accum); ++i) accum(i) += partial(i);
     }
-    for (; pending > 0; --pending) {
-      pipeline.consumer_release(smem_pipe_release);
-      ++smem_pipe_release;
-    }
+    release_done();
     warpgroup_fence_operand(accum);
   }
 
