@@ -216,20 +216,32 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
         others = [config._replace(split_k=c) for c in chunks if c > config.split_k]
     if (hopper_gpu() and cutlass_include_dir() is not None
             and 2.0 * view.m * view.n * view.k * view.batch >= SM90X3_MIN_FLOP):
-        tile = SM90X3_NARROW if view.n <= SM90X3_NARROW[1] else SM90X3_WIDE
-        others.append(config._replace(kernel="sm90x3", split_k=1, block=tile))
+        others.append(config._replace(kernel="sm90x3", split_k=1, block=sm90x3_tile_for(view)))
     return [dataclasses.replace(group, config=other) for other in others]
 
 
 # The SM90 kernel's tiles (M x N x K) -> pipeline stages (shared memory a stage: 128x32 floats of A, Nx32 of
-# B and of B's small part; plus the TMA store's staging). A product at most 64 wide takes the narrow tile:
-# the wide one would compute twice the columns it keeps.
+# B and of B's small part; plus the TMA store's staging). See `sm90x3_tile_for` for which a product takes.
 SM90X3_WIDE, SM90X3_NARROW = (128, 128, 32), (128, 64, 32)
 SM90X3_TILES = {SM90X3_WIDE: 4, SM90X3_NARROW: 6}
 # The least work (FLOP) for which the SM90 launch is built and measured: its launcher is a CUTLASS library
 # (~45 s of nvcc, once per machine and tile), and a product under ~2 GFLOP (~40 us at FP32's rate) has
 # little to gain from it.
 SM90X3_MIN_FLOP = 2e9
+
+
+def sm90x3_tile_for(view: GemmView, sm_count: int = SM_COUNT) -> tuple[int, int, int]:
+    """The SM90 kernel's tile for a product: the narrow one for an output at most 64 wide (the wide tile
+    would compute twice the columns it keeps) or one whose wide tiles would not give every SM one (twice
+    the tiles); else the wide one, which the narrow one trails by 40-50% on large products. H100
+    (2026-11-28, bench/results/2026-11-28-h100-80gb-hbm3-gemm-aux/): 40000x40x2000 0.167-0.173 ms narrow vs
+    0.216-0.227 wide; 64 wide tiles: 512x2048x8192 0.210 vs 0.285, 1000x1001x1004 0.036-0.037 vs
+    0.048-0.049; 144: 1536x1536x1004 0.086 vs 0.082; 256: 2048^3 0.210 vs 0.153; 4096^3 1.74-1.83 vs
+    1.16-1.22."""
+    if view.n <= SM90X3_NARROW[1] or _tile_count(view.m, view.n, view.batch, GemmConfig(block=SM90X3_WIDE)) \
+            < sm_count:
+        return SM90X3_NARROW
+    return SM90X3_WIDE
 
 
 def sm90x3_tile(config: GemmConfig) -> tuple[int, int, int]:

@@ -306,15 +306,18 @@ def test_sm90x3_is_an_alternative_on_hopper_with_one_launcher_for_every_gemm(mon
     others = fuse_gemm.launch_alternatives(bmm)
     assert [g.config.kernel for g in others] == ["tf32x3", "tf32x3", "sm90x3"]
     assert others[-1].config.block == fuse_gemm.SM90X3_WIDE
-    # the SM80 kernel's products (small K, a narrow output) too, 64-wide tiles for an output at most 64 wide;
-    # not a product too small to repay a CUTLASS library's build
-    for (m, k, n), tile in (((65536, 48, 24576), fuse_gemm.SM90X3_WIDE), ((40000, 2000, 40),
-                                                                         fuse_gemm.SM90X3_NARROW)):
+    # the SM80 kernel's products (small K, a narrow output) too, 64-wide tiles for an output at most 64 wide
+    # or one whose 128-wide tiles would leave SMs idle (1000 x 1001: 64 tiles); not a product too small to
+    # repay a CUTLASS library's build
+    for (m, k, n), planned, tile in (((65536, 48, 24576), "cutlass", fuse_gemm.SM90X3_WIDE),
+                                     ((40000, 2000, 40), "cutlass", fuse_gemm.SM90X3_NARROW),
+                                     ((1000, 1004, 1001), "cutlass", fuse_gemm.SM90X3_NARROW),
+                                     ((1536, 1004, 1536), "tf32x3", fuse_gemm.SM90X3_WIDE)):  # 144 tiles
         a, b = input_node("a", 0, (m, k)), input_node("b", 1, (k, n))
         group = group_of(make_node("mm", [a, b]), inputs=(a, b))
-        assert group.config.kernel == "cutlass"
-        (other,) = fuse_gemm.launch_alternatives(group)
-        assert other.config.kernel == "sm90x3" and fuse_gemm.sm90x3_tile(other.config) == tile
+        assert group.config.kernel == planned
+        *_, other = fuse_gemm.launch_alternatives(group)
+        assert other.config.kernel == "sm90x3" and fuse_gemm.sm90x3_tile(other.config) == tile, (m, k, n)
     assert fuse_gemm.launch_alternatives(epilogue_group()) == []           # 4 MFLOP
     x, w, bias = input_node("x", 0, (4096, 4099)), param_node("w", (4093, 4099)), param_node("b", (4093,))
     linear = group_of(make_node("relu", [make_node("linear", [x, w, bias])]), inputs=(x,), params=(w, bias))
