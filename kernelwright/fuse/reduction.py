@@ -572,7 +572,10 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     - split rows with elementwise outputs: both phases in one launch (`ReductionSpec.one_launch`; NCHW
       training BatchNorm over 32x128x112x112 0.243 against 0.268 ms in two launches, channels-last
       GroupNorm 0.770 against 0.671). Cached rows split in one launch never won (softmax 4096 x 393216
-      9.06 against 6.47 ms cached, LayerNorm 4096 x 65536 1.50 against 0.85), so they are not offered.
+      9.06 against 6.47 ms cached, LayerNorm 4096 x 65536 1.50 against 0.85), so they are not offered;
+      nor did small items (8192 floats, re-read from L2) whose outputs lag one item behind their
+      statistics so that no block waits (softmax 11.9 ms, NCHW GroupNorm 1.58 against 0.91: ~15 us of
+      dependent round trips per item, 2026-11-28, bench/results/2026-11-28-h100-80gb-hbm3-lag-bsmall/).
     - short rows several to a warp (`ReductionSpec.lanes` 8 or 16): one row per warp."""
     spec = group.config[0] if group.family == "reduction" and group.config else None
     if spec is None or spec.layout != "row":
