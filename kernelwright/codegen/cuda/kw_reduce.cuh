@@ -169,10 +169,14 @@ struct SoftmaxAcc {
             m = mx;
         }
     }
+    // One exp a merge: the partial with the smaller max is scaled by exp(its max - the larger), 1 for equal
+    // maxima (infinite ones too); a partial of -inf only (s == 0) contributes 0 * exp(-inf) = 0, and a NaN
+    // max makes the difference, hence s, NaN.
     __device__ void combine(const SoftmaxAcc& o) {
         const float mx = nan_max(m, o.m);
         if (mx == -INFINITY) return;
-        s = (m == -INFINITY ? 0.f : s * exp_shift(m, mx)) + (o.m == -INFINITY ? 0.f : o.s * exp_shift(o.m, mx));
+        const float e = m == o.m ? 1.f : expf(-fabsf(m - o.m));
+        s = m >= o.m ? fmaf(o.s, e, s) : fmaf(s, e, o.s);
         m = mx;
     }
     __device__ SoftmaxAcc shfl_xor(int k) const {
@@ -220,20 +224,29 @@ __device__ __forceinline__ Acc warp_reduce(Acc a) {
 // Reduce over the WARPS consecutive warps that share one row (a block may hold several rows), or, with
 // LANES < 32 (WARPS 1), over the LANES lanes of one row. `scratch` holds one Acc per warp of the block.
 // Every thread of the block must call it (it has block-wide barriers); every thread of the group gets the
-// same result, combined in the same order.
+// same result. The group's first warp merges the WARPS partials (a butterfly over its first WARPS lanes)
+// and hands the result to the others through shared memory: when every thread merged all WARPS partials
+// itself, an online softmax paid WARPS - 1 dependent merges (exps) per thread, which made logsumexp over
+// 4096-long rows on 256 threads compute-bound (H100, bench/kernels/cuda/row_pass_probe.cu, 2026-11-28).
 template <int WARPS, int LANES = 32, class Acc>
 __device__ __forceinline__ Acc group_reduce(Acc a, Acc* scratch) {
     static_assert(LANES == 32 || WARPS == 1, "rows of a part of a warp are one warp's");
+    static_assert(WARPS >= 1 && WARPS <= 32 && (WARPS & (WARPS - 1)) == 0, "WARPS: a power of two <= 32");
     a = warp_reduce<LANES>(a);
     if (WARPS == 1) return a;
-    const int warp = threadIdx.x >> 5, first = warp - warp % WARPS;
-    if ((threadIdx.x & 31) == 0) scratch[warp] = a;
+    // One slot per group. A next call writes `scratch` only after this call's merges read it (the second
+    // barrier) and `result` only after every thread read it here (the next call's first barrier).
+    __shared__ Acc result[32 / WARPS];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, first = warp - warp % WARPS;
+    if (lane == 0) scratch[warp] = a;
     __syncthreads();
-    Acc r = scratch[first];
-#pragma unroll
-    for (int w = 1; w < WARPS; ++w) r.combine(scratch[first + w]);
-    __syncthreads();  // the scratch is reused by the next reduction
-    return r;
+    if (warp == first) {
+        Acc r = lane < WARPS ? scratch[first + lane] : Acc::init();
+        r = warp_reduce<WARPS>(r);
+        if (lane == 0) result[first / WARPS] = r;
+    }
+    __syncthreads();
+    return result[first / WARPS];
 }
 
 // Whole-block reduction (one row per block).
@@ -243,18 +256,23 @@ __device__ __forceinline__ Acc block_reduce(Acc a, Acc* scratch) {
 }
 
 // Column layout: lane l of every warp holds a partial for column l; warp w covered rows w, w+W, ...
-// `scratch` holds WARPS * 32 Accs. Every thread gets its column's total.
+// `scratch` holds WARPS * 32 Accs. Every thread gets its column's total, merged by the first warp (as
+// group_reduce: not WARPS - 1 merges in every warp).
 template <int WARPS, class Acc>
 __device__ __forceinline__ Acc column_reduce(Acc a, Acc* scratch) {
     if (WARPS == 1) return a;
+    __shared__ Acc result[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     scratch[warp * 32 + lane] = a;
     __syncthreads();
-    Acc r = scratch[lane];
+    if (warp == 0) {
+        Acc r = scratch[lane];
 #pragma unroll 4
-    for (int w = 1; w < WARPS; ++w) r.combine(scratch[w * 32 + lane]);
+        for (int w = 1; w < WARPS; ++w) r.combine(scratch[w * 32 + lane]);
+        result[lane] = r;
+    }
     __syncthreads();
-    return r;
+    return result[lane];
 }
 
 // Online-softmax and Welford merges as free functions, for templates that hold raw fields.
