@@ -115,6 +115,18 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
                              lambda x, p: torch.logsumexp(x, 1, keepdim=True)),
     "logsumexp_32768x4096": (lambda: one("logsumexp", (32768, 4096), dims=(1,), keepdim=True),
                              lambda x, p: torch.logsumexp(x, 1, keepdim=True)),
+    # one-pass rows of a GEMM chain's output (a logsumexp, a sum), and shorter ones, each also forced to a
+    # warp per row ("+w1")
+    "logsumexp_8192x4096": (lambda: one("logsumexp", (8192, 4096), dims=(1,), keepdim=True),
+                            lambda x, p: torch.logsumexp(x, 1, keepdim=True)),
+    "logsumexp_65536x2048": (lambda: one("logsumexp", (65536, 2048), dims=(1,), keepdim=True),
+                             lambda x, p: torch.logsumexp(x, 1, keepdim=True)),
+    "logsumexp_131072x1024": (lambda: one("logsumexp", (131072, 1024), dims=(1,), keepdim=True),
+                              lambda x, p: torch.logsumexp(x, 1, keepdim=True)),
+    "sum_last_4096x4096": (lambda: one("sum", (4096, 4096), dims=(1,)), lambda x, p: x.sum(1)),
+    "sum_last_65536x2048": (lambda: one("sum", (65536, 2048), dims=(1,)), lambda x, p: x.sum(1)),
+    "sum_last_131072x1000": (lambda: one("sum", (131072, 1000), dims=(1,)), lambda x, p: x.sum(1)),
+    "amax_last_40960x8192": (lambda: one("amax", (40960, 8192), dims=(1,)), lambda x, p: x.amax(1)),
     # two log_softmaxes and the sum of their divergence per row (a distillation loss), rows cached in
     # clusters: one read of 5.4 GB is 1.8 ms at the copy bandwidth
     "rows_kl_sums_8192x81920": (lambda: log_softmax_divergence((8192, 81920), row_sums=True), None),
@@ -161,7 +173,11 @@ FORCED = {"+rolled": ("sum_last_16384x10240", "sum_last_20480x16384", "rows_thre
                   "rows_three_sums_16384x10240"),
           "+warp": ("softmax_524288x128", "softmax_262144x64", "amin_last_524288x32", "sum_last_1048576x99"),
           "+w16": ("softmax_16384x12288", "sum_last_16384x10240", "sum_last_20480x16384",
-                   "rows_three_sums_16384x10240", "layernorm_4096x65536")}
+                   "rows_three_sums_16384x10240", "layernorm_4096x65536"),
+          # a warp per row (eight to a block, shuffles only) against the planner's block per row
+          "+w1": ("logsumexp_32768x4093", "logsumexp_8192x4096", "logsumexp_65536x2048",
+                  "logsumexp_131072x1024", "sum_last_4096x4096", "sum_last_65536x2048",
+                  "sum_last_131072x1000", "sum_last_20480x16384", "amax_last_40960x8192")}
 WORKLOADS.update({name + suffix: (WORKLOADS[name][0], None)
                   for suffix, names in FORCED.items() for name in names})
 
@@ -211,7 +227,8 @@ def forced_warps(group, warps: int):
 FORCINGS = {"+split": forced_split, "+rolled": rolled, "+uncached": forced_uncached, "+persist": persistent,
             "+one": one_launch, "+one256": forced_small_one_launch,
             "+vec1": lambda group: forced(group, vec=1), "+warp": lambda group: forced(group, lanes=32),
-            "+w8": lambda group: forced_warps(group, 8), "+w16": lambda group: forced_warps(group, 16)}
+            "+w8": lambda group: forced_warps(group, 8), "+w16": lambda group: forced_warps(group, 16),
+            "+w1": lambda group: forced(group, threads=256, warps_per_row=1)}
 
 
 def copy_bandwidth(flush: torch.Tensor) -> float:

@@ -494,7 +494,9 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
     vec = 4 if live and (domain[live[-1]] % 4 == 0 or length >= 128) else 1
     chunks = length // vec
     # at least 16 elements per thread (four 16-byte vectors): fewer leave the threads waiting on the
-    # row's reduction barriers more than on memory (a 3071-long row on 1024 threads ran at half bandwidth)
+    # row's reduction barriers more than on memory (a 3071-long row on 1024 threads ran at half bandwidth).
+    # A warp per row (shuffles only, no barrier) for one-pass rows lost or tied against these blocks on
+    # 1K-64K-long rows (H100, 2026-11-28, bench/results/2026-11-28-h100-80gb-hbm3-group-reduce/).
     warps = 1
     while warps < 32 and length > 32 * warps * 16:
         warps *= 2
