@@ -18,6 +18,7 @@ import sys
 import traceback
 
 import kernelwright
+from kernelwright.bytecode import use_bytecode_cache
 from kernelwright.commands import COMMAND_MODULES
 from kernelwright.errors import KernelwrightError
 
@@ -43,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    # before any command imports torch: bytecode kept across processes where the install cannot keep it
+    use_bytecode_cache()
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # here, not at exit: a closed pipe must end up in the handler below

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 
+from kernelwright.bytecode import use_bytecode_cache
 from kernelwright.gpulock import cpu_work, gpu_work
 from kernelwright.judge.failures import classify_failure
 
@@ -35,6 +36,7 @@ def guard_for(op: str):
 def main(argv: list[str]) -> int:
     role, reply_fd = argv[1], int(argv[2])
     replies = os.fdopen(reply_fd, "w", buffering=1)
+    use_bytecode_cache()  # before the handler imports torch (workers started outside the CLI too)
     if role == "reference":
         from kernelwright.judge.reference_worker import ReferenceWorker as Handler
     else:
