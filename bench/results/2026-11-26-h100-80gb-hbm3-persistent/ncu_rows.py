@@ -7,14 +7,12 @@
 Run from the repository root.
 """
 
-import os
 import sys
-
-import torch
 
 sys.path.insert(0, "tests/codegen")
 sys.path.insert(0, "bench/kernels")
-from bench_reductions import FORCINGS, build, forced_uncached  # noqa: E402
+from bench_reductions import FORCINGS, forced_uncached  # noqa: E402
+from profile_reductions import run  # noqa: E402
 from reduction_cases import layer_norm, log_softmax_divergence, one  # noqa: E402
 
 FORCINGS["+uncached"] = forced_uncached
@@ -28,28 +26,7 @@ GRAPHS = {
 
 
 def main() -> None:
-    built = build(GRAPHS)
-    for name, graph in GRAPHS.items():
-        kernel, group = built[name]
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        leaves = {id(n): torch.randn(n.shape, device="cuda", generator=gen) for n in graph.inputs}
-        leaves.update({id(p): torch.rand(p.shape, device="cuda", generator=gen) + 0.5 for p in graph.params})
-        args = [leaves[id(n)] for n in group.inputs]
-        if os.environ.get("NCU"):
-            kernel(args)
-            torch.cuda.synchronize()
-            print(name, flush=True)
-            continue
-        for _ in range(2):
-            kernel(args)
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        kernel(args)
-        end.record()
-        end.synchronize()
-        spec = group.config[0]
-        print(name, spec.cluster, spec.persistent, f"{start.elapsed_time(end):.3f} ms", flush=True)
+    run(GRAPHS, lambda spec: (spec.cluster, spec.persistent))
 
 
 if __name__ == "__main__":
