@@ -174,6 +174,10 @@ FORCED = {"+rolled": ("sum_last_16384x10240", "sum_last_20480x16384", "rows_thre
           "+warp": ("softmax_524288x128", "softmax_262144x64", "amin_last_524288x32", "sum_last_1048576x99"),
           "+w16": ("softmax_16384x12288", "sum_last_16384x10240", "sum_last_20480x16384",
                    "rows_three_sums_16384x10240", "layernorm_4096x65536"),
+          # 32 warps a row: slower before one warp merged a block's partials (2026-11-28), when every thread
+          # merged all 32 (softmax over 16384 x 12288: 1.454 ms against 0.668 with 16 warps)
+          "+w32": ("softmax_4096x393216", "softmax_16384x12288", "layernorm_4096x65536", "rmsnorm_4096x65536",
+                   "sum_last_20480x16384"),
           # a warp per row (eight to a block, shuffles only) against the planner's block per row
           "+w1": ("logsumexp_32768x4093", "logsumexp_8192x4096", "logsumexp_65536x2048",
                   "logsumexp_131072x1024", "sum_last_4096x4096", "sum_last_65536x2048",
@@ -228,6 +232,7 @@ FORCINGS = {"+split": forced_split, "+rolled": rolled, "+uncached": forced_uncac
             "+one": one_launch, "+one256": forced_small_one_launch,
             "+vec1": lambda group: forced(group, vec=1), "+warp": lambda group: forced(group, lanes=32),
             "+w8": lambda group: forced_warps(group, 8), "+w16": lambda group: forced_warps(group, 16),
+            "+w32": lambda group: forced_warps(group, 32),
             "+w1": lambda group: forced(group, threads=256, warps_per_row=1)}
 
 
