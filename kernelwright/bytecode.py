@@ -31,8 +31,8 @@ def use_bytecode_cache(package: str = "torch") -> str | None:
     `package` is absent, or KERNELWRIGHT_BYTECODE_CACHE is 0."""
     if os.environ.get("KERNELWRIGHT_BYTECODE_CACHE", "").strip().lower() in ("0", "off", "no", "false"):
         return None
-    prefix = str((cache_dir() / "pycache").absolute())
-    if sys.pycache_prefix and os.path.abspath(sys.pycache_prefix) == prefix:
+    prefix = bytecode_cache_dir()
+    if in_use():
         _write_to(prefix)    # inherited from the kernelwright process that started this one
         return prefix
     if sys.pycache_prefix or os.environ.get("PYTHONPYCACHEPREFIX"):
@@ -49,6 +49,16 @@ def use_bytecode_cache(package: str = "torch") -> str | None:
         return None
     _write_to(prefix)
     return prefix
+
+
+def bytecode_cache_dir() -> str:
+    """The folder kernelwright's processes keep bytecode in (absolute)."""
+    return str((cache_dir() / "pycache").absolute())
+
+
+def in_use() -> bool:
+    """Whether this process keeps its bytecode in `bytecode_cache_dir()` (not in another prefix)."""
+    return bool(sys.pycache_prefix) and os.path.abspath(sys.pycache_prefix) == bytecode_cache_dir()
 
 
 def _write_to(prefix: str) -> None:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from kernelwright.bytecode import bytecode_is_fresh, use_bytecode_cache
+from kernelwright.bytecode import bytecode_is_fresh, in_use, use_bytecode_cache
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_missing_bytecode_points_python_and_children_at_the_cache(package, tmp_p
     assert prefix == str(tmp_path / "cache" / "pycache")
     assert sys.pycache_prefix == prefix and os.environ["PYTHONPYCACHEPREFIX"] == prefix
     assert not sys.dont_write_bytecode and "PYTHONDONTWRITEBYTECODE" not in os.environ
-    assert os.path.isdir(prefix)
+    assert os.path.isdir(prefix) and in_use()
     # a process started from this one inherits the prefix, and writes there too
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
     assert use_bytecode_cache("kw_bytecode_probe") == prefix and not sys.dont_write_bytecode
@@ -70,4 +70,6 @@ def test_valid_bytecode_or_an_existing_prefix_leaves_python_alone(package, monke
     os.remove(package.parent / "__pycache__" / os.listdir(package.parent / "__pycache__")[0])
     monkeypatch.setenv("PYTHONPYCACHEPREFIX", "/somewhere/else")
     assert use_bytecode_cache("kw_bytecode_probe") is None
+    monkeypatch.setattr(sys, "pycache_prefix", "/somewhere/else")
+    assert not in_use()                   # doctor names another prefix as the user's, not kernelwright's
     assert use_bytecode_cache("kw_no_such_package_anywhere") is None

@@ -16,13 +16,14 @@ def run(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from kernelwright import bytecode
     from kernelwright.codegen.build import runtime_library
     from kernelwright.environment import CUTLASS_INSTALL, collect_environment
 
     env = collect_environment()
     runtime = runtime_library()
     env["runtime_extension"] = {"path": str(runtime), "built": runtime.is_file()}
-    env["bytecode_cache"] = sys.pycache_prefix     # set by the CLI when torch's own bytecode is unusable
+    env["bytecode_cache"] = sys.pycache_prefix     # ours when the CLI found torch's own bytecode unusable
     if args.json:
         print(json.dumps(env, indent=2))
         return 0
@@ -39,8 +40,8 @@ def run(args) -> int:
                  else "not found: CUDA sources cannot be built"),
         ("CUTLASS headers", env["cutlass_include"] or f"not found ({CUTLASS_INSTALL})"),
         ("cache dir", env["cache_dir"]),
-        ("bytecode", f"{sys.pycache_prefix} (torch's own is missing or stale)" if sys.pycache_prefix
-         else "the install's own"),
+        ("bytecode", f"{sys.pycache_prefix} (torch's own is missing or stale)" if bytecode.in_use()
+         else f"{sys.pycache_prefix} (PYTHONPYCACHEPREFIX)" if sys.pycache_prefix else "the install's own"),
         ("runtime extension", f"built: {runtime}" if runtime.is_file() else
          "not built yet: the first kernel build on this machine compiles it (10-15 s), then it is cached"),
     ]
