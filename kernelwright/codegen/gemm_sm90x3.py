@@ -16,6 +16,7 @@ K-major, its depth padded with zeros to a multiple of 4 (`cuda/kw_gemm_kmajor.cu
 pass; a misaligned view the runtime copies). The epilogue (bias, activations, ...) is the 3xTF32 route's
 pass over the product, in place.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
