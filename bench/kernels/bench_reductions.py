@@ -173,9 +173,11 @@ FORCED = {"+rolled": ("sum_last_16384x10240", "sum_last_20480x16384", "rows_thre
                   "rows_three_sums_16384x10240"),
           "+warp": ("softmax_524288x128", "softmax_262144x64", "amin_last_524288x32", "sum_last_1048576x99"),
           "+w16": ("softmax_16384x12288", "sum_last_16384x10240", "sum_last_20480x16384",
-                   "rows_three_sums_16384x10240", "layernorm_4096x65536"),
+                   "rows_three_sums_16384x10240", "layernorm_4096x65536", "softmax_4096x393216",
+                   "softmax_256x262144", "softmax_768x262144"),
           # 32 warps a row: slower before one warp merged a block's partials (2026-11-28), when every thread
-          # merged all 32 (softmax over 16384 x 12288: 1.454 ms against 0.668 with 16 warps)
+          # merged all 32 (softmax over 16384 x 12288: 1.454 ms against 0.668 with 16 warps); since then the
+          # planner's choice where the row cache holds an SM to one block
           "+w32": ("softmax_4096x393216", "softmax_16384x12288", "layernorm_4096x65536", "rmsnorm_4096x65536",
                    "sum_last_20480x16384"),
           # a warp per row (eight to a block, shuffles only) against the planner's block per row

@@ -540,13 +540,16 @@ def plan_launch(space: Space, group: FusedGroup, levels: tuple[str, ...],
         split = max(_split(rows, chunks, 16 * 512, device), 2 if scattered else 1)
         if split > cluster or scattered:
             return ReductionSpec(space, levels, "row", 512, 16, split, False, passes, vec, split=True)
-    if cluster > 1 or cache:
-        # At most 16 warps per block (one block per SM with 32 ran slower: kernels of 1024 threads take the
+    if (cluster > 1 or cache) and not one_per_sm:
+        # At most 16 warps per block where two or more blocks share an SM (kernels of 1024 threads take the
         # whole register file at 64 a thread); and when the cache leaves room for three or more blocks per
         # SM, 8 warps, so that the registers admit them too, one block's loads overlapping another's
         # reductions and stores. Measured on H100: LayerNorm over 65,536-long rows in clusters of 4 went
-        # from 75% to 83% of copy bandwidth; softmax over 16384 rows of 12288 (one block caches a row)
-        # 1.454 ms with 32 warps, 0.668 with 16, 0.558 with 8 (97% of copy; ATen 0.648).
+        # from 75% to 83% of copy bandwidth (32 warps: 60%); softmax over 16384 rows of 12288 (one block
+        # caches a row) 1.454 ms with 32 warps, 0.668 with 16, 0.558 with 8 (97% of copy; ATen 0.648).
+        # A cache that holds the SM to one block keeps 32 warps, the SM's only ones: softmax over
+        # 393,216-long rows in clusters of 8, 5.93 ms with 16 warps, 5.07 with 32 (2026-11-28, once a
+        # block's first warp merged its partials; bench/results/2026-11-28-h100-80gb-hbm3-startup-w32/).
         warps = min(warps, 16)
         if cache and budget // max(row_bytes * rows_per_block // cluster, 1) >= 3:
             warps = min(warps, 8)

@@ -131,8 +131,9 @@ def test_group_norm_splits_channels_into_groups():
 
 def test_long_softmax_rows_use_a_cluster_holding_the_row_on_chip():
     spec = groups_of(one("softmax", (4096, 393216), dim=1), "reduction")[0].config[0]
-    # 1.5 MB rows: two blocks per SM would need clusters of 16, which pack poorly; 8 blocks of one per SM
-    assert spec.cluster == 8 and spec.cache and spec.vec == 4 and spec.threads == 512
+    # 1.5 MB rows: two blocks per SM would need clusters of 16, which pack poorly; 8 blocks of one per SM,
+    # of 32 warps (the SM's only block)
+    assert spec.cluster == 8 and spec.cache and spec.vec == 4 and spec.threads == 1024
     assert 227 * 1024 // 2 < 393216 * 4 // spec.cluster <= 227 * 1024 - 8 * 1024
 
 
