@@ -101,3 +101,40 @@ def test_a_crashed_build_and_a_truncated_library_are_rebuilt(tmp_path: Path):
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0 and out.strip().endswith("ok"), out[-3000:]
     assert library.stat().st_size > 100
+
+
+
+def test_missing_launchers_are_built_at_once_then_found_by_the_recipe(tmp_path: Path, monkeypatch):
+    """A model calling several CUTLASS launchers (10-60 s of nvcc each) builds the missing ones side by side
+    (one thread each, outside the emitted recipe, which may not start threads), through the recipe's cache:
+    published once, then found by `_kw_launcher` without a build."""
+    import threading
+    import time
+
+    from kernelwright.codegen import build
+
+    monkeypatch.setenv("KERNELWRIGHT_CACHE", str(tmp_path))
+    namespace = {"torch": __import__("torch")}
+    exec(BUILD_SOURCE, namespace)  # noqa: S102 (the recipe as emitted files run it)
+    building, most = set(), [0]
+    lock = threading.Lock()
+
+    def compile(name, sources, staging, arch, include, linked=()):
+        with lock:
+            building.add(name)
+            most[0] = max(most[0], len(building))
+        time.sleep(0.5)
+        built = Path(staging, f"{name}.so")
+        built.write_text(sources[0])
+        with lock:
+            building.discard(name)
+        return str(built)          # as load_inline of a plain library returns its path
+
+    namespace["_kw_compile"] = compile
+    launchers = [(f"kw_gemm_{i}", f"// launcher {i}") for i in range(3)]
+    build._prebuild_launchers(namespace, launchers)
+    assert most[0] == 3
+    namespace["_kw_compile"] = lambda *args, **kwargs: pytest.fail("a published launcher was built again")
+    arch = namespace["_kw_arch"]()
+    paths = [namespace["_kw_launcher"](str(tmp_path), arch, *launcher) for launcher in launchers]
+    assert [Path(p).read_text() for p in paths] == [source for _, source in launchers]
