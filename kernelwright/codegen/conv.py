@@ -1,6 +1,7 @@
 """The convolution family's renderer: a group from `kernelwright.fuse.conv` -> CUTLASS's sm90 implicit-GEMM
 convolution mainloop (TF32 wgmma, TMA im2col loads) under our persistent ping-pong kernel layer
-(`cuda/kw_conv_pingpong.cuh`), with the epilogue and the NCHW store of `cuda/kw_conv_sm90.cu.in`.
+(`cuda/kw_conv_pingpong.cuh`), with the epilogue and the store of `cuda/kw_conv_sm90.cu.in`: the NCHW
+output, or its sum or mean over each image's pixels (a global pool: nothing else is stored).
 
 The epilogue function is the GEMM family's (`float NAME_epilogue(float acc, float e0, ...)`, the group's
 pointwise IR in FP32); each epilogue tensor is read at the element's pixel m (of N*P*Q) and channel n by its
@@ -51,6 +52,8 @@ def render_cuda(name: str, view: ConvView) -> str:
     tm, tn, tk = tile(view)
     return _TEMPLATE.substitute(
         name=name, epilogue_function=epilogue_function(name, view.gemm), tm=tm, tn=tn, tk=tk,
+        store="PoolStore" if view.pooled else "NchwStore", pooled=_bool(view.pooled),
+        mean=_bool(view.pooled and view.output.op == "mean"),
         argument_params=", ".join(["const float* x", "const float* weight", "float* y"]
                                   + [f"const float* e{j}" for j in operands] + [f"int {s}" for s in _SIZES]),
         forward_args=", ".join(["x", "weight", "y"] + [f"e{j}" for j in operands] + list(_SIZES)),
@@ -58,6 +61,10 @@ def render_cuda(name: str, view: ConvView) -> str:
         operand_args="".join(f"\n  args.direct.e{j} = e{j};" for j in operands),
         operand_reads="".join(f", __ldg(p.e{j} + {_index(o)})" for j, o in enumerate(view.operands)),
     ).lstrip()
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
 
 
 def _index(operand: EpilogueOperand) -> str:
@@ -115,8 +122,10 @@ def ir_comment(view: ConvView) -> str:
     epilogue = " → ".join(n.op for n in view.epilogue) or "none"
     operands = ", ".join(f"{o.node.name or o.node.op}:{o.kind}" for o in view.operands) or "none"
     padded = f" (channels padded to {view.c_padded})" if view.c != view.c_padded else ""
+    output = (f"{view.output.op} over each image's {view.p}x{view.q} pixels -> [{view.n}, {view.k}]"
+              if view.pooled else f"NCHW [{view.n}, {view.k}, {view.p}, {view.q}]")
     return (f"conv2d NHWC [{view.n}, {view.h}, {view.w_in}, {view.c}] * [{view.k}, {view.r}, {view.s}, "
-            f"{view.c}]{padded} stride {view.stride} padding {view.padding} dilation {view.dilation} -> NCHW "
-            f"[{view.n}, {view.k}, {view.p}, {view.q}] via CUTLASS sm90 TF32 implicit GEMM (ping-pong tile "
-            f"{tm}x{tn}x{tk}); epilogue: {epilogue}; epilogue tensors: {operands}")
+            f"{view.c}]{padded} stride {view.stride} padding {view.padding} dilation {view.dilation} -> "
+            f"{output} via CUTLASS sm90 TF32 implicit GEMM (ping-pong tile {tm}x{tn}x{tk}); epilogue: "
+            f"{epilogue}; epilogue tensors: {operands}")
 

@@ -1,5 +1,5 @@
 """The convolution family's matcher: a channels-last 2-D convolution with its pointwise epilogue and the
-transpose back to NCHW, as one CUTLASS implicit-GEMM kernel (`codegen/conv.py`).
+transpose back to NCHW, or a global pool of it, as one CUTLASS implicit-GEMM kernel (`codegen/conv.py`).
 
 After the layout pass (`rewrite/layout.py`) a convolution reads NHWC data and the graph ends its chain in
 `permute(.., (0, 3, 1, 2))` back to NCHW: `conv_cl(x) -> add bias -> pointwise ... -> permute`. Without this
@@ -19,7 +19,10 @@ Claimed only where the kernel applies: FP32, groups 1, not transposed (TMA reads
 the weight: where C is not a multiple of 4 the entry pads both with zero channels first, into its
 workspace; the output is stored without TMA, so K is free), sizes within 32-bit indexing, the CUTLASS
 headers installed, and a chain that ends in the NCHW transpose (an NHWC result feeding a norm or a pool
-gains nothing over cuDNN: the reduction family already reads its epilogue in its own pass). Whether the
+gains nothing over cuDNN: the reduction family already reads its epilogue in its own pass), or in a sum or
+mean over each image's pixels (global average pooling, `F.adaptive_avg_pool2d(x, 1)` after the layout pass):
+then the epilogue's values are summed per tile, image and channel and added atomically into the [N, K]
+output, and the conv's output is never written nor read back (level2/15's conv output is 520 MB). Whether the
 kernel beats cuDNN plus the pointwise kernel is measured (`compiler.py` builds the channels-last plan with
 and without this family). On by default (`optimize --no-conv-kernels`, `OptimizeOptions.conv_kernels`):
 kept on 3-4 of the 6 bundled problems it applies to, 10-34% faster than the cuDNN plan (H100, 2026-11-27);
@@ -50,6 +53,9 @@ TO_NCHW = (0, 3, 1, 2)
 MIN_CONV_MACS = 1 << 26
 # The kernel's dims and strides are 32-bit.
 MAX_ELEMENTS = 2**31 - 1
+# A pooled conv sums each 128-pixel tile per image (a warp reduction and an atomic add per channel and
+# image): below this many pixels an image, a tile holds so many images that cuDNN plus a pooling pass wins.
+MIN_POOLED_PIXELS = 32
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,17 @@ class ConvView:
     dilation: tuple[int, int]
     gemm: GemmView
     output: Node
+
+    @property
+    def pooled(self) -> bool:
+        """Whether the output is the epilogue's values summed over each image's pixels (then scaled by
+        `pool_scale`), [N, K], instead of all of them stored NCHW."""
+        return _is_spatial_pool(self.output)
+
+    @property
+    def pool_scale(self) -> float:
+        """1 / (P * Q) for a mean, 1 for a sum."""
+        return 1.0 / (self.p * self.q) if self.pooled and self.output.op == "mean" else 1.0
 
     @property
     def c_padded(self) -> int:
@@ -108,7 +125,8 @@ def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
         members = gemm._epilogue(anchor, view, users, roots, claimed, partition, [anchor])
         last = members[-1] if members else anchor
         readers = users[id(last)]
-        if id(last) in roots or len(readers) != 1 or not _is_to_nchw(readers[0]) or id(readers[0]) in claimed:
+        if id(last) in roots or len(readers) != 1 or id(readers[0]) in claimed or not (
+                _is_to_nchw(readers[0]) or _is_spatial_pool(readers[0])):
             continue
         nodes = [anchor, *members, readers[0]]
         if not partition.is_convex(nodes):
@@ -145,8 +163,9 @@ def _im2col_ok(taps: int, padding: int, stride: int, dilation: int) -> bool:
 def describe(group: FusedGroup) -> ConvView:
     """The convolution a group computes (the renderer's view of it)."""
     anchors = [n for n in group.nodes if n.op == "conv"]
-    if len(anchors) != 1 or len(group.outputs) != 1 or not _is_to_nchw(group.outputs[0]):
-        raise ValueError("a conv group has one conv and one output, the NCHW transpose")
+    if len(anchors) != 1 or len(group.outputs) != 1 or not (
+            _is_to_nchw(group.outputs[0]) or _is_spatial_pool(group.outputs[0])):
+        raise ValueError("a conv group has one conv and one output, the NCHW transpose or a spatial pool")
     anchor, output = anchors[0], group.outputs[0]
     epilogue = tuple(n for n in group.nodes if n is not anchor and n is not output)
     view = gemm.with_epilogue(_gemm_view(anchor), group, epilogue, epilogue[-1] if epilogue else anchor)
@@ -168,3 +187,12 @@ def _gemm_view(anchor: Node) -> GemmView:
 
 def _is_to_nchw(node: Node) -> bool:
     return node.op == "permute" and tuple(node.attr("dims")) == TO_NCHW
+
+
+def _is_spatial_pool(node: Node) -> bool:
+    """A sum or mean over the spatial dims of an NHWC tensor (global average pooling: [N, P, Q, K] -> [N, K],
+    or [N, 1, 1, K] kept), over at least MIN_POOLED_PIXELS pixels an image."""
+    if node.op not in ("sum", "mean") or len(node.inputs) != 1 or tuple(node.attr("dims")) != (1, 2):
+        return False
+    source = node.inputs[0]
+    return len(source.shape) == 4 and source.shape[1] * source.shape[2] >= MIN_POOLED_PIXELS

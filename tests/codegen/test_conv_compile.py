@@ -34,7 +34,20 @@ def test_conv_source_compiles_without_serialized_wgmma():
         return make_node("tanh", [make_node("mul", [make_node("add", [y, extra[0]]), extra[1]])])
 
     graph = conv_chain(c=3, epilogue=epilogue, extra=(residual, pixel))
-    kernel = render(make_group(graph, "conv", [n for n in graph.nodes() if not n.is_leaf]))
+    _compiles(render(make_group(graph, "conv", [n for n in graph.nodes() if not n.is_leaf])))
+
+
+def test_pooled_conv_source_compiles_without_serialized_wgmma():
+    """The global-pool store (a sum per image and channel, atomically added)."""
+    if nvcc_path() is None or cutlass_include_dir() is None:
+        pytest.skip("needs nvcc and the CUTLASS headers")
+    from kernelwright.ir.ops import make_node
+
+    graph = conv_chain(epilogue=lambda y, extra: make_node("gelu", [y], approximate="none"), pool="mean")
+    _compiles(render(make_group(graph, "conv", [n for n in graph.nodes() if not n.is_leaf])))
+
+
+def _compiles(kernel) -> None:
     includes = [f"-I{path}" for path in recipe()["_kw_cutlass_paths"](str(cutlass_include_dir()))]
     with tempfile.TemporaryDirectory() as directory:
         source = Path(directory) / "kernels.cu"

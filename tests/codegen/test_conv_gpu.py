@@ -26,7 +26,8 @@ from kernelwright.ir.ops import input_node, make_node, param_node
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cutlass_include_dir() is None, reason="no CUTLASS headers")]
 
 
-def _chain(n, h, w, c, k, kernel=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1), epilogue="relu"):
+def _chain(n, h, w, c, k, kernel=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1), epilogue="relu",
+           pool=None):
     x = input_node("x", 0, (n, h, w, c))
     weight, bias = param_node("weight", (k, *kernel, c)), param_node("bias", (k,))
     y = make_node("conv", [x, weight], stride=stride, padding=padding, dilation=dilation, transposed=False,
@@ -46,7 +47,13 @@ def _chain(n, h, w, c, k, kernel=(3, 3), stride=(1, 1), padding=(1, 1), dilation
                                                                       pixel]), scale])])
         inputs += [residual, pixel]
         params.append(scale)
-    out = make_node("permute", [y], dims=(0, 3, 1, 2))
+    elif epilogue == "gelu":
+        y = make_node("gelu", [y], approximate="none")
+    if pool is None:
+        out = make_node("permute", [y], dims=(0, 3, 1, 2))
+    else:
+        # global pooling ("mean" or "sum") over the pixels, as the layout pass leaves F.adaptive_avg_pool2d
+        out = make_node(pool, [y], dims=(1, 2), keepdim=pool == "mean")
     return Graph(inputs=tuple(inputs), params=tuple(params), outputs=(out,))
 
 
@@ -72,6 +79,12 @@ CASES = {
     # epilogue) is the asymmetric case's, in another library of this process: each library keeps its own
     # launch state (an inline function's statics were shared, and this launch failed: 2026-11-27)
     "level2_size": lambda: _chain(32, 127, 127, 64, 128, padding=(0, 0), epilogue="mish_tanh"),
+    # global pooling in the epilogue: 33x33 pixels an image (tiles cross images), 201 channels (a tail)
+    "pooled_mean_odd": lambda: _chain(3, 33, 33, 64, 201, epilogue="gelu", pool="mean"),
+    # 6x6 = 36 pixels an image (up to five images a tile), a sum, K <= 64, several tiles per warpgroup
+    "pooled_sum_small_images": lambda: _chain(400, 8, 8, 32, 48, padding=(0, 0), epilogue="relu", pool="sum"),
+    # level2/15's size: 64 x 126 x 126 pixels, 128 channels (the 520 MB conv output never written)
+    "pooled_level2_size": lambda: _chain(64, 128, 128, 64, 128, padding=(0, 0), epilogue="gelu", pool="mean"),
 }
 
 
@@ -114,6 +127,10 @@ def test_conv_matches_float64(built, case):
     (got,) = getattr(modules[case], kernels[case].name)([by_name[n.name] for n in group.inputs])
     assert got.shape == expected.shape and got.is_contiguous()
     scale = expected.abs().max().item()
+    if describe(group).pooled:
+        # twice in a row: the pooled output is written, not added to, and its sums are added in one order
+        (again,) = getattr(modules[case], kernels[case].name)([by_name[n.name] for n in group.inputs])
+        assert torch.equal(again, got)
     ours, cudnn = (float((t.double() - expected).abs().max()) for t in (got, eager))
     print(f"{case}: max error {ours:.3g} (cuDNN {cudnn:.3g}), output scale {scale:.3g}")
     assert ours <= max(4 * cudnn, scale * 2**-9), f"error {ours:.3g} vs cuDNN {cudnn:.3g}"
@@ -146,3 +163,29 @@ def test_level2_size_speed(built):
     flops = 2 * view.pixels * view.k * view.c * view.r * view.s
     print(f"level2-size conv + bias + mish + tanh -> NCHW: ours {ours:.3f} ms "
           f"({flops / ours / 1e9:.0f} TFLOP/s), ATen {aten:.3f} ms")
+
+
+def test_pooled_level2_size_speed(built):
+    """Information (not a bar): conv + bias + GELU + global mean with nothing but [N, K] written, against
+    ATen (cuDNN's NHWC conv, then the bias, the GELU and the mean as passes over its 520 MB output)."""
+    groups, kernels, modules = built
+    group = groups["pooled_level2_size"]
+    graph = Graph(inputs=tuple(n for n in group.inputs if n.op == "input"),
+                  params=tuple(n for n in group.inputs if n.op == "param"), outputs=group.outputs)
+    inputs, params = _inputs(graph, seed=0)
+    by_name = {**{n.name: t for n, t in zip(graph.inputs, inputs, strict=True)}, **params}
+    ordered = [by_name[n.name] for n in group.inputs]
+    kernel = getattr(modules["pooled_level2_size"], kernels["pooled_level2_size"].name)
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+    for run in (lambda: kernel(ordered), lambda: interpret(graph, inputs, params)):
+        run()
+    events[0].record()
+    for _ in range(20):
+        kernel(ordered)
+    events[1].record()
+    for _ in range(20):
+        interpret(graph, inputs, params)
+    events[2].record()
+    torch.cuda.synchronize()
+    ours, aten = (events[i].elapsed_time(events[i + 1]) / 20 for i in (0, 1))
+    print(f"level2/15-size conv + bias + GELU + global mean: ours {ours:.3f} ms, ATen {aten:.3f} ms")

@@ -23,15 +23,20 @@ def cutlass_headers(monkeypatch):
 
 
 def conv_chain(n=8, h=34, w=34, c=64, k=128, kernel=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1),
-               groups=1, epilogue=lambda y, extra: make_node("relu", [y]), to_nchw=True, extra=()):
-    """x [N, H, W, C] -> conv_cl -> + bias -> epilogue -> permute to NCHW, as the layout pass leaves it."""
+               groups=1, epilogue=lambda y, extra: make_node("relu", [y]), to_nchw=True, extra=(), pool=None):
+    """x [N, H, W, C] -> conv_cl -> + bias -> epilogue -> permute to NCHW, as the layout pass leaves it;
+    `pool` ("mean", "sum"): the epilogue's values pooled over each image's pixels instead (keepdim for a
+    mean, as F.adaptive_avg_pool2d leaves it)."""
     x = input_node("x", 0, (n, h, w, c))
     weight = param_node("weight", (k, *kernel, c // groups))
     bias = param_node("bias", (k,))
     y = make_node("conv", [x, weight], stride=stride, padding=padding, dilation=dilation, transposed=False,
                   output_padding=(0, 0), groups=groups, has_bias=False, channels_last=True)
     y = epilogue(make_node("add", [y, bias]), extra)
-    out = make_node("permute", [y], dims=(0, 3, 1, 2)) if to_nchw else y
+    if pool is not None:
+        out = make_node(pool, [y], dims=(1, 2), keepdim=pool == "mean")
+    else:
+        out = make_node("permute", [y], dims=(0, 3, 1, 2)) if to_nchw else y
     return Graph(inputs=(x, *extra), params=(weight, bias), outputs=(out,))
 
 
@@ -76,6 +81,48 @@ def test_epilogue_tensors_by_broadcast_kind():
 ])
 def test_left_to_cudnn(change):
     assert match(conv_chain(**change), frozenset()) == []
+
+
+@pytest.mark.parametrize("pool", ["mean", "sum"])
+def test_a_global_pool_ends_the_group_and_nothing_else_is_stored(pool):
+    """conv -> bias -> GELU -> mean over the pixels (F.adaptive_avg_pool2d(x, 1) after the layout pass): the
+    pool is the group's output, [N, K]; the kernel sums each tile per image and channel into the workspace
+    (a mean scaled by 1 / (P * Q)) and a second kernel adds each image's tile sums in order."""
+    graph = conv_chain(epilogue=lambda y, extra: make_node("gelu", [y], approximate="none"), pool=pool)
+    (group,) = match(graph, frozenset())
+    assert [n.op for n in group.nodes] == ["conv", "add", "gelu", pool]
+    view = describe(group)
+    assert view.pooled and view.pool_scale == (1 / (34 * 34) if pool == "mean" else 1.0)
+    assert [n.op for n in view.epilogue] == ["add", "gelu"]
+    source = render(group)
+    assert source.spec.outputs == (("float32", (8, 1, 1, 128) if pool == "mean" else (8, 128)),)
+    text = source.launcher.cuda if source.launcher is not None else source.text
+    assert "using Store = PoolStore;" in text and "constexpr bool kPooled = true;" in text
+    assert f"constexpr bool kMean = {'true' if pool == 'mean' else 'false'};" in text
+    assert "pool_finish<<<" in text and "atomicAdd" not in text
+    # the NCHW form of the same chain is another launcher
+    nchw = render(match(conv_chain(epilogue=lambda y, extra: make_node("gelu", [y], approximate="none")),
+                        frozenset())[0])
+    assert nchw.name.rsplit("_", 1)[0] != source.name.rsplit("_", 1)[0]
+    assert "using Store = NchwStore;" in (nchw.launcher.cuda if nchw.launcher is not None else nchw.text)
+
+
+@pytest.mark.parametrize("pool", [
+    lambda y: make_node("mean", [y], dims=(1,), keepdim=True),        # not both spatial dims
+    lambda y: make_node("amax", [y], dims=(1, 2), keepdim=True),      # not a sum
+    lambda y: make_node("mean", [y], dims=(3,), keepdim=True),        # over the channels
+])
+def test_other_reductions_are_left_to_the_reduction_family(pool):
+    graph = conv_chain(to_nchw=False)
+    (y,) = graph.outputs
+    assert match(Graph(inputs=graph.inputs, params=graph.params, outputs=(pool(y),)), frozenset()) == []
+
+
+def test_images_of_few_pixels_are_not_pooled_in_the_epilogue():
+    # 5x5 = 25 pixels an image: a 128-pixel tile would hold up to six images
+    assert match(conv_chain(n=512, h=5, w=5, pool="mean"), frozenset()) == []
+    (group,) = match(conv_chain(n=512, h=6, w=6, pool="mean"), frozenset())      # 36 pixels
+    assert describe(group).pooled
 
 
 def test_three_channels_are_padded_to_four():
