@@ -54,6 +54,7 @@ def render_cuda(name: str, view: ConvView) -> str:
         name=name, epilogue_function=epilogue_function(name, view.gemm), tm=tm, tn=tn, tk=tk,
         store="PoolStore" if view.pooled else "NchwStore", pooled=_bool(view.pooled),
         mean=_bool(view.pooled and view.output.op == "mean"),
+        row_op={None: 0, "softmax": 1, "log_softmax": 2}[view.row.op if view.row is not None else None],
         argument_params=", ".join(["const float* x", "const float* weight", "float* y"]
                                   + [f"const float* e{j}" for j in operands] + [f"int {s}" for s in _SIZES]),
         forward_args=", ".join(["x", "weight", "y"] + [f"e{j}" for j in operands] + list(_SIZES)),
@@ -119,7 +120,8 @@ def _spec(group: FusedGroup, view: ConvView, operands: list) -> KernelSpec:
 
 def ir_comment(view: ConvView) -> str:
     tm, tn, tk = tile(view)
-    epilogue = " → ".join(n.op for n in view.epilogue) or "none"
+    ops = [n.op for n in view.epilogue] + ([view.row.op] if view.row is not None else [])
+    epilogue = " → ".join(ops) or "none"
     operands = ", ".join(f"{o.node.name or o.node.op}:{o.kind}" for o in view.operands) or "none"
     padded = f" (channels padded to {view.c_padded})" if view.c != view.c_padded else ""
     output = (f"{view.output.op} over each image's {view.p}x{view.q} pixels -> [{view.n}, {view.k}]"

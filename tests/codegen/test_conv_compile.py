@@ -37,13 +37,18 @@ def test_conv_source_compiles_without_serialized_wgmma():
     _compiles(render(make_group(graph, "conv", [n for n in graph.nodes() if not n.is_leaf])))
 
 
-def test_pooled_conv_source_compiles_without_serialized_wgmma():
-    """The global-pool store (a sum per image and channel, atomically added)."""
+@pytest.mark.parametrize("form", ["pooled", "channel_softmax"])
+def test_other_stores_compile_without_serialized_wgmma(form):
+    """The global-pool store (tile sums per image and channel, then their sum per image), and the NCHW store
+    after a softmax over the channels of the staged tile."""
     if nvcc_path() is None or cutlass_include_dir() is None:
         pytest.skip("needs nvcc and the CUTLASS headers")
     from kernelwright.ir.ops import make_node
 
-    graph = conv_chain(epilogue=lambda y, extra: make_node("gelu", [y], approximate="none"), pool="mean")
+    if form == "pooled":
+        graph = conv_chain(epilogue=lambda y, extra: make_node("gelu", [y], approximate="none"), pool="mean")
+    else:
+        graph = conv_chain(epilogue=lambda y, extra: make_node("softmax", [y], dim=3))
     _compiles(render(make_group(graph, "conv", [n for n in graph.nodes() if not n.is_leaf])))
 
 

@@ -49,6 +49,11 @@ def _chain(n, h, w, c, k, kernel=(3, 3), stride=(1, 1), padding=(1, 1), dilation
         params.append(scale)
     elif epilogue == "gelu":
         y = make_node("gelu", [y], approximate="none")
+    elif epilogue in ("softmax", "log_softmax"):
+        # over the channels (level2/21 after the layout pass), after a per-channel scale
+        scale = param_node("scale", (k,))
+        y = make_node(epilogue, [make_node("mul", [y, scale])], dim=3)
+        params.append(scale)
     if pool is None:
         out = make_node("permute", [y], dims=(0, 3, 1, 2))
     else:
@@ -83,8 +88,14 @@ CASES = {
     "pooled_mean_odd": lambda: _chain(3, 33, 33, 64, 201, epilogue="gelu", pool="mean"),
     # 6x6 = 36 pixels an image (up to five images a tile), a sum, K <= 64, several tiles per warpgroup
     "pooled_sum_small_images": lambda: _chain(400, 8, 8, 32, 48, padding=(0, 0), epilogue="relu", pool="sum"),
+    # a softmax over 128 channels on the staged tile, pixels not a multiple of 4 (the 4-byte stores)
+    "channel_softmax": lambda: _chain(3, 31, 29, 64, 128, epilogue="softmax"),
+    # a log-softmax over 40 channels (the 64-wide tile, a tail of 24), 16-byte stores
+    "channel_log_softmax_narrow": lambda: _chain(4, 32, 32, 32, 40, epilogue="log_softmax"),
     # level2/15's size: 64 x 126 x 126 pixels, 128 channels (the 520 MB conv output never written)
     "pooled_level2_size": lambda: _chain(64, 128, 128, 64, 128, padding=(0, 0), epilogue="gelu", pool="mean"),
+    # level2/21's size: 32 x 128 x 128 pixels, a softmax over 128 channels, NCHW
+    "softmax_level2_size": lambda: _chain(32, 128, 128, 64, 128, epilogue="softmax"),
 }
 
 
@@ -136,7 +147,7 @@ def test_conv_matches_float64(built, case):
     assert ours <= max(4 * cudnn, scale * 2**-9), f"error {ours:.3g} vs cuDNN {cudnn:.3g}"
 
 
-@pytest.mark.parametrize("case", ["level2_size", "pooled_level2_size"])
+@pytest.mark.parametrize("case", ["level2_size", "pooled_level2_size", "softmax_level2_size"])
 def test_level2_size_speed(built, case):
     """Information (not a bar): the fused kernel against ATen (cuDNN's NHWC conv, then the bias, the
     activations and the transpose, or the global mean, as passes over its 0.5 GB output); the compiler

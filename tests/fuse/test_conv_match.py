@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import kernelwright.fuse.conv as fuse_conv
-from kernelwright.codegen.conv import render, tile
+from kernelwright.codegen.conv import ir_comment, render, tile
 from kernelwright.fuse import matchers_without, plan_fusion
 from kernelwright.fuse.conv import describe, match
 from kernelwright.ir.graph import Graph
@@ -105,6 +105,34 @@ def test_a_global_pool_ends_the_group_and_nothing_else_is_stored(pool):
                         frozenset())[0])
     assert nchw.name.rsplit("_", 1)[0] != source.name.rsplit("_", 1)[0]
     assert "using Store = NchwStore;" in (nchw.launcher.cuda if nchw.launcher is not None else nchw.text)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_a_softmax_over_the_channels_runs_on_the_staged_tile(op):
+    """conv -> bias -> scale -> softmax over the channels (dim 3 of NHWC) -> NCHW (level2/21 after the layout
+    pass): one group; the softmax is not part of the epilogue function but a pass over the staged tile."""
+    scale = param_node("scale", (128,))
+    graph = conv_chain(epilogue=lambda y, extra: make_node(op, [make_node("mul", [y, extra[0]])], dim=3),
+                       extra=(scale,))
+    (group,) = match(graph, frozenset())
+    assert [n.op for n in group.nodes] == ["conv", "add", "mul", op, "permute"]
+    view = describe(group)
+    assert view.row is not None and view.row.op == op and [n.op for n in view.epilogue] == ["add", "mul"]
+    source = render(group)
+    text = source.launcher.cuda if source.launcher is not None else source.text
+    assert f"constexpr int kRowOp = {1 if op == 'softmax' else 2};" in text
+    assert "using Store = NchwStore;" in text
+    assert f"epilogue: add → mul → {op};" in ir_comment(view)
+
+
+@pytest.mark.parametrize("change", [
+    {"k": 192},                    # more channels than one tile holds
+    {"dim": 2},                    # over a spatial dim
+])
+def test_other_softmaxes_stop_the_group(change):
+    k, dim = change.get("k", 128), change.get("dim", 3)
+    graph = conv_chain(k=k, epilogue=lambda y, extra: make_node("softmax", [y], dim=dim))
+    assert match(graph, frozenset()) == []
 
 
 @pytest.mark.parametrize("pool", [
