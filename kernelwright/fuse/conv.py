@@ -55,8 +55,8 @@ TO_NCHW = (0, 3, 1, 2)
 MIN_CONV_MACS = 1 << 26
 # The kernel's dims and strides are 32-bit.
 MAX_ELEMENTS = 2**31 - 1
-# A pooled conv sums each 128-pixel tile per image (a warp reduction and an atomic add per channel and
-# image): below this many pixels an image, a tile holds so many images that cuDNN plus a pooling pass wins.
+# A pooled conv sums each 128-pixel tile per image (a warp reduction and a stored sum per channel and image
+# the tile holds): below this many pixels an image a tile holds many images, each another pass over it.
 MIN_POOLED_PIXELS = 32
 # A softmax over the channels runs on the staged tile, whose 128 (or 64) channels must then be all of them.
 MAX_ROW_CHANNELS = 128
