@@ -24,7 +24,7 @@ from __future__ import annotations
 from kernelwright.codegen import kernel
 from kernelwright.codegen.gemm import epilogue_function
 from kernelwright.codegen.gemm_entry import epilogue_operands, input_index
-from kernelwright.codegen.kernel import KernelSource, KernelSpec, entry_points
+from kernelwright.codegen.kernel import KernelSource, KernelSpec, cpp_bool, entry_points
 from kernelwright.fuse.conv import ConvView, describe
 from kernelwright.fuse.gemm import EpilogueOperand
 from kernelwright.fuse.plan import FusedGroup
@@ -52,8 +52,8 @@ def render_cuda(name: str, view: ConvView) -> str:
     tm, tn, tk = tile(view)
     return _TEMPLATE.substitute(
         name=name, epilogue_function=epilogue_function(name, view.gemm), tm=tm, tn=tn, tk=tk,
-        store="PoolStore" if view.pooled else "NchwStore", pooled=_bool(view.pooled),
-        mean=_bool(view.pooled and view.output.op == "mean"),
+        store="PoolStore" if view.pooled else "NchwStore", pooled=cpp_bool(view.pooled),
+        mean=cpp_bool(view.pooled and view.output.op == "mean"),
         row_op={None: 0, "softmax": 1, "log_softmax": 2}[view.row.op if view.row is not None else None],
         argument_params=", ".join(["const float* x", "const float* weight", "float* y"]
                                   + [f"const float* e{j}" for j in operands] + [f"int {s}" for s in _SIZES]),
@@ -62,10 +62,6 @@ def render_cuda(name: str, view: ConvView) -> str:
         operand_args="".join(f"\n  args.direct.e{j} = e{j};" for j in operands),
         operand_reads="".join(f", __ldg(p.e{j} + {_index(o)})" for j, o in enumerate(view.operands)),
     ).lstrip()
-
-
-def _bool(value: bool) -> str:
-    return "true" if value else "false"
 
 
 def _index(operand: EpilogueOperand) -> str:

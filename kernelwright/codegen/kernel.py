@@ -84,6 +84,11 @@ def typed_inputs(nodes: Sequence, roles: Sequence[str] | None = None,
                  for t, n, role in zip(typed(nodes), nodes, roles, strict=True))
 
 
+def cpp_bool(value: bool) -> str:
+    """A template's C++ bool literal."""
+    return "true" if value else "false"
+
+
 def entry_points(name: str, body: str, workspace: str = "0") -> str:
     """The two C functions of a kernel: the entry (`body` uses `in`, `out`, `workspace`, `cached`, `stream`
     and returns nullptr or an error) and its workspace size expression."""

@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kernelwright.codegen.kernel import KernelSource, source_template
+from kernelwright.codegen.kernel import KernelSource, cpp_bool, source_template
 from kernelwright.codegen.pointwise import INT32_LIMIT, describe_group, emit_statements
 from kernelwright.codegen.reduction_entry import contiguous_entry
 from kernelwright.codegen.reduction_index import broadcast_strides, contiguous_strides
@@ -65,17 +65,17 @@ class _PoolKernel:
         ins = [f"const float* in{k}" for k in range(len(group.inputs))]
         holes = {
             "name": name, "summary": self._summary(), "idx_t": idx_t,
-            "is_max": _bool(spec.kind == "max"), "adaptive": _bool(spec.adaptive),
-            "warp": _bool(spec.layout == "warp"), "vec": spec.vec, "threads": spec.threads,
-            "planes": _int(spec.planes), "count_pad": _bool(spec.count_include_pad),
-            "divisor": spec.divisor_override or 0, "divide_per_dim": _bool(spec.divide_per_dim),
+            "is_max": cpp_bool(spec.kind == "max"), "adaptive": cpp_bool(spec.adaptive),
+            "warp": cpp_bool(spec.layout == "warp"), "vec": spec.vec, "threads": spec.threads,
+            "planes": _int(spec.planes), "count_pad": cpp_bool(spec.count_include_pad),
+            "divisor": spec.divisor_override or 0, "divide_per_dim": cpp_bool(spec.divide_per_dim),
             "fields": "\n".join([f"  const float* in{k};" for k in range(len(group.inputs))]
                                 + ["  float* out;"]),
             "n_in": max(1, len(self.in_bases)), "n_out": max(1, len(self.out_bases)),
             "bases": "\n".join([f"  b.in[{m}] = {e};" for m, e in enumerate(self.in_bases)]
                                + [f"  b.out[{m}] = {e};" for m, e in enumerate(self.out_bases)]),
             "input_body": input_body, "chunk_body": chunk_body, "output_body": output_body,
-            "wide_loads": _bool(spec.wide_loads), "wide_aligned": self._wide_operands(),
+            "wide_loads": cpp_bool(spec.wide_loads), "wide_aligned": self._wide_operands(),
             "launch_params": ", ".join(ins + ["float* out0"]),
             "args_init": ", ".join([f"in{k}" for k in range(len(group.inputs))] + ["out0"]),
         }
@@ -233,10 +233,6 @@ def _through_unit_reshape(strides: Sequence[int], source: Sequence[int], target:
     """The same strides over `target`, which has `source`'s sizes with size-1 dims inserted or removed."""
     kept = iter(s for s, size in zip(strides, source, strict=True) if size != 1)
     return tuple(next(kept) if size != 1 else 0 for size in target)
-
-
-def _bool(value: bool) -> str:
-    return "true" if value else "false"
 
 
 def _int(value: int) -> str:
