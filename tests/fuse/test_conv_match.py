@@ -99,7 +99,7 @@ def test_a_global_pool_ends_the_group_and_nothing_else_is_stored(pool):
     text = source.launcher.cuda if source.launcher is not None else source.text
     assert "using Store = PoolStore;" in text and "constexpr bool kPooled = true;" in text
     assert f"constexpr bool kMean = {'true' if pool == 'mean' else 'false'};" in text
-    assert "pool_finish<<<" in text and "atomicAdd" not in text
+    assert "pool_finish<TM><<<" in text and "atomicAdd" not in text
     # the NCHW form of the same chain is another launcher
     nchw = render(match(conv_chain(epilogue=lambda y, extra: make_node("gelu", [y], approximate="none")),
                         frozenset())[0])
