@@ -88,14 +88,9 @@ class ConvView:
 
     @property
     def pooled(self) -> bool:
-        """Whether the output is the epilogue's values summed over each image's pixels (then scaled by
-        `pool_scale`), [N, K], instead of all of them stored NCHW."""
+        """Whether the output is the epilogue's values summed over each image's pixels (for a mean scaled by
+        1 / (P * Q) in the launcher, whose sizes are arguments), [N, K], instead of all stored NCHW."""
         return _is_spatial_pool(self.output)
-
-    @property
-    def pool_scale(self) -> float:
-        """1 / (P * Q) for a mean, 1 for a sum."""
-        return 1.0 / (self.p * self.q) if self.pooled and self.output.op == "mean" else 1.0
 
     @property
     def c_padded(self) -> int:

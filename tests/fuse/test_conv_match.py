@@ -92,13 +92,14 @@ def test_a_global_pool_ends_the_group_and_nothing_else_is_stored(pool):
     (group,) = match(graph, frozenset())
     assert [n.op for n in group.nodes] == ["conv", "add", "gelu", pool]
     view = describe(group)
-    assert view.pooled and view.pool_scale == (1 / (34 * 34) if pool == "mean" else 1.0)
+    assert view.pooled
     assert [n.op for n in view.epilogue] == ["add", "gelu"]
     source = render(group)
     assert source.spec.outputs == (("float32", (8, 1, 1, 128) if pool == "mean" else (8, 128)),)
     text = source.launcher.cuda if source.launcher is not None else source.text
     assert "using Store = PoolStore;" in text and "constexpr bool kPooled = true;" in text
     assert f"constexpr bool kMean = {'true' if pool == 'mean' else 'false'};" in text
+    assert "args.direct.scale = kMean ? 1.f / static_cast<float>(p * q) : 1.f;" in text   # mean: 1 / (P*Q)
     assert "pool_finish<TM><<<" in text and "atomicAdd" not in text
     # the NCHW form of the same chain is another launcher
     nchw = render(match(conv_chain(epilogue=lambda y, extra: make_node("gelu", [y], approximate="none")),
