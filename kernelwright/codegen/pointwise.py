@@ -54,7 +54,7 @@ C_TYPES = {
 EXPRESSIONS = {
     "neg": "(-{0})", "abs": "fabs({0})", "exp": "exp({0})", "exp2": "exp2({0})", "log": "log({0})",
     "log2": "log2({0})", "log1p": "log1p({0})", "expm1": "expm1({0})", "sqrt": "sqrt({0})",
-    "rsqrt": "rsqrt({0})", "reciprocal": "({T}(1) / {0})", "sin": "sin({0})", "cos": "cos({0})",
+    "rsqrt": "rsqrt({0})", "reciprocal": "kw::divide({T}(1), {0})", "sin": "sin({0})", "cos": "cos({0})",
     "tan": "tan({0})", "tanh": "tanh({0})", "sigmoid": "kw::sigmoid({0})", "erf": "erf({0})",
     "relu": "kw::relu({0})", "floor": "floor({0})", "ceil": "ceil({0})", "round": "rint({0})",
     "trunc": "trunc({0})", "sign": "kw::sign({0})", "logical_not": "(!{0})", "isnan": "kw::is_nan({0})",
@@ -68,7 +68,7 @@ EXPRESSIONS = {
     "clamp_max": "kw::clamp_max({0}, {max})",
     "cast": "{0}", "copy": "{0}",
     "add": "({0} + {1})", "add_alpha": "({0} + {alpha} * {1})", "sub": "({0} - {1})",
-    "sub_alpha": "({0} - {alpha} * {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "sub_alpha": "({0} - {alpha} * {1})", "mul": "({0} * {1})", "div": "kw::divide({0}, {1})",
     "div_trunc": "trunc({0} / {1})", "div_floor": "kw::div_floor({0}, {1})", "pow": "pow({0}, {1})",
     "maximum": "kw::maximum({0}, {1})", "minimum": "kw::minimum({0}, {1})", "fmod": "fmod({0}, {1})",
     "remainder": "kw::remainder({0}, {1})", "atan2": "atan2({0}, {1})",
@@ -86,7 +86,8 @@ INTEGER_EXPRESSIONS = {
 
 # ATen's pow special-cases these exponents (exactly rounded products instead of powf).
 POW_BY_CONST = {2.0: "({0} * {0})", 3.0: "({0} * {0} * {0})", 0.5: "sqrt({0})", -0.5: "rsqrt({0})",
-                -1.0: "({T}(1) / {0})", -2.0: "({T}(1) / ({0} * {0}))"}
+                -1.0: "kw::divide({T}(1), {0})",
+                -2.0: "kw::divide({T}(1), {0} * {0})"}
 
 LOGICAL = frozenset({"logical_and", "logical_or", "logical_not"})
 # Bool results that test the operand in its own type: converting a float to bool first would turn NaN
@@ -143,6 +144,14 @@ def _promoted(nodes: Sequence[Node]) -> torch.dtype:
     return torch.result_type(as_arg(nodes[0]), as_arg(nodes[1]))
 
 
+def _power_of_two(node: Node) -> bool:
+    """A constant +-2^k whose reciprocal is a normal FP32 number too."""
+    if node.op != "const" or isinstance(node.attr("value"), bool):
+        return False
+    value = abs(float(node.attr("value")))
+    return math.isfinite(value) and math.frexp(value)[0] == 0.5 and 2.0**-126 <= value <= 2.0**126
+
+
 def op_expression(node: Node, operands: Sequence[str]) -> str:
     """CUDA expression computing `node` from its operands' C expressions (each of its own input's type;
     consts may be given as None and are then inlined as literals of the compute type)."""
@@ -157,7 +166,11 @@ def op_expression(node: Node, operands: Sequence[str]) -> str:
             args.append(f"static_cast<{c_type(want)}>({text})")
         else:
             args.append(text)
-    if node.op == "pow" and node.inputs[1].op == "const" and ct.is_floating_point \
+    if key == "div" and ct.is_floating_point and _power_of_two(node.inputs[1]):
+        # x / 2^k is x * 2^-k exactly (both the rounded value of one real number): one multiply
+        template = "({0} * {1})"
+        args[1] = c_literal(1 / float(node.inputs[1].attr("value")), ct)
+    elif node.op == "pow" and node.inputs[1].op == "const" and ct.is_floating_point \
             and float(node.inputs[1].attr("value")) in POW_BY_CONST:
         template = POW_BY_CONST[float(node.inputs[1].attr("value"))]
     elif not ct.is_floating_point and (ct != torch.bool or key in PREDICATES) and key in INTEGER_EXPRESSIONS:

@@ -61,6 +61,25 @@ def unary_case(op: str, shape=(13, 17)) -> Case:
     return Case(f"unary_{op}", Graph((x,), (), (y,)), lambda d: ([make(d)], {}))
 
 
+def division_range() -> Case:
+    """a / b over the whole float range (kw::divide): random bit patterns of every exponent, the operands
+    and quotients where IEEE division's fast path stops being exact, zeros, denormals, inf and NaN."""
+    n = 1 << 20
+    a, b = _x((n,)), _x((n,), "y", 1)
+
+    def make(device):
+        gen = torch.Generator(device="cpu").manual_seed(5)
+        bits = torch.randint(-2**31, 2**31, (2, n), generator=gen, dtype=torch.int64).to(torch.int32)
+        left, right = bits.view(torch.float32)
+        special = torch.tensor([0.0, -0.0, 1e-45, -1e-40, 1.1754944e-38, 2**-100, 2**-101, 2**-125, 2**-126,
+                                2**125, 2**126, 2**127, 3.4028235e38, float("inf"), -float("inf"),
+                                float("nan"), 1.0, 3.0, 6.0, -7.0])
+        grid = torch.cartesian_prod(special, special)
+        left[:len(grid)], right[:len(grid)] = grid[:, 0], grid[:, 1]
+        return [left.to(device), right.to(device)], {}
+    return Case("range_div", Graph((a, b), (), (make_node("div", [a, b]),)), make)
+
+
 def binary_case(op: str) -> Case:
     # [5, 1, 7] op [3, 1]: broadcast both ways into [5, 3, 7].
     a, b = _x((5, 1, 7)), _x((3, 1), "y", 1)
@@ -255,7 +274,9 @@ CASES = ([unary_case(op) for op in UNARY] + [binary_case(op) for op in BINARY]
          + [chain_with_views(), select_expand_reshape(), integer_and_bool(), double_and_casts(), rank_zero(),
             special_values(), activation_range("mish"), activation_range("mish", torch.float64),
             activation_range("tanh"), activation_range("tanh", torch.float64),
-            activation_range("gelu", approximate="tanh")]
+            activation_range("gelu", approximate="tanh"), activation_range("sigmoid"),
+            activation_range("silu"), activation_range("hardswish"), activation_range("hardsigmoid"),
+            division_range()]
          + TRANSPOSE_CASES)
 
 
@@ -292,8 +313,12 @@ def test_expressions_follow_aten_semantics():
     assert op_expression(make_node("clamp", [x], min=0.0, max=None), ["a"]) == "kw::clamp_min(a, 0.0f)"
     assert op_expression(make_node("gelu", [x], approximate="tanh"), ["a"]) == "kw::gelu_tanh(a)"
     i = _x((4,), "i", 0, torch.int64)
+    # true division of ints computes in float; by a power of two it is the exact multiply
     assert op_expression(make_node("div", [i, const_node(2)]), ["a", None]) == \
-        "(static_cast<float>(a) / 2.0f)"
+        "(static_cast<float>(a) * 0.5f)"
+    assert op_expression(make_node("div", [i, const_node(3)]), ["a", None]) == \
+        "kw::divide(static_cast<float>(a), 3.0f)"
+    assert op_expression(make_node("div", [x, const_node(-0.25)]), ["a", None]) == "(a * (-4.0f))"
     assert op_expression(make_node("remainder", [i, const_node(3)]), ["a", None]) == "kw::iremainder(a, 3LL)"
     assert op_expression(make_node("cast", [x], dtype=torch.bool), ["a"]) == "(a != 0)"
     # Comparisons compute in the promoted type: int tensor vs float scalar compares as float.

@@ -57,7 +57,9 @@ def test_kernel_matches_aten(extension, case: Case):
 
 # ops whose formula does not cancel (the tanh-GELU's 1 + tanh turns one ulp of tanh into many of the result:
 # there the comparison with ATen's FP32 above is the check)
-RANGE_CASES = [c for c in CASES if c.name in ("range_mish_float32", "range_tanh_float32")]
+RANGE_CASES = [c for c in CASES if c.name in (
+    "range_mish_float32", "range_tanh_float32", "range_sigmoid_float32", "range_silu_float32",
+    "range_hardswish_float32", "range_hardsigmoid_float32")]
 
 
 @pytest.mark.parametrize("case", RANGE_CASES, ids=lambda c: c.name)
@@ -77,6 +79,31 @@ def test_activation_error_against_float64(extension, case: Case):
     bad = ours > torch.maximum(4 * ulp, 2 * theirs)
     assert not bad.any(), (f"{case.name}: {int(bad.sum())} values off, worst at x = "
                            f"{float(args[0][finite][bad][0]):.7g}: {float((ours / ulp).max()):.1f} ulp")
+
+
+def test_division_matches_ieee_where_exact():
+    """kw::divide: bit for bit IEEE's quotient wherever both operands and the quotient are normal numbers
+    inside [2^-100, 2^125] (the fast path's range), within 2 ulp of it elsewhere; zeros, inf and NaN as
+    IEEE."""
+    (case,) = [c for c in CASES if c.name == "range_div"]
+    plan = plan_of(case)
+    kernels = {id(g): render(g) for g in plan.groups}
+    module = build_extension(assemble(list(kernels.values()))).module
+    args, params = case.make_inputs(DEVICE)
+    (got,) = run_with_kernels(plan, kernels, module, args, params)
+    want = args[0] / args[1]
+    a, b, q = args[0].abs(), args[1].abs(), want.abs()
+    inside = ((a >= 2.0**-100) & (a <= 2.0**125) & (b >= 2.0**-100) & (b <= 2.0**125) & (q >= 2.0**-100)
+              & (q <= 2.0**125))
+    assert inside.sum() > len(got) // 4
+    assert torch.equal(got[inside], want[inside])
+    finite = want.isfinite() & ~inside
+    assert torch.equal(got[~want.isfinite()].isnan(), want[~want.isfinite()].isnan())
+    assert torch.equal(got[want.isinf()], want[want.isinf()])
+    tiny = torch.finfo(torch.float32).tiny
+    error = (got[finite].double() - want[finite].double()).abs()
+    ulp = want[finite].double().abs().clamp_min(tiny) * torch.finfo(torch.float32).eps
+    assert (error <= 2 * ulp + 2**-149).all(), float((error / ulp).max())
 
 
 def odd_layouts(t: torch.Tensor) -> list[torch.Tensor]:
