@@ -26,7 +26,7 @@ stream-K schedule, the parameters initialize the workspace, and the grid comes f
 from __future__ import annotations
 
 from kernelwright.codegen.gemm_entry import launcher_params
-from kernelwright.codegen.kernel import source_template
+from kernelwright.codegen.kernel import cpp_bool, source_template
 from kernelwright.fuse.gemm import GemmConfig, GemmView
 
 _VISITORS = {
@@ -66,7 +66,7 @@ def render_cuda(name: str, view: GemmView, config: GemmConfig, epilogue_function
         block=", ".join(map(str, config.block)), warp=", ".join(map(str, config.warp)),
         align_a=config.align_a, align_b=config.align_b, align_c=config.align_c,
         stages=config.stages, swizzle=_SWIZZLES[config.swizzle],
-        streamk="true" if config.swizzle == "streamk" else "false",
+        streamk=cpp_bool(config.swizzle == "streamk"),
         layout_a=_layout(view.a_col_major), layout_b=_layout(view.b_col_major),
         functor_params=", ".join(["cutlass::Array<float, N> const& acc"]
                                  + [f"cutlass::Array<float, N> const& in{j}" for j in operands]),

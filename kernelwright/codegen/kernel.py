@@ -84,8 +84,8 @@ def typed_inputs(nodes: Sequence, roles: Sequence[str] | None = None,
                  for t, n, role in zip(typed(nodes), nodes, roles, strict=True))
 
 
-def cpp_bool(value: bool) -> str:
-    """A template's C++ bool literal."""
+def cpp_bool(value: object) -> str:
+    """A template's C++ bool literal for a Python truth value."""
     return "true" if value else "false"
 
 

@@ -18,6 +18,7 @@ import torch
 from kernelwright.codegen.kernel import (
     KernelSource,
     KernelSpec,
+    cpp_bool,
     entry_points,
     source_template,
     typed,
@@ -105,7 +106,7 @@ def c_type(dtype: torch.dtype) -> str:
 def c_literal(value: float | int | bool, dtype: torch.dtype) -> str:
     """`value` as a literal of `dtype`'s C type, with the rounding ATen applies to a Python scalar."""
     if dtype == torch.bool:
-        return "true" if value else "false"
+        return cpp_bool(value)
     if not dtype.is_floating_point:
         text = f"{int(value)}LL" if dtype == torch.int64 else str(int(value))
         return f"({text})" if int(value) < 0 else text
@@ -362,11 +363,11 @@ def render(group: FusedGroup) -> KernelSource:
         "VEC": max(1, 16 // width),
         "BLOCK": config.block,
         "UNROLL": config.unroll,
-        "ONE_PASS": "true" if config.grid == "one_pass" else "false",
+        "ONE_PASS": cpp_bool(config.grid == "one_pass"),
         "BLOCKS_PER_SM": config.blocks_per_sm,
         "CACHE": CACHE_POLICIES[config.cache],
         "FLAT_INDEX": "int" if numel < INT32_LIMIT else "long long",
-        "STRIDED_INT32": "true" if numel < INT32_LIMIT else "false",
+        "STRIDED_INT32": cpp_bool(numel < INT32_LIMIT),
         "BANDS": "\n".join(f"using Band{k} = {b.template()};  // {b.kind}" for k, b in enumerate(bands)),
         "FLAT_STRIDES": ", ".join("{" + ", ".join(str(x) for x in band.strides) + "}" for band in bands),
         "ALIGNMENT": ", ".join(f"Band{k}::alignment<{t}, kVec>()" for k, t in enumerate(inputs)),
@@ -451,7 +452,7 @@ def _tiled_holes(group: FusedGroup, operands: list[Operand], sizes: tuple[int, .
                 f"l * kTiledStrides[{k}][kDimL])")
 
     return {
-        "TILED": "true" if tile else "false", "DIM_T": dim_t, "DIM_L": dim_l, "TILE_SIZE": TILE,
+        "TILED": cpp_bool(tile), "DIM_T": dim_t, "DIM_L": dim_l, "TILE_SIZE": TILE,
         "TILED_STRIDES": ", ".join("{" + ", ".join(map(str, st)) + "}" for st in strides),
         "OUT_STRIDES": ", ".join(map(str, out_strides)),
         "TILED_INDEX": "int" if max(numels, default=0) < INT32_LIMIT else "long long",

@@ -17,7 +17,7 @@ import re
 
 import torch
 
-from kernelwright.codegen.kernel import KernelSource, source_template
+from kernelwright.codegen.kernel import KernelSource, cpp_bool, source_template
 from kernelwright.codegen.pointwise import op_expression
 from kernelwright.codegen.reduction_entry import contiguous_entry
 from kernelwright.codegen.reduction_index import (
@@ -215,10 +215,10 @@ class _RowKernel:
             warps=spec.warps_per_row, row_threads=row_threads, rows_per_block=rows_per_block,
             cached=max(1, len(self.cached)),
             structs="\n\n".join(structs), params=", ".join(params),
-            persistent="true" if self.persistent else "false",
+            persistent=cpp_bool(self.persistent),
             block_order=self._rows_open(), rows_close=self._rows_close(),
             mapping=self._mapping(column), row_offsets="\n".join(self._row_offsets()),
-            body="\n".join(body), vec=self.vec, shifted="true" if self.anchor is not None else "false",
+            body="\n".join(body), vec=self.vec, shifted=cpp_bool(self.anchor is not None),
             **self._launcher(params, rows_per_block),
         )
         entry, kernel_spec = contiguous_entry(self.name, self.group.inputs, self.group.outputs,
@@ -620,13 +620,13 @@ class _RowKernel:
         full_row = rows_per_block * max(1, len(self.cached)) * spec.space.row_length * 4
         entry_params = params[:-4] if spec.split else params      # the split's four are the launcher's
         fields = dict(name=self.name, params=", ".join(params), entry_params=", ".join(entry_params),
-                      one_launch="true" if self.one_launch else "false",
+                      one_launch=cpp_bool(self.one_launch),
                       args=args, cluster=spec.cluster,
-                      cache="true" if self.cached else "false",
-                      split="true" if spec.split else "false",
-                      fallback_cache="true" if self.cached and full_row <= SINGLE_BLOCK_SMEM else "false",
+                      cache=cpp_bool(self.cached),
+                      split=cpp_bool(spec.split),
+                      fallback_cache=cpp_bool(self.cached and full_row <= SINGLE_BLOCK_SMEM),
                       portable=min(spec.cluster, 8), phases=2 if self.elem_outputs else 1,
-                      retry="true" if spec.cluster > 8 or self.cached else "false",
+                      retry=cpp_bool(spec.cluster > 8 or self.cached),
                       vec_pick=f"({aligned})" if self.vec == 4 else "false")
         entry = _SPLIT_ENTRY if spec.split else _ENTRY
         return {"launch": _LAUNCH.substitute(fields), "entry": entry.substitute(fields)}

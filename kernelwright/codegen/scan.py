@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 
-from kernelwright.codegen.kernel import KernelSource, source_template
+from kernelwright.codegen.kernel import KernelSource, cpp_bool, source_template
 from kernelwright.codegen.reduction_entry import contiguous_entry
 from kernelwright.codegen.reduction_index import index_type
 from kernelwright.fuse.plan import FusedGroup
@@ -24,12 +24,9 @@ def render(group: FusedGroup) -> KernelSource:
         name=name, summary=f"{kind} over [{spec.outer}, {spec.length}, {spec.inner}] ({spec.layout})",
         idx_t=index_type(spec.outer * spec.length * spec.inner + spec.threads * spec.vec),
         op="kw::ScanSum" if spec.op == "cumsum" else "kw::ScanProd",
-        outer=spec.outer, length=spec.length, inner=spec.inner, reverse=_bool(spec.reverse),
-        exclusive=_bool(spec.exclusive), threads=spec.threads, vec=spec.vec)
+        outer=spec.outer, length=spec.length, inner=spec.inner, reverse=cpp_bool(spec.reverse),
+        exclusive=cpp_bool(spec.exclusive), threads=spec.threads, vec=spec.vec)
     entry, kernel_spec = contiguous_entry(name, group.inputs, group.outputs)
     comment = format_graph(Graph(inputs=(), params=(), outputs=group.outputs))
     return KernelSource(name, cuda + entry, kernel_spec, comment)
 
-
-def _bool(value: bool) -> str:
-    return "true" if value else "false"
