@@ -145,12 +145,12 @@ def _promoted(nodes: Sequence[Node]) -> torch.dtype:
     return torch.result_type(as_arg(nodes[0]), as_arg(nodes[1]))
 
 
-def _power_of_two(node: Node) -> bool:
-    """A constant +-2^k whose reciprocal is a normal FP32 number too."""
-    if node.op != "const" or isinstance(node.attr("value"), bool):
-        return False
-    value = abs(float(node.attr("value")))
-    return math.isfinite(value) and math.frexp(value)[0] == 0.5 and 2.0**-126 <= value <= 2.0**126
+def reciprocal_literal(divisor: float | int, dtype: torch.dtype) -> str:
+    """1 / divisor as ATen's CUDA division by a scalar computes it (BinaryDivTrueKernel.cu: opmath's one
+    over the scalar converted to opmath, then a multiply): the literal that `x / divisor` multiplies by."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inverse = np.float32(1) / np.float32(divisor) if dtype == torch.float32 else 1 / np.float64(divisor)
+    return c_literal(float(inverse), dtype)
 
 
 def op_expression(node: Node, operands: Sequence[str]) -> str:
@@ -167,10 +167,10 @@ def op_expression(node: Node, operands: Sequence[str]) -> str:
             args.append(f"static_cast<{c_type(want)}>({text})")
         else:
             args.append(text)
-    if key == "div" and ct.is_floating_point and _power_of_two(node.inputs[1]):
-        # x / 2^k is x * 2^-k exactly (both the rounded value of one real number): one multiply
+    if key == "div" and ct.is_floating_point and node.inputs[1].op == "const":
+        # by a scalar: times its reciprocal, as ATen's CUDA kernel does (one multiply, and its very bits)
         template = "({0} * {1})"
-        args[1] = c_literal(1 / float(node.inputs[1].attr("value")), ct)
+        args[1] = reciprocal_literal(node.inputs[1].attr("value"), ct)
     elif node.op == "pow" and node.inputs[1].op == "const" and ct.is_floating_point \
             and float(node.inputs[1].attr("value")) in POW_BY_CONST:
         template = POW_BY_CONST[float(node.inputs[1].attr("value"))]

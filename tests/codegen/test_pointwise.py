@@ -76,6 +76,11 @@ def division_range() -> Case:
                                 float("nan"), 1.0, 3.0, 6.0, -7.0])
         grid = torch.cartesian_prod(special, special)
         left[:len(grid)], right[:len(grid)] = grid[:, 0], grid[:, 1]
+        # b = 1.11...1: where a reciprocal rounded down would make the Newton step a tie; a quotient just
+        # under FLT_MAX (its fallback may give inf, as div.full.f32 does)
+        pairs = torch.tensor([[0x3F800000, 0x3FFFFFFF], [-0x40800000, 0x3FFFFFFF], [0x7F47F244, 0x3F47F245]],
+                             dtype=torch.int32).view(torch.float32)
+        left[len(grid):len(grid) + 3], right[len(grid):len(grid) + 3] = pairs[:, 0], pairs[:, 1]
         return [left.to(device), right.to(device)], {}
     return Case("range_div", Graph((a, b), (), (make_node("div", [a, b]),)), make)
 
@@ -313,12 +318,19 @@ def test_expressions_follow_aten_semantics():
     assert op_expression(make_node("clamp", [x], min=0.0, max=None), ["a"]) == "kw::clamp_min(a, 0.0f)"
     assert op_expression(make_node("gelu", [x], approximate="tanh"), ["a"]) == "kw::gelu_tanh(a)"
     i = _x((4,), "i", 0, torch.int64)
-    # true division of ints computes in float; by a power of two it is the exact multiply
+    # by a scalar: times its reciprocal in the compute type, as ATen's CUDA kernel (true division of ints
+    # computes in float); by a tensor: kw::divide
     assert op_expression(make_node("div", [i, const_node(2)]), ["a", None]) == \
         "(static_cast<float>(a) * 0.5f)"
     assert op_expression(make_node("div", [i, const_node(3)]), ["a", None]) == \
-        "kw::divide(static_cast<float>(a), 3.0f)"
+        "(static_cast<float>(a) * 0.33333334f)"
     assert op_expression(make_node("div", [x, const_node(-0.25)]), ["a", None]) == "(a * (-4.0f))"
+    assert op_expression(make_node("div", [x, const_node(0.0)]), ["a", None]) == \
+        "(a * __int_as_float(0x7f800000))"
+    d = _x((4,), "d", 0, torch.float64)
+    assert op_expression(make_node("div", [d, const_node(3.0)]), ["a", None]) == "(a * 0.3333333333333333)"
+    assert op_expression(make_node("div", [x, x]), ["a", "b"]) == "kw::divide(a, b)"
+    assert op_expression(make_node("div", [const_node(3.0), x]), [None, "b"]) == "kw::divide(3.0f, b)"
     assert op_expression(make_node("remainder", [i, const_node(3)]), ["a", None]) == "kw::iremainder(a, 3LL)"
     assert op_expression(make_node("cast", [x], dtype=torch.bool), ["a"]) == "(a != 0)"
     # Comparisons compute in the promoted type: int tensor vs float scalar compares as float.

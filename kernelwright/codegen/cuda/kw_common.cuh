@@ -308,7 +308,8 @@ __device__ __forceinline__ T clamp(T x, T lo, T hi) { return clamp_max(clamp_min
 // a / b. For float: IEEE division's own fast path (a reciprocal, a Newton step, a correction: correctly
 // rounded) wherever that path is exact (operands and quotient normal, well inside the exponent range), else
 // what div.full.f32 computes (operands scaled by a power of 2 into the reciprocal's range, times the
-// reciprocal: within 2 ulp, inf, NaN and zeros as IEEE), picked by a select, one reciprocal for both. The
+// reciprocal: within 2 ulp, inf, NaN and zeros as IEEE, but for a quotient within an ulp or two of FLT_MAX,
+// which may come out inf, as div.full's does), picked by a select, one reciprocal for both. The
 // `/` operator branches to a slow-path call instead, and that branch made each element of an unrolled
 // epilogue a basic block of its own: nvcc could not interleave their latency chains (a conv epilogue, a warp
 // a scheduler, then ran at its instructions' latency, not their issue rate). Other types: `/`.
@@ -380,11 +381,12 @@ __device__ __forceinline__ T elu(T x, T alpha, T scale, T input_scale) {
 template <typename T>
 __device__ __forceinline__ T leaky_relu(T x, T slope) { return x > T(0) ? x : x * slope; }
 
+// As ATen's CUDA kernels: times one sixth, computed as 1.0f / 6.0f even for double (a float constant there).
 template <typename T>
-__device__ __forceinline__ T hardsigmoid(T x) { return divide(clamp(x + T(3), T(0), T(6)), T(6)); }
+__device__ __forceinline__ T hardsigmoid(T x) { return clamp(x + T(3), T(0), T(6)) * T(1.0f / 6.0f); }
 
 template <typename T>
-__device__ __forceinline__ T hardswish(T x) { return divide(x * clamp(x + T(3), T(0), T(6)), T(6)); }
+__device__ __forceinline__ T hardswish(T x) { return x * clamp(x + T(3), T(0), T(6)) * T(1.0f / 6.0f); }
 
 // As ATen's sign: both comparisons are false for NaN, so sign(NaN) is 0.
 template <typename T>
