@@ -56,16 +56,11 @@ DISAGREE_FRACTION = 0.3  # ... and above this fraction of the wall time it is wo
 MIN_ROUNDS, MAX_ROUNDS, ROUND_SHARE = 5, 15, 10
 ROUND_AGREEMENT = 0.015
 LATER_WARM_S, ROUND_WALL_S = 0.02, 0.05
-# Where the allocator puts a model's intermediates can set its speed for as long as they stay there. With
-# PYTHONHASHSEED fixed, level2/28's A/A repeated exactly: 1.077 and 1.082 on one H200, 0.940 twice on the
-# next (each side's process holds one speed, about 0.81 or 0.87 ms, through all its rounds, round spread
-# 0.0001-0.0004). In one process the same model, its inputs re-cloned or its weights copied, switched between
-# the two speeds once earlier blocks had been reallocated (bench/results/2026-11-28-h200-aa-divide).
-# `$KERNELWRIGHT_TIMING_PLACEMENT=on` (an experiment, off until the A/A shows it helps): before each series,
-# empty the allocator's cache and hold a block of random size, so that each round maps its intermediates
-# anew and a side's rounds sample placements instead of inheriting one.
-PLACEMENT_ENV = "KERNELWRIGHT_TIMING_PLACEMENT"
-PLACEMENT_STEP, PLACEMENT_MAX = 2 * 2**20, 512 * 2**20
+# Left as machine noise: a memory-bound model's time can depend on where its buffers sit in GPU memory.
+# level2/28's A/A held 0.81 or 0.87 ms per worker process, every round (1.08x / 0.94x, repeating per GPU
+# with PYTHONHASHSEED fixed), while fresh processes all timed 0.809; emptying the allocator's cache and
+# offsetting each series by a random block moved some processes between the speeds but not all
+# (bench/results/2026-11-28-h200-aa-divide, -aa-placement).
 CPU_ENV = "KERNELWRIGHT_TIMING_CPU"
 CPU_WINDOW_S = 0.1  # how long CpuWatch's first pick watches the CPUs (/proc/stat counts in 10 ms ticks)
 
@@ -299,29 +294,8 @@ def _measure_cpu(fn, min_runs: int, min_time_s: float) -> dict:
     return {**stats, "wall_median_ms": stats["median_ms"], "disagrees": False}
 
 
-def placement_bytes(free_bytes: int, rng: random.Random) -> int:
-    """The size of a series' placement block: a random multiple of PLACEMENT_STEP up to PLACEMENT_MAX and a
-    twentieth of the free memory (0 when not even one step fits)."""
-    steps = min(PLACEMENT_MAX, free_bytes // 20) // PLACEMENT_STEP
-    return rng.randint(1, steps) * PLACEMENT_STEP if steps >= 1 else 0
-
-
-def new_placement() -> torch.Tensor | None:
-    """With `$KERNELWRIGHT_TIMING_PLACEMENT=on`: the allocator's cached blocks released, then a block of
-    `placement_bytes`, to be held through one series (PLACEMENT_ENV's comment says why). Else None."""
-    if os.environ.get(PLACEMENT_ENV, "off").strip().lower() != "on":
-        return None
-    torch.cuda.empty_cache()
-    size = placement_bytes(torch.cuda.mem_get_info()[0], random.Random())
-    try:
-        return torch.empty(size, dtype=torch.uint8, device="cuda") if size else None
-    except torch.OutOfMemoryError:
-        return None
-
-
 def _measure_cuda_alone(fn, min_runs: int, min_time_s: float, warm_s: float = WARM_S,
                         wall_s: float = WALL_TIME_S) -> dict:
-    placement = new_placement()   # noqa: F841 (held until the series ends)
     flush = l2_flush_buffer("cuda")
     stream = _current_stream()
     # Warm-up for at least 3 runs and `warm_s`, back to back as the timed series runs them; its duration

@@ -25,7 +25,7 @@ from kernelwright.judge.inputs import apply_distribution, plan_trials
 from kernelwright.judge.outputs import aliases, bitwise_equal, not_plain
 from kernelwright.judge.perturb import perturbed_state_dict, state_dict_mismatch
 from kernelwright.judge.static import static_report
-from kernelwright.judge.timing import PLACEMENT_MAX, PLACEMENT_STEP, measure, placement_bytes, summarize
+from kernelwright.judge.timing import measure, summarize
 from kernelwright.judge.tolerance import effective_atol, tolerance_for
 
 # ------------------------------------------------------------------------------------------------ extraction
@@ -310,17 +310,6 @@ def test_measure_cpu_respects_min_runs_and_time():
     stats = measure(lambda: time.sleep(0.001), "cpu", min_runs=5, min_time_s=0.02)
     assert stats["n"] >= 5 and stats["median_ms"] >= 1.0 and not stats["disagrees"]
     assert summarize([1.0, 2.0, 3.0, 4.0, 100.0])["median_ms"] == 3.0
-
-
-def test_placement_blocks_are_whole_steps_within_the_free_memory():
-    import random
-    rng = random.Random(0)
-    sizes = {placement_bytes(64 * 2**30, rng) for _ in range(2000)}
-    assert min(sizes) == PLACEMENT_STEP and max(sizes) == PLACEMENT_MAX and len(sizes) > 200
-    assert all(size % PLACEMENT_STEP == 0 for size in sizes)
-    assert {placement_bytes(20 * 3 * PLACEMENT_STEP, rng) for _ in range(200)} == \
-        {PLACEMENT_STEP, 2 * PLACEMENT_STEP, 3 * PLACEMENT_STEP}
-    assert placement_bytes(20 * PLACEMENT_STEP - 1, rng) == 0     # not one step in a twentieth: no block
 
 
 def test_trim_build_log_keeps_first_errors_with_context():
