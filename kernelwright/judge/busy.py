@@ -36,6 +36,7 @@ _profile = profile
 BUSY_CALLS = 5          # profiled forwards at most ...
 BUSY_SECONDS = 0.1      # ... and about this long in all: a forward of 100 ms is profiled once
 BUSY_ACTIVITIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})   # Kineto's names of device work
+TOP_KERNELS, TOP_NAME_CHARS = 6, 100   # the per-kernel breakdown: its rows, and the characters of a name
 
 
 def merged_length(intervals: Iterable[tuple[float, float]]) -> float:
@@ -66,11 +67,27 @@ def device_intervals(events: Iterable) -> list[tuple[float, float]]:
     return spans
 
 
+def top_device_work(events: Iterable, calls: int, count: int = TOP_KERNELS) -> list[list]:
+    """[name, microseconds per call] of the `count` device operations (by name) that took longest, longest
+    first: where a forward's device time goes, and which kernel moved when two timings of one model differ."""
+    totals: dict[str, float] = {}
+    for event in events:
+        if event.device_type != DeviceType.CUDA:
+            continue
+        kind = getattr(event, "activity_type", None)
+        if kind and kind not in BUSY_ACTIVITIES:
+            continue
+        name = event.name[:TOP_NAME_CHARS]
+        totals[name] = totals.get(name, 0.0) + event.time_range.end - event.time_range.start
+    ranked = sorted(totals.items(), key=lambda item: -item[1])[:count]
+    return [[name, round(total / calls, 2)] for name, total in ranked]
+
+
 def busy_share(fn: Callable[[], object], max_calls: int = BUSY_CALLS) -> dict:
-    """{"gpu_busy_share", "busy_ms", "wall_ms", "kernels", "calls"}: the share over a few calls of `fn` (one
-    unprofiled call first sizes the run) and, per call, the device's busy time, the wall time and the number
-    of device operations. Raises what the profiler raises; a run that records no device work is a
-    RuntimeError."""
+    """{"gpu_busy_share", "busy_ms", "wall_ms", "kernels", "calls", "top"}: the share over a few calls of `fn`
+    (one unprofiled call first sizes the run) and, per call, the device's busy time, the wall time, the number
+    of device operations and the longest of them (`top_device_work`). Raises what the profiler raises; a run
+    that records no device work is a RuntimeError."""
     _synchronize()
     start = perf_counter()
     fn()
@@ -86,7 +103,8 @@ def busy_share(fn: Callable[[], object], max_calls: int = BUSY_CALLS) -> dict:
     # Kineto runs the CUPTI teardown from a callback on the process's next CUDA call: make one now. A test
     # process whose last CUDA work was this profiled pass hung at exit for minutes (H100, 2026-11-26).
     _synchronize()
-    intervals = device_intervals(prof.events())
+    events = prof.events()
+    intervals = device_intervals(events)
     if not intervals:
         raise RuntimeError("the profiler recorded no GPU work")
     busy_us = merged_length(intervals)
@@ -96,6 +114,7 @@ def busy_share(fn: Callable[[], object], max_calls: int = BUSY_CALLS) -> dict:
         "wall_ms": round(wall_us / calls / 1e3, 5),
         "kernels": round(len(intervals) / calls, 1),
         "calls": calls,
+        "top": top_device_work(events, calls),
     }
 
 

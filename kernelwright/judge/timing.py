@@ -35,6 +35,8 @@ from kernelwright.gpulock import gpu_timing
 _synchronize = torch.cuda.synchronize
 _Event = torch.cuda.Event
 _current_stream = torch.cuda.current_stream
+_empty_cache = torch.cuda.empty_cache
+_memory_reserved, _memory_allocated = torch.cuda.memory_reserved, torch.cuda.memory_allocated
 _getaffinity = getattr(os, "sched_getaffinity", None)
 _setaffinity = getattr(os, "sched_setaffinity", None)
 
@@ -56,11 +58,16 @@ DISAGREE_FRACTION = 0.3  # ... and above this fraction of the wall time it is wo
 MIN_ROUNDS, MAX_ROUNDS, ROUND_SHARE = 5, 15, 10
 ROUND_AGREEMENT = 0.015
 LATER_WARM_S, ROUND_WALL_S = 0.02, 0.05
-# Left as machine noise: a memory-bound model's time can depend on where its buffers sit in GPU memory.
-# level2/28's A/A held 0.81 or 0.87 ms per worker process, every round (1.08x / 0.94x, repeating per GPU
-# with PYTHONHASHSEED fixed), while fresh processes all timed 0.809; emptying the allocator's cache and
-# offsetting each series by a random block moved some processes between the speeds but not all
-# (bench/results/2026-11-28-h200-aa-divide, -aa-placement).
+# Placement (`placed`): where a model's intermediates sit in GPU memory can set its speed. level2/28's cuDNN
+# dgrad ran 426 or 493 us (H200) as its workspace moved by 512-byte steps, flipping with each doubling of the
+# offset (bench/results/2026-11-28-h200-aa-placement); a worker process kept the blocks its first forward
+# got, so an A/A held 1.08x or 0.94x through every round. Each round therefore draws a slot, and both sides'
+# series of that round carve their intermediates from one fresh segment after a pad of PLACEMENT_BASE +
+# slot * PLACEMENT_UNIT bytes (offsets over 2 MiB, in the allocator's 512-byte blocks; the base is 2 MiB
+# because a request of 1 MiB or less goes to the small-block pool): the same slot for both sides of a round,
+# another in the next. Not moved: an intermediate that fits a free block beside a live tensor (the allocator
+# takes the best fit).
+PLACEMENT_UNIT, PLACEMENT_SLOTS, PLACEMENT_BASE = 512, 4096, 2 * 2**20
 CPU_ENV = "KERNELWRIGHT_TIMING_CPU"
 CPU_WINDOW_S = 0.1  # how long CpuWatch's first pick watches the CPUs (/proc/stat counts in 10 ms ticks)
 
@@ -76,29 +83,31 @@ def l2_flush_buffer(device: str) -> torch.Tensor | None:
 
 def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time_s: float = 1.0,
             locked: bool = False, cpu: int | None = None, warm_s: float = WARM_S,
-            wall_s: float = WALL_TIME_S) -> dict:
+            wall_s: float = WALL_TIME_S, placement: int | None = None) -> dict:
     """{"median_ms", "iqr_ms", "n", "wall_median_ms", "disagrees", "seconds", "cpu"} for `fn` on `device`
     (seconds: the whole measurement's, warm-up included; cpu: the CPU the series ran on, None unpinned).
     `locked`: the caller (the judge, timing candidate and eager in turn) already holds the timing lock.
     `cpu`: the CPU to run on (the judge picks one per round for both sides); None: where the scheduler
     puts it.
     `warm_s`, `wall_s`: the least time of the warm-up and of the wall-clock cross-check (the judge's later
-    rounds of an already warm process take less)."""
+    rounds of an already warm process take less).
+    `placement`: a slot in [0, PLACEMENT_SLOTS) where the series' intermediates go (`placed`); None: where
+    the allocator puts them."""
     started = perf_counter()
     if device == "cuda":
         with contextlib.ExitStack() as stack:
             if not locked:  # no other process's GPU work overlaps the series (kernelwright/gpulock.py)
                 stack.enter_context(gpu_timing())
             cpu = pinned_cpu(stack, cpu)
-            stats = _measure_cuda_alone(fn, min_runs, min_time_s, warm_s, wall_s)
+            stats = _measure_cuda_alone(fn, min_runs, min_time_s, warm_s, wall_s, placement)
     else:
         stats = _measure_cpu(fn, min_runs, min_time_s)
     return {**stats, "seconds": perf_counter() - started, "cpu": cpu if device == "cuda" else None}
 
 
 def round_settings(command: dict) -> dict:
-    """The `measure` settings a judge's timing request carries (`cpu`, `warm_s`, `wall_s`)."""
-    return {key: command[key] for key in ("cpu", "warm_s", "wall_s") if key in command}
+    """The `measure` settings a judge's timing request carries (`cpu`, `warm_s`, `wall_s`, `placement`)."""
+    return {key: command[key] for key in ("cpu", "warm_s", "wall_s", "placement") if key in command}
 
 
 class CpuWatch:
@@ -175,15 +184,17 @@ def per_round(min_runs: int, min_time_s: float) -> dict:
 def alternating_rounds(time_side: Callable[[str, dict], dict], sides: Sequence[str], settings: dict,
                        settle: bool = True, pin: bool = True) -> dict[str, list[dict]]:
     """Each side's `measure` stats per round: `time_side(side, settings)` for every side in a round, back to
-    back on one CPU (`CpuWatch`, with `pin`: on CUDA), in turns of who goes first (an order effect
-    cancels), the warm-up shortened once every side has run; until the rounds settle or MAX_ROUNDS
-    (MIN_ROUNDS without `settle`). The caller holds the timing lock around all of it."""
+    back on one CPU (`CpuWatch`, with `pin`: on CUDA) and one memory placement (a random slot, `placed`), in
+    turns of who goes first (an order effect cancels), the warm-up shortened once every side has run; until
+    the rounds settle or MAX_ROUNDS (MIN_ROUNDS without `settle`). The caller holds the timing lock around
+    all of it."""
     rounds: dict[str, list[dict]] = {side: [] for side in sides}
     most = MAX_ROUNDS if settle else MIN_ROUNDS
     cpus = CpuWatch()
     while len(rounds[sides[0]]) < most and not settled(rounds, sides):
         done = len(rounds[sides[0]])
-        now = {**settings, "cpu": cpus.pick() if pin else None}
+        now = {**settings, "cpu": cpus.pick() if pin else None,
+               "placement": random.randrange(PLACEMENT_SLOTS)}
         if done:   # every side's process is warm after its first round
             now["warm_s"] = LATER_WARM_S
         for side in sides if done % 2 == 0 else sides[::-1]:
@@ -294,9 +305,35 @@ def _measure_cpu(fn, min_runs: int, min_time_s: float) -> dict:
     return {**stats, "wall_median_ms": stats["median_ms"], "disagrees": False}
 
 
+def placed(fn: Callable[[], object], slot: int) -> torch.Tensor | None:
+    """Readies the allocator so that the next calls of `fn` carve their intermediates from one fresh segment,
+    after a pad of PLACEMENT_BASE + `slot` * PLACEMENT_UNIT bytes (the comment at PLACEMENT_UNIT says why):
+    one call sizes them (what it leaves cached), the cache is emptied, a segment of that size plus the
+    largest pad is allocated and released to the cache, and the pad is taken from its start. Returns the
+    pad, to be held through the series (None: no room for the segment; the allocator places them as it
+    will)."""
+    _synchronize()
+    _empty_cache()
+    fn()
+    _synchronize()
+    transient = _memory_reserved() - _memory_allocated()
+    _empty_cache()
+    try:
+        span = transient + PLACEMENT_BASE + PLACEMENT_SLOTS * PLACEMENT_UNIT
+        segment = torch.empty(span, dtype=torch.uint8, device="cuda")
+        del segment
+        return torch.empty(PLACEMENT_BASE + slot * PLACEMENT_UNIT, dtype=torch.uint8, device="cuda")
+    except torch.OutOfMemoryError:
+        return None
+
+
 def _measure_cuda_alone(fn, min_runs: int, min_time_s: float, warm_s: float = WARM_S,
-                        wall_s: float = WALL_TIME_S) -> dict:
+                        wall_s: float = WALL_TIME_S, placement: int | None = None) -> dict:
+    if placement is not None:
+        _synchronize()
+        _empty_cache()   # the flush buffer below gets a segment of its own, not a piece of `placed`'s
     flush = l2_flush_buffer("cuda")
+    pad = placed(fn, placement) if placement is not None else None   # noqa: F841 (held through the series)
     stream = _current_stream()
     # Warm-up for at least 3 runs and `warm_s`, back to back as the timed series runs them; its duration
     # sizes the series. At most WARM_IN_FLIGHT runs are queued: unbounded, the loop queued runs until the

@@ -17,6 +17,7 @@ from kernelwright.judge.busy import (
     device_intervals,
     launch_bound_section,
     merged_length,
+    top_device_work,
 )
 from kernelwright.judge.report import busy_text, print_verdict
 
@@ -35,8 +36,8 @@ def test_merged_length_is_the_length_of_the_union(intervals, length):
     assert merged_length(intervals) == pytest.approx(length)
 
 
-def _event(device_type, activity_type, start, end):
-    return SimpleNamespace(device_type=device_type, activity_type=activity_type,
+def _event(device_type, activity_type, start, end, name="op"):
+    return SimpleNamespace(device_type=device_type, activity_type=activity_type, name=name,
                            time_range=SimpleNamespace(start=start, end=end))
 
 
@@ -51,6 +52,19 @@ def test_device_intervals_are_kernels_memcpys_and_memsets_on_the_device():
         _event(DeviceType.CUDA, None, 10.0, 11.0),                      # no activity type: device work
     ]
     assert device_intervals(events) == [(3.0, 5.0), (6.0, 7.0), (8.0, 9.0), (10.0, 11.0)]
+
+
+def test_top_device_work_sums_each_name_per_call_longest_first():
+    events = [
+        _event(DeviceType.CUDA, "kernel", 0.0, 4.0, "gemm"),
+        _event(DeviceType.CUDA, "kernel", 5.0, 6.0, "relu"),
+        _event(DeviceType.CUDA, "kernel", 10.0, 14.0, "gemm"),
+        _event(DeviceType.CUDA, "gpu_memset", 15.0, 18.0, "Memset (Device)"),
+        _event(DeviceType.CUDA, "gpu_user_annotation", 0.0, 50.0, "forward"),
+        _event(DeviceType.CPU, "cpu_op", 0.0, 50.0, "aten::mm"),
+    ]
+    assert top_device_work(events, calls=2) == [["gemm", 4.0], ["Memset (Device)", 1.5], ["relu", 0.5]]
+    assert top_device_work(events, calls=2, count=1) == [["gemm", 4.0]]
 
 
 def test_busy_share_fails_soft():

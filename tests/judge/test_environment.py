@@ -161,10 +161,11 @@ def test_rounds_alternate_who_goes_first_on_one_cpu(monkeypatch):
 
     watches = []
     monkeypatch.setattr(timing.CpuWatch, "pick", lambda self: watches.append(self) or 7)
-    calls = []
+    calls, slots = [], []
 
     def time_side(side: str, settings: dict) -> dict:
         calls.append((side, settings["cpu"], settings.get("warm_s")))
+        slots.append(settings["placement"])
         return _round(1.0 if side == "eager" else 2.0 + 0.1 * len(calls))  # ratios that never settle
 
     rounds = timing.alternating_rounds(time_side, ("eager", "compile"), {"min_runs": 10}, settle=True)
@@ -175,6 +176,9 @@ def test_rounds_alternate_who_goes_first_on_one_cpu(monkeypatch):
     assert len(watches) == timing.MAX_ROUNDS and len(set(map(id, watches))) == 1   # one watch for the run
     assert calls[0][2] is None and calls[1][2] is None   # the first round warms up in full
     assert {warm for _, _, warm in calls[2:]} == {timing.LATER_WARM_S}
+    # both sides of a round share one memory placement; the rounds draw theirs anew
+    assert slots[0::2] == slots[1::2] and len(set(slots)) > timing.MAX_ROUNDS // 2
+    assert all(0 <= slot < timing.PLACEMENT_SLOTS for slot in slots)
     # steady ratios settle after MIN_ROUNDS; without `settle`, never more than MIN_ROUNDS
     steady = timing.alternating_rounds(lambda side, settings: _round(1.0), ("eager", "compile"), {})
     assert len(steady["eager"]) == timing.MIN_ROUNDS

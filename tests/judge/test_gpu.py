@@ -18,7 +18,7 @@ from test_corpus_cpu import EXPECTED
 
 from kernelwright.judge import Judge, JudgeOptions, evaluate, evaluate_reference
 from kernelwright.judge.busy import busy_share
-from kernelwright.judge.timing import measure
+from kernelwright.judge.timing import PLACEMENT_BASE, PLACEMENT_SLOTS, PLACEMENT_UNIT, measure, placed
 from kernelwright.problem_files import resolve_problem_path
 
 pytestmark = pytest.mark.gpu
@@ -170,6 +170,25 @@ def test_measure_flags_work_hidden_on_a_side_stream():
     assert visible_stats["median_ms"] > 0.2 and visible_stats["n"] >= 20
 
 
+def test_placed_carves_the_intermediates_after_the_pad():
+    """`placed`: the calls after it take their intermediates from one fresh segment, right after a pad of
+    the slot's size (the allocator's blocks are 512-byte multiples, so the offset is exact). 64 MiB tensors:
+    each has a segment of its own, with no free block beside it that could take the intermediate instead
+    (a 4 MiB one went to the free 16 MiB of x's 20 MiB segment)."""
+    x = torch.randn(4096, 4096, device="cuda")
+    seen = []
+
+    def step():
+        y = x * 2                      # a 64 MiB intermediate, freed after each call
+        seen.append(y.data_ptr())
+
+    for slot in (0, 1, 5, PLACEMENT_SLOTS - 1):
+        pad = placed(step, slot)
+        step()
+        assert seen[-1] - pad.data_ptr() == PLACEMENT_BASE + slot * PLACEMENT_UNIT, slot
+        del pad
+
+
 def test_the_warm_up_queues_few_runs():
     """A slow kernel's measure takes about its runs' time: warm-up 0.1 s, series 0.1 s, wall check 30 runs.
     Unbounded, the warm-up queued hundreds of runs (1.3 s of GPU work for a GEMM of 2.7 ms on an H100)."""
@@ -227,6 +246,8 @@ def test_busy_share_tells_launch_bound_from_gpu_bound():
     launch_bound, gpu_bound = busy_share(tiny_launches), busy_share(lambda: a @ a)
     print("200 one-element adds:", launch_bound, "8192^3 matmul:", gpu_bound)
     assert launch_bound["kernels"] == 200 and gpu_bound["kernels"] >= 1
+    assert len(launch_bound["top"]) == 1 and launch_bound["top"][0][1] > 0    # one kernel, 200 times a call
+    assert gpu_bound["top"][0][1] >= 0.9 * 1e3 * gpu_bound["busy_ms"] / len(gpu_bound["top"])
     assert launch_bound["gpu_busy_share"] < 0.75 and 0.9 < gpu_bound["gpu_busy_share"] <= 1
 
 
