@@ -13,7 +13,8 @@ Two locks, always taken in this order (GPU lock first), so that they cannot dead
 - **The machine lock** (one per user and host, two classes that exclude each other). A launch-bound model
   timed while nvcc builds load every core runs slower (an unchanged ResNet18 was credited 1.32x that
   way), on any GPU of the host. `gpu_timing()` also enters the *timing* class; `cpu_work()` (builds,
-  capture, torch.compile's compilation, making inputs) enters the *work* class. Any number of holders of one
+  capture, torch.compile's compilation, making inputs, and torch's import where judge workers, bench tasks
+  and `optimize` start) enters the *work* class. Any number of holders of one
   class run together (timings on different GPUs overlap, builds overlap), never a holder of each. On by
   default (path `$KERNELWRIGHT_MACHINE_LOCK`, default in the temp folder; `off` disables it).
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelwright.errors import UsageError
-from kernelwright.problem import BUNDLED_DIR
+from kernelwright.problem_files import BUNDLED_DIR
 
 CATEGORIES_FILE_NAME = "categories.json"
 

@@ -43,7 +43,10 @@ def run_task(task: BenchTask, options: JudgeOptions, judge_factory: JudgeFactory
     """The rows of one task, each passed to `emit` as soon as it exists. `judge_factory` defaults to
     the judge's `Judge` (tests inject fakes)."""
     if judge_factory is None:
-        from kernelwright.judge import Judge as judge_factory
+        from kernelwright.gpulock import cpu_work
+
+        with cpu_work():   # the judge's import brings torch's: seconds of CPU work, never beside a timing
+            from kernelwright.judge import Judge as judge_factory
     compile_baseline = options.compile_baseline and task.compile_baseline
     options = dataclasses.replace(options, compile_baseline=compile_baseline)
     rows: list[dict] = []

@@ -75,10 +75,13 @@ def run(args) -> int:
                               conv_kernels=args.conv_kernels)
     if not (args.fresh or args.explain) and _served_from_cache(args, options, started):
         return 0
-    from kernelwright.compiler import optimize
-    from kernelwright.problem import load_problem
+    from kernelwright.gpulock import cpu_work
 
-    problem = load_problem(args.problem)
+    with cpu_work():   # torch's import and the problem's load: CPU work, never beside a timing on this host
+        from kernelwright.compiler import optimize
+        from kernelwright.problem import load_problem
+
+        problem = load_problem(args.problem)
     output = _output_path(args, Path(problem.path))
     console = Console(stderr=True, highlight=False)
     console.print(f"[bold]optimize[/] {escape(problem.id)}")

@@ -37,11 +37,14 @@ def main(argv: list[str]) -> int:
     role, reply_fd = argv[1], int(argv[2])
     replies = os.fdopen(reply_fd, "w", buffering=1)
     use_bytecode_cache()  # before the handler imports torch (workers started outside the CLI too)
-    if role == "reference":
-        from kernelwright.judge.reference_worker import ReferenceWorker as Handler
-    else:
-        from kernelwright.judge.candidate_worker import CandidateWorker as Handler
-    handler = Handler()
+    # Importing torch takes seconds of a core: CPU work, kept out of any timing on this machine (a bench's
+    # tasks start workers all the time, and a launch-bound model timed beside an import runs slower).
+    with cpu_work():
+        if role == "reference":
+            from kernelwright.judge.reference_worker import ReferenceWorker as Handler
+        else:
+            from kernelwright.judge.candidate_worker import CandidateWorker as Handler
+        handler = Handler()
     while True:
         line = sys.stdin.readline()
         if not line:

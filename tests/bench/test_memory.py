@@ -376,3 +376,14 @@ def test_static_estimate_counts_the_largest_op_results_and_no_views(tmp_path):
     data_dependent.write_text(chain.read_text().replace("a = (x * 2).reshape(-1)",
                                                         "a = (x * float(x.sum().item())).reshape(-1)"))
     assert static_reference_bytes(str(data_dependent)) == STATIC_FACTOR * (4 * mib + 4 * mib)
+
+
+def test_a_task_process_imports_torch_under_the_machine_lock_only():
+    """`python -m kernelwright.bench.tasks` starts without torch: the judge's import, which brings torch's,
+    happens in `run_task` under the machine lock's CPU-work class (never beside a timing on this host)."""
+    import subprocess
+    import sys
+
+    probe = "import sys, kernelwright.bench.tasks\nassert 'torch' not in sys.modules\nprint('light')"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "light", out.stderr

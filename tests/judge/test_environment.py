@@ -339,3 +339,42 @@ def test_a_compile_mode_that_fails_while_timed_is_dropped_not_the_timing():
     assert set(reply["rounds"]) == {"eager", "compile"}
     assert reply["errors"] == {"compile_reduce_overhead": "RuntimeError: CUDA graph replay failed"}
     assert worker.compiled == {}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process so far (Linux /proc/PID/stat, in clock ticks)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_judge_worker_imports_torch_only_while_no_timing_runs(tmp_path: Path, monkeypatch):
+    """A worker's start (torch's import: seconds of a core) is CPU work under the machine lock: while
+    another process times, the worker waits instead of slowing that timing down."""
+    import subprocess
+    import sys
+    import time
+
+    from kernelwright import gpulock
+    from kernelwright.judge.process import WorkerProcess
+
+    lock = tmp_path / "machine.lock"
+    monkeypatch.setenv(gpulock.MACHINE_ENV, str(lock))
+    monkeypatch.setenv(gpulock.ENV, "off")
+    timer = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom kernelwright.gpulock import gpu_timing\n"
+         "with gpu_timing():\n    print('held', flush=True)\n    time.sleep(float(sys.argv[1]))", "4"],
+        stdout=subprocess.PIPE, text=True)
+    assert timer.stdout.readline().strip() == "held"
+    worker = WorkerProcess("reference", tmp_path)
+    try:
+        time.sleep(3.0)
+        waiting_cpu = _cpu_seconds(worker.proc.pid)   # interpreter start and the lock, no torch
+        assert timer.wait(timeout=30) == 0
+        reply = worker.request({"op": "no_such_op"}, timeout=300)
+        assert reply["ok"] is False
+        assert waiting_cpu < 0.5 < _cpu_seconds(worker.proc.pid), waiting_cpu
+    finally:
+        worker.kill()
