@@ -53,30 +53,30 @@ def merged_length(intervals: Iterable[tuple[float, float]]) -> float:
     return total
 
 
-def device_intervals(events: Iterable) -> list[tuple[float, float]]:
-    """(start, end) in microseconds of each profiler event that is device work (kernel, memcpy, memset); an
-    event without an activity type (older torch) counts when it ran on the device."""
-    spans = []
+def device_work(events: Iterable) -> list:
+    """The profiler events that are device work (kernel, memcpy, memset); an event without an activity type
+    (older torch) counts when it ran on the device."""
+    work = []
     for event in events:
         if event.device_type != DeviceType.CUDA:
             continue
         kind = getattr(event, "activity_type", None)
-        if kind and kind not in BUSY_ACTIVITIES:
-            continue
-        spans.append((event.time_range.start, event.time_range.end))
-    return spans
+        if not kind or kind in BUSY_ACTIVITIES:
+            work.append(event)
+    return work
+
+
+def device_intervals(events: Iterable) -> list[tuple[float, float]]:
+    """(start, end) in microseconds of each event of `device_work`."""
+    return [(event.time_range.start, event.time_range.end) for event in device_work(events)]
 
 
 def top_device_work(events: Iterable, calls: int, count: int = TOP_KERNELS) -> list[list]:
-    """[name, microseconds per call] of the `count` device operations (by name) that took longest, longest
-    first: where a forward's device time goes, and which kernel moved when two timings of one model differ."""
+    """[name, microseconds per call] of the `count` operations of `device_work` (by name) that took longest,
+    longest first: where a forward's device time goes, and which kernel moved when two timings of one model
+    differ."""
     totals: dict[str, float] = {}
-    for event in events:
-        if event.device_type != DeviceType.CUDA:
-            continue
-        kind = getattr(event, "activity_type", None)
-        if kind and kind not in BUSY_ACTIVITIES:
-            continue
+    for event in device_work(events):
         name = event.name[:TOP_NAME_CHARS]
         totals[name] = totals.get(name, 0.0) + event.time_range.end - event.time_range.start
     ranked = sorted(totals.items(), key=lambda item: -item[1])[:count]
