@@ -76,11 +76,10 @@ def top_device_work(events: Iterable, calls: int, count: int = TOP_KERNELS) -> l
     longest first: where a forward's device time goes, and which kernel moved when two timings of one model
     differ."""
     totals: dict[str, float] = {}
-    for event in device_work(events):
-        name = event.name[:TOP_NAME_CHARS]
-        totals[name] = totals.get(name, 0.0) + event.time_range.end - event.time_range.start
+    for event in device_work(events):   # by the whole name: ATen's kernels share long prefixes
+        totals[event.name] = totals.get(event.name, 0.0) + event.time_range.end - event.time_range.start
     ranked = sorted(totals.items(), key=lambda item: -item[1])[:count]
-    return [[name, round(total / calls, 2)] for name, total in ranked]
+    return [[name[:TOP_NAME_CHARS], round(total / calls, 2)] for name, total in ranked]
 
 
 def busy_share(fn: Callable[[], object], max_calls: int = BUSY_CALLS) -> dict:

@@ -37,7 +37,7 @@ _synchronize = torch.cuda.synchronize
 _Event = torch.cuda.Event
 _current_stream = torch.cuda.current_stream
 _empty_cache = torch.cuda.empty_cache
-_memory_reserved, _memory_allocated = torch.cuda.memory_reserved, torch.cuda.memory_allocated
+_memory_stats = torch.cuda.memory_stats
 _gc_collect, _gc_disable, _gc_enable, _gc_isenabled = gc.collect, gc.disable, gc.enable, gc.isenabled
 _getaffinity = getattr(os, "sched_getaffinity", None)
 _setaffinity = getattr(os, "sched_setaffinity", None)
@@ -70,6 +70,7 @@ LATER_WARM_S, ROUND_WALL_S = 0.02, 0.05
 # another in the next. Not moved: an intermediate that fits a free block beside a live tensor (the allocator
 # takes the best fit).
 PLACEMENT_UNIT, PLACEMENT_SLOTS, PLACEMENT_BASE = 512, 4096, 2 * 2**20
+PLACEMENT_TRIES = 32   # pads asked for before one lands at the fresh segment's start (see `placed`)
 CPU_ENV = "KERNELWRIGHT_TIMING_CPU"
 CPU_WINDOW_S = 0.1  # how long CpuWatch's first pick watches the CPUs (/proc/stat counts in 10 ms ticks)
 
@@ -272,7 +273,7 @@ def ratio_spread(ratios: list[float]) -> float:
 def public(stats: dict) -> dict:
     """The timing fields a verdict carries: median, IQR, runs, and the rounds, their spread and medians."""
     return {k: stats[k] for k in ("median_ms", "iqr_ms", "n", "wall_median_ms", "rounds", "round_spread",
-                                  "round_medians_ms", "round_cpus") if k in stats}
+                                  "round_medians_ms", "round_cpus", "rounds_placed") if k in stats}
 
 
 def combine_rounds(rounds: list[dict]) -> dict:
@@ -290,6 +291,7 @@ def combine_rounds(rounds: list[dict]) -> dict:
         "round_spread": (max(medians) - min(medians)) / middle if middle > 0 else 0.0,
         "round_medians_ms": [round(m, 6) for m in medians],
         "round_cpus": [r.get("cpu") for r in rounds],
+        "rounds_placed": sum(1 for r in rounds if r.get("placed")),
     }
 
 
@@ -326,26 +328,41 @@ def _measure_cpu(fn, min_runs: int, min_time_s: float) -> dict:
     return {**stats, "wall_median_ms": stats["median_ms"], "disagrees": False}
 
 
-def placed(fn: Callable[[], object], slot: int) -> torch.Tensor | None:
+def placed(fn: Callable[[], object], slot: int) -> list[torch.Tensor] | None:
     """Readies the allocator so that the next calls of `fn` carve their intermediates from one fresh segment,
     after a pad of PLACEMENT_BASE + `slot` * PLACEMENT_UNIT bytes (the comment at PLACEMENT_UNIT says why):
-    one call sizes them (what it leaves cached), the cache is emptied, a segment of that size plus the
-    largest pad is allocated and released to the cache, and the pad is taken from its start. Returns the
-    pad, to be held through the series (None: no room for the segment; the allocator places them as it
-    will)."""
+    one call sizes them (the large-block pool's growth), the cache is emptied, a segment of that size plus the
+    largest pad is allocated and released to the cache, and the pad is taken from its start. A free block
+    beside a live tensor that the pad fits is a better fit than the segment: such a block is filled with a
+    pad of its own, held too, and the pad asked for again (at most PLACEMENT_TRIES times). Returns the
+    tensors to hold through the series, the segment's pad last; None: no room for the segment, or the pad
+    never reached it (the allocator places the intermediates as it will)."""
     _synchronize()
     _empty_cache()
+    before = _large_pool_reserved()
     fn()
     _synchronize()
-    transient = _memory_reserved() - _memory_allocated()
+    transient = _large_pool_reserved() - before
     _empty_cache()
+    size = PLACEMENT_BASE + slot * PLACEMENT_UNIT
     try:
         span = transient + PLACEMENT_BASE + PLACEMENT_SLOTS * PLACEMENT_UNIT
         segment = torch.empty(span, dtype=torch.uint8, device="cuda")
+        start = segment.data_ptr()
         del segment
-        return torch.empty(PLACEMENT_BASE + slot * PLACEMENT_UNIT, dtype=torch.uint8, device="cuda")
+        held = []
+        for _ in range(PLACEMENT_TRIES):
+            held.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+            if held[-1].data_ptr() == start:
+                return held
     except torch.OutOfMemoryError:
-        return None
+        pass
+    return None
+
+
+def _large_pool_reserved() -> int:
+    """Bytes the caching allocator holds in segments of its large-block pool (requests over 1 MiB)."""
+    return _memory_stats().get("reserved_bytes.large_pool.current", 0)
 
 
 def _measure_cuda_alone(fn, min_runs: int, min_time_s: float, warm_s: float = WARM_S,
@@ -354,7 +371,7 @@ def _measure_cuda_alone(fn, min_runs: int, min_time_s: float, warm_s: float = WA
         _synchronize()
         _empty_cache()   # the flush buffer below gets a segment of its own, not a piece of `placed`'s
     flush = l2_flush_buffer("cuda")
-    pad = placed(fn, placement) if placement is not None else None   # noqa: F841 (held through the series)
+    pads = placed(fn, placement) if placement is not None else None   # held through the series
     stream = _current_stream()
     # Warm-up for at least 3 runs and `warm_s`, back to back as the timed series runs them; its duration
     # sizes the series. At most WARM_IN_FLIGHT runs are queued: unbounded, the loop queued runs until the
@@ -396,4 +413,5 @@ def _measure_cuda_alone(fn, min_runs: int, min_time_s: float, warm_s: float = WA
     wall_median = statistics.median(wall)
     gap = wall_median - stats["median_ms"]
     disagrees = gap > max(DISAGREE_MIN_MS, DISAGREE_FRACTION * wall_median)
-    return {**stats, "wall_median_ms": wall_median, "disagrees": disagrees}
+    placement_stats = {} if placement is None else {"placed": pads is not None}
+    return {**stats, "wall_median_ms": wall_median, "disagrees": disagrees, **placement_stats}

@@ -13,6 +13,7 @@ from rich.console import Console
 from torch.autograd import DeviceType
 
 from kernelwright.judge.busy import (
+    TOP_NAME_CHARS,
     busy_share_or_reason,
     device_intervals,
     launch_bound_section,
@@ -65,6 +66,11 @@ def test_top_device_work_sums_each_name_per_call_longest_first():
     ]
     assert top_device_work(events, calls=2) == [["gemm", 4.0], ["Memset (Device)", 1.5], ["relu", 0.5]]
     assert top_device_work(events, calls=2, count=1) == [["gemm", 4.0]]
+    # names alike in their first TOP_NAME_CHARS characters stay apart (ATen's kernels share long prefixes)
+    prefix = "void at::native::elementwise_kernel<" + "x" * TOP_NAME_CHARS
+    alike = [_event(DeviceType.CUDA, "kernel", 0.0, 2.0, prefix + "Mul"),
+             _event(DeviceType.CUDA, "kernel", 2.0, 3.0, prefix + "Div")]
+    assert top_device_work(alike, calls=1) == [[prefix[:TOP_NAME_CHARS], 2.0], [prefix[:TOP_NAME_CHARS], 1.0]]
 
 
 def test_busy_share_fails_soft():
