@@ -112,11 +112,10 @@ def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time
 
 @contextlib.contextmanager
 def collector_paused():
-    """Python's cyclic garbage collector collected, then off through a series (as `timeit` does). With its
-    passes, a launch-bound forward's time depended on how many objects its process held, not only on its own
-    work: 245 us with a small heap, 332 us with 3 million objects, 222 us with those and the collector off
-    (bench/results/2026-11-28-h200-aa-placement/probe_gc_heap.py, CPU). A judge's two workers hold different
-    heaps. Reference counting still frees everything that is not in a cycle."""
+    """Python's cyclic garbage collector collected, then off through a series (as `timeit` does): its passes
+    scan the whole heap of the process, and a judge's two workers hold heaps of different sizes (the
+    reference keeps the trials' data), so a launch-bound model would pay for its process's heap, not for its
+    own work. Reference counting still frees everything that is not in a cycle."""
     was_enabled = _gc_isenabled()
     _gc_collect()
     _gc_disable()
