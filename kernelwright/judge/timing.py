@@ -20,7 +20,6 @@ candidate that patches `time` or `torch.cuda` afterwards cannot change what the 
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import os
 import random
@@ -38,7 +37,6 @@ _Event = torch.cuda.Event
 _current_stream = torch.cuda.current_stream
 _empty_cache = torch.cuda.empty_cache
 _memory_stats = torch.cuda.memory_stats
-_gc_collect, _gc_disable, _gc_enable, _gc_isenabled = gc.collect, gc.disable, gc.enable, gc.isenabled
 _getaffinity = getattr(os, "sched_getaffinity", None)
 _setaffinity = getattr(os, "sched_setaffinity", None)
 
@@ -102,28 +100,10 @@ def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time
             if not locked:  # no other process's GPU work overlaps the series (kernelwright/gpulock.py)
                 stack.enter_context(gpu_timing())
             cpu = pinned_cpu(stack, cpu)
-            with collector_paused():
-                stats = _measure_cuda_alone(fn, min_runs, min_time_s, warm_s, wall_s, placement)
+            stats = _measure_cuda_alone(fn, min_runs, min_time_s, warm_s, wall_s, placement)
     else:
-        with collector_paused():
-            stats = _measure_cpu(fn, min_runs, min_time_s)
+        stats = _measure_cpu(fn, min_runs, min_time_s)
     return {**stats, "seconds": perf_counter() - started, "cpu": cpu if device == "cuda" else None}
-
-
-@contextlib.contextmanager
-def collector_paused():
-    """Python's cyclic garbage collector collected, then off through a series (as `timeit` does): its passes
-    scan the whole heap of the process, and a judge's two workers hold heaps of different sizes (the
-    reference keeps the trials' data), so a launch-bound model would pay for its process's heap, not for its
-    own work. Reference counting still frees everything that is not in a cycle."""
-    was_enabled = _gc_isenabled()
-    _gc_collect()
-    _gc_disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            _gc_enable()
 
 
 def round_settings(command: dict) -> dict:

@@ -394,18 +394,3 @@ def test_the_cuda_warm_up_keeps_few_runs_queued(monkeypatch):
     assert warm_runs[0] > 2 * timing.WARM_IN_FLIGHT                  # 0.1 s of 1 ms runs
     assert most_queued[0] == timing.WARM_IN_FLIGHT
     assert waits[0] == warm_runs[0] - timing.WARM_IN_FLIGHT           # one wait per run beyond the first few
-
-
-def test_the_garbage_collector_is_off_while_a_series_runs_and_restored_after():
-    import gc
-
-    seen = []
-    assert gc.isenabled()
-    measure(lambda: seen.append(gc.isenabled()), "cpu", min_runs=5, min_time_s=0.0)
-    assert seen and not any(seen) and gc.isenabled()
-    gc.disable()
-    try:
-        measure(lambda: None, "cpu", min_runs=5, min_time_s=0.0)
-        assert not gc.isenabled()      # a caller's own setting is left as it was
-    finally:
-        gc.enable()
