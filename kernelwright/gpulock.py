@@ -78,6 +78,13 @@ def cpu_work() -> Iterator[None]:
         yield
 
 
+def holds_timing() -> bool:
+    """Whether this process is inside `gpu_timing()` with the machine lock in force: a process it starts
+    now cannot begin its CPU work (a judge worker's start) until the timing ends, so it must not wait for
+    one."""
+    return "timing" in _machine
+
+
 def gpu_lock_path() -> str | None:
     """The GPU lock's file: `$KERNELWRIGHT_GPU_LOCK`, else the current CUDA device's `gpu_lock_file`; None
     when disabled or where this process has no CUDA GPU (torch not imported, or no device)."""

@@ -26,7 +26,7 @@ import torch
 from kernelwright.environment import collect_environment
 from kernelwright.errors import EnvironmentFailure, KernelwrightError, ProblemLoadError, UsageError
 from kernelwright.gpulock import ENV as GPU_LOCK_ENV
-from kernelwright.gpulock import gpu_timing
+from kernelwright.gpulock import gpu_timing, holds_timing
 from kernelwright.judge import tensorfile
 from kernelwright.judge.build import build_root
 from kernelwright.judge.busy import launch_bound_section
@@ -145,6 +145,8 @@ class Judge:
         """The reference worker, started and loaded on first use (and again if it died)."""
         if self._reference is not None and self._reference.proc.poll() is None:
             return self._reference
+        if holds_timing():   # a new worker starts under the machine lock's CPU-work class, after the timing
+            raise Failed("runtime_error", "the reference process exited during the timing")
         worker = WorkerProcess("reference", self.workdir, env=self.worker_env)
         self._loading = worker
         try:

@@ -378,3 +378,25 @@ def test_a_judge_worker_imports_torch_only_while_no_timing_runs(tmp_path: Path, 
         assert waiting_cpu < 0.5 < _cpu_seconds(worker.proc.pid), waiting_cpu
     finally:
         worker.kill()
+
+
+def test_a_reference_that_died_is_not_restarted_inside_a_timing(tmp_path: Path, monkeypatch):
+    """Inside this process's own timing (machine lock on), a new reference worker could not start (its start
+    is CPU work, which waits for the timing): the judge fails the request at once instead of waiting."""
+    import time
+
+    from kernelwright import gpulock
+    from kernelwright.judge.session import Failed
+
+    monkeypatch.setenv(gpulock.MACHINE_ENV, str(tmp_path / "machine.lock"))
+    monkeypatch.setenv(gpulock.ENV, "off")
+    problem, _ = _files(tmp_path, "0.0")
+    with Judge(problem, CPU_OPTIONS) as judge:
+        assert not gpulock.holds_timing()
+        started = time.monotonic()
+        with gpulock.gpu_timing():
+            assert gpulock.holds_timing()
+            with pytest.raises(Failed, match="exited during the timing"):
+                judge._reference_request({"op": "reset"})
+        assert time.monotonic() - started < 5
+        assert not gpulock.holds_timing()
