@@ -86,7 +86,8 @@ def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time
             locked: bool = False, cpu: int | None = None, warm_s: float = WARM_S,
             wall_s: float = WALL_TIME_S, placement: int | None = None) -> dict:
     """{"median_ms", "iqr_ms", "n", "wall_median_ms", "disagrees", "seconds", "cpu"} for `fn` on `device`
-    (seconds: the whole measurement's, warm-up included; cpu: the CPU the series ran on, None unpinned).
+    (seconds: the whole measurement's, warm-up included; cpu: the CPU the series ran on, None unpinned), and
+    "placed" (whether `placed` could place the series) when a `placement` was asked for on CUDA.
     `locked`: the caller (the judge, timing candidate and eager in turn) already holds the timing lock.
     `cpu`: the CPU to run on (the judge picks one per round for both sides); None: where the scheduler
     puts it.
