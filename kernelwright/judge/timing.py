@@ -349,7 +349,8 @@ def _measure_cuda_alone(fn, min_runs: int, min_time_s: float, warm_s: float = WA
                         wall_s: float = WALL_TIME_S, placement: int | None = None) -> dict:
     if placement is not None:
         _synchronize()
-        _empty_cache()   # the flush buffer below gets a segment of its own, not a piece of `placed`'s
+        _empty_cache()   # the flush buffer gets a segment of its own: a cached block it took a piece of
+        # would stay, and the rest of that block could take intermediates before `placed`'s segment does
     flush = l2_flush_buffer("cuda")
     pads = placed(fn, placement) if placement is not None else None   # held through the series
     stream = _current_stream()
