@@ -57,6 +57,13 @@ DISAGREE_FRACTION = 0.3  # ... and above this fraction of the wall time it is wo
 # was judged 0.79-1.26x eager; with these rounds 0.96-1.04x, bench/results/2026-11-27-h100-80gb-hbm3-aa).
 MIN_ROUNDS, MAX_ROUNDS, ROUND_SHARE = 5, 15, 10
 ROUND_AGREEMENT = 0.015
+# Rounds that have not settled by MAX_ROUNDS go on while the median ratio is less certain than
+# RATIO_ERROR (its standard error, estimated from the ratios' spread), up to NOISY_MAX_ROUNDS and while all
+# rounds so far took under NOISY_ROUNDS_S. A launch-bound model's rounds on a shared host scatter by about
+# +-5% (half the IQR), so the median of 15 was off by about 2.3% (one sigma): a whole-suite A/A with
+# `--jobs 8` on one H200 put two of the five launch-bound copies at 0.94-0.95x
+# (bench/results/2026-11-28-h200-aa-rounds). Their rounds cost about 0.3 s each (both sides).
+NOISY_MAX_ROUNDS, NOISY_ROUNDS_S, RATIO_ERROR = 60, 20.0, 0.01
 LATER_WARM_S, ROUND_WALL_S = 0.02, 0.05
 # Placement (`placed`): where a model's intermediates sit in GPU memory can set its speed. level2/28's cuDNN
 # dgrad ran 426 or 493 us (H200) as its workspace moved by 512-byte steps, flipping with each doubling of the
@@ -187,13 +194,12 @@ def alternating_rounds(time_side: Callable[[str, dict], dict], sides: Sequence[s
                        settle: bool = True, pin: bool = True) -> dict[str, list[dict]]:
     """Each side's `measure` stats per round: `time_side(side, settings)` for every side in a round, back to
     back on one CPU (`CpuWatch`, with `pin`: on CUDA) and one memory placement (a random slot, `placed`), in
-    turns of who goes first (an order effect cancels), the warm-up shortened once every side has run; until
-    the rounds settle or MAX_ROUNDS (MIN_ROUNDS without `settle`). The caller holds the timing lock around
-    all of it."""
+    turns of who goes first (an order effect cancels), the warm-up shortened once every side has run; as
+    long as `more_rounds` says (until they settle, or their median ratio is certain enough; MIN_ROUNDS
+    without `settle`). The caller holds the timing lock around all of it."""
     rounds: dict[str, list[dict]] = {side: [] for side in sides}
-    most = MAX_ROUNDS if settle else MIN_ROUNDS
-    cpus = CpuWatch()
-    while len(rounds[sides[0]]) < most and not settled(rounds, sides):
+    cpus, started = CpuWatch(), perf_counter()
+    while more_rounds(rounds, sides, settle, perf_counter() - started):
         done = len(rounds[sides[0]])
         now = {**settings, "cpu": cpus.pick() if pin else None,
                "placement": random.randrange(PLACEMENT_SLOTS)}
@@ -202,6 +208,33 @@ def alternating_rounds(time_side: Callable[[str, dict], dict], sides: Sequence[s
         for side in sides if done % 2 == 0 else sides[::-1]:
             rounds[side].append(time_side(side, now))
     return rounds
+
+
+def more_rounds(rounds: dict[str, list[dict]], sides: Sequence[str], settle: bool, spent_s: float) -> bool:
+    """Whether `alternating_rounds` times another round, after rounds that took `spent_s`: up to MIN_ROUNDS
+    always; with `settle`, until they settle, up to MAX_ROUNDS, and past that while some side's median ratio
+    is less certain than RATIO_ERROR (within NOISY_MAX_ROUNDS and NOISY_ROUNDS_S)."""
+    done = len(rounds[sides[0]])
+    if done < MIN_ROUNDS:
+        return True
+    if not settle or settled(rounds, sides):
+        return False
+    if done < MAX_ROUNDS:
+        return True
+    return done < NOISY_MAX_ROUNDS and spent_s < NOISY_ROUNDS_S and ratio_error(rounds, sides) > RATIO_ERROR
+
+
+def ratio_error(rounds: dict[str, list[dict]], sides: Sequence[str]) -> float:
+    """The largest relative standard error, over the other sides, of the median of their paired ratios to
+    the first side: 1.2533 sigma / sqrt(n) (a median's, of a normal sample), sigma estimated robustly from
+    the ratios' interquartile range (IQR / 1.349 = 2 ratio_spread / 1.349 relative to the median)."""
+    worst = 0.0
+    for other in sides[1:]:
+        ratios = paired_ratios(rounds[sides[0]], rounds[other])
+        if not ratios:
+            return math.inf
+        worst = max(worst, 1.2533 * 2 * ratio_spread(ratios) / 1.349 / math.sqrt(len(ratios)))
+    return worst
 
 
 def settled(rounds: dict[str, list[dict]], sides: Sequence[str] = ("candidate", "eager")) -> bool:

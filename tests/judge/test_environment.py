@@ -4,6 +4,7 @@ a stale build lock left by a killed build; and how timing is reported (alternati
 
 from __future__ import annotations
 
+import random
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -169,11 +170,11 @@ def test_rounds_alternate_who_goes_first_on_one_cpu(monkeypatch):
         return _round(1.0 if side == "eager" else 2.0 + 0.1 * len(calls))  # ratios that never settle
 
     rounds = timing.alternating_rounds(time_side, ("eager", "compile"), {"min_runs": 10}, settle=True)
-    assert len(rounds["eager"]) == len(rounds["compile"]) == timing.MAX_ROUNDS
+    assert len(rounds["eager"]) == len(rounds["compile"]) == timing.NOISY_MAX_ROUNDS
     firsts = [calls[i][0] for i in range(0, len(calls), 2)]
     assert firsts[:4] == ["eager", "compile", "eager", "compile"]
     assert all(cpu == 7 for _, cpu, _ in calls)
-    assert len(watches) == timing.MAX_ROUNDS and len(set(map(id, watches))) == 1   # one watch for the run
+    assert len(watches) == timing.NOISY_MAX_ROUNDS and len(set(map(id, watches))) == 1   # one watch a run
     assert calls[0][2] is None and calls[1][2] is None   # the first round warms up in full
     assert {warm for _, _, warm in calls[2:]} == {timing.LATER_WARM_S}
     # both sides of a round share one memory placement; the rounds draw theirs anew
@@ -190,6 +191,35 @@ def test_rounds_alternate_who_goes_first_on_one_cpu(monkeypatch):
     assert {cpu for _, cpu, _ in calls} == {None}
     alone = timing.alternating_rounds(lambda side, settings: _round(1.0), ("eager",), {}, settle=True)
     assert len(alone["eager"]) == timing.MIN_ROUNDS
+
+
+def test_unsettled_rounds_go_on_while_their_median_ratio_is_uncertain(monkeypatch):
+    """Past MAX_ROUNDS, rounds go on while the median ratio's standard error exceeds RATIO_ERROR: scattered
+    ratios (half-IQR 5%) run to NOISY_MAX_ROUNDS, a scatter of 1% stops at MAX_ROUNDS, and so does any
+    scatter once the rounds have taken NOISY_ROUNDS_S."""
+    from kernelwright.judge import timing
+
+    monkeypatch.setattr(timing.CpuWatch, "pick", lambda self: None)
+
+    def scattered(width: float):
+        rng = random.Random(5)
+        return lambda side, settings: _round(1.0 if side == "eager" else rng.uniform(1 - width, 1 + width))
+
+    wide = timing.alternating_rounds(scattered(0.1), ("eager", "candidate"), {})
+    assert len(wide["eager"]) == timing.NOISY_MAX_ROUNDS
+    assert timing.ratio_error(wide, ("eager", "candidate")) < timing.ratio_error(
+        {side: r[:timing.MAX_ROUNDS] for side, r in wide.items()}, ("eager", "candidate"))
+    narrow = timing.alternating_rounds(scattered(0.02), ("eager", "candidate"), {})
+    assert len(narrow["eager"]) <= timing.MAX_ROUNDS
+    # the time bound: each round "takes" NOISY_ROUNDS_S / 20 of the clock
+    clock = iter(range(10_000))
+    monkeypatch.setattr(timing, "perf_counter", lambda: next(clock) * timing.NOISY_ROUNDS_S / 20)
+    bounded = timing.alternating_rounds(scattered(0.1), ("eager", "candidate"), {})
+    assert timing.MAX_ROUNDS <= len(bounded["eager"]) <= 20
+    # one side alone, or without `settle`: never past MIN_ROUNDS
+    assert timing.ratio_error(wide, ("eager",)) == 0.0
+    assert len(timing.alternating_rounds(scattered(0.1), ("eager", "candidate"), {}, settle=False)["eager"]) \
+        == timing.MIN_ROUNDS
 
 
 def test_a_stale_torch_build_lock_is_removed_under_ours(tmp_path: Path):
