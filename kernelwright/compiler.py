@@ -846,8 +846,8 @@ def _time_replay(source: str, problem: Problem, runs: int = 10) -> tuple[float, 
 def _judge_options(options: OptimizeOptions):
     """The judge as the bench runs it, but shorter timing: optimize only asks "not slower than eager?", and
     the bench times the kept file in full. The median of MIN_ROUNDS short paired rounds (judge/timing.py;
-    not settled until the rounds agree, as the bench does: up to MAX_ROUNDS), no torch.compile baseline
-    (tens of seconds per problem), no GPU busy share (the bench measures it)."""
+    not settled until the rounds agree, as the bench does: MAX_ROUNDS, more while noisy), no torch.compile
+    baseline (tens of seconds per problem), no GPU busy share (the bench measures it)."""
     from kernelwright.judge import JudgeOptions
 
     return JudgeOptions(trials=options.judge_trials, compile_baseline=False, min_runs=30, min_time_s=0.3,
