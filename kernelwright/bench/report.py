@@ -56,6 +56,7 @@ def render_markdown(report: dict, plots: list[str] = PLOT_FILES) -> str:
     lines += _not_credited(report["summary"])
     lines += _aa_section(report.get("aa_check") or [], rows)
     lines += _optimize_time_section(rows)
+    lines += _judge_time_section(rows)
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
     lines += ["## Per problem", ""]
@@ -189,6 +190,38 @@ def _optimize_time_section(rows: list[dict]) -> list[str]:
     lines += ["", f"Median {seconds[len(seconds) // 2]:.1f} s, slowest {seconds[-1]:.1f} s over "
               f"{len(seconds)} problems.", ""]
     return lines
+
+
+# The judge's phases a reader compares (verdict profile keys); the report adds the timed series and the
+# waits for other tasks (lock_wait_s, summed over a verdict's processes, which overlap).
+JUDGE_PHASES = ("reference_s", "build_s", "trials_s", "timing_s")
+
+
+def _judge_time_section(rows: list[dict]) -> list[str]:
+    """Where the judge's time went, per system, summed over its judged rows (their judge_profile)."""
+    systems: dict[str, list[dict]] = {}
+    for row in rows:
+        if row.get("judge_profile"):
+            systems.setdefault(row["system"], []).append(row)
+    if not systems:
+        return []
+    head = ["system", "rows", "task s", *(p.removesuffix("_s") + " s" for p in JUDGE_PHASES),
+            "timed series s", "waiting for other tasks s"]
+    lines = ["## Where the judge's time went", "",
+             "Sums over the judged rows. The phases overlap (the reference loads while the candidate "
+             "builds); the timed series are the part of timing that held the GPU; waiting is the time the "
+             "verdicts' processes were blocked by other tasks' GPU work, timings and builds, summed over "
+             "processes.",
+             "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for system, judged in systems.items():
+        profiles = [r["judge_profile"] for r in judged]
+        series = sum(v for p in profiles for k, v in p.items() if k.startswith("timing_") and
+                     k.endswith("_measure_s"))
+        cells = [system, str(len(judged)), f"{sum(r.get('seconds') or 0 for r in judged):.0f}",
+                 *(f"{sum(p.get(phase, 0) for p in profiles):.0f}" for phase in JUDGE_PHASES),
+                 f"{series:.0f}", f"{sum(p.get('lock_wait_s', 0) for p in profiles):.0f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _problem_table(rows: list[dict]) -> list[str]:

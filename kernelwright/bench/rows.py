@@ -6,7 +6,8 @@ the "±" of speedup_vs_eager), speedup_vs_compile, measured_speedup_vs_eager, me
 credited,
 gpu_busy_share and eager_gpu_busy_share (the share of a forward's wall time the GPU was busy, the
 system's own and eager's, where the judge measured them: judge/busy.py), memory, build_seconds,
-optimize_seconds, optimize_profile (where optimize's time went: stages, build steps, judge phases), flags,
+optimize_seconds, optimize_profile (where optimize's time went: stages, build steps, judge phases),
+judge_profile (where the judge's time went: the verdict's profile, lock waits included), flags,
 device, gpu, seconds, finished, candidate, verdict (the judge's verdict without its environment block).
 
 `status` is a judge status, or one of the bench's own: `missing` (a candidates folder has no file for
@@ -52,8 +53,8 @@ def base_row(task: BenchTask, run: SystemRun) -> dict[str, Any]:
         "measured_speedup_vs_eager": None, "measured_speedup_vs_compile": None, "credited": True,
         "gpu_busy_share": None,
         "eager_gpu_busy_share": None, "memory": None, "build_seconds": None,
-        "optimize_seconds": None, "optimize_profile": None, "flags": {}, "device": None, "gpu": None,
-        "seconds": None, "finished": None, "candidate": run.candidate,
+        "optimize_seconds": None, "optimize_profile": None, "judge_profile": None, "flags": {},
+        "device": None, "gpu": None, "seconds": None, "finished": None, "candidate": run.candidate,
     }
 
 
@@ -91,7 +92,7 @@ def candidate_row(task: BenchTask, run: SystemRun, verdict: dict) -> dict[str, A
         gpu_busy_share=_busy(verdict, "candidate"), eager_gpu_busy_share=_busy(verdict, "eager"),
         memory=verdict.get("memory"),
         build_seconds=verdict.get("build_seconds"), flags=dict(verdict.get("flags") or {}),
-        verdict={k: v for k, v in verdict.items() if k != "env"},
+        judge_profile=verdict.get("profile"), verdict={k: v for k, v in verdict.items() if k != "env"},
     )
     reduce_overhead = (verdict.get("options") or {}).get("reduce_overhead")
     if reduce_overhead:  # `--reduce-overhead`: torch.compile with CUDA graphs, timed beside the default mode

@@ -26,7 +26,7 @@ import torch
 from kernelwright.environment import collect_environment
 from kernelwright.errors import EnvironmentFailure, KernelwrightError, ProblemLoadError, UsageError
 from kernelwright.gpulock import ENV as GPU_LOCK_ENV
-from kernelwright.gpulock import gpu_timing, holds_timing
+from kernelwright.gpulock import gpu_timing, holds_timing, waited_seconds
 from kernelwright.judge import tensorfile
 from kernelwright.judge.build import build_root
 from kernelwright.judge.busy import launch_bound_section
@@ -92,6 +92,8 @@ class Judge:
         self._reference_timings: dict = {}
         self._reference_busy: dict | None = None
         self.reference_peak: int | None = None  # bytes of GPU memory the reference held at most
+        # seconds the reference processes spent blocked on other processes' locks, over all their replies
+        self.reference_waited_s = 0.0
         self._count = 0
         # A candidate worker started ahead of its candidate (`prepare`): its interpreter and torch import
         # (1-5 s) overlap the caller's own work instead of the next `evaluate`. It has run nothing yet, so
@@ -171,6 +173,7 @@ class Judge:
             raise ProblemLoadError(f"{self.problem.path}: the reference process failed: {exc}") from exc
         finally:
             self._loading = None
+        self.reference_waited_s += reply.get("waited_s") or 0.0
         if not reply.get("ok"):
             worker.close()
             raise ProblemLoadError(f"{self.problem.path}: {reply.get('detail')}")
@@ -188,6 +191,7 @@ class Judge:
             worker.close()
             self._reference = None
             raise Failed("runtime_error", f"the reference process failed during this run: {exc}") from exc
+        self.reference_waited_s += reply.get("waited_s") or 0.0
         if not reply.get("ok"):
             detail = f"{self.problem.path}: the reference Model failed: {reply.get('detail')}"
             if reply.get("status") == "oom":
@@ -348,10 +352,14 @@ class Judge:
         session = CandidateSession(
             self, verdict, workdir, source_file, build_root(self.options.build_dir, source), worker
         )
+        waited_before = (self.reference_waited_s, waited_seconds())
         try:
             status, detail = session.run()
         finally:
             session.close()
+            verdict["profile"]["lock_wait_s"] = round(
+                session.worker.waited_s + self.reference_waited_s - waited_before[0]
+                + waited_seconds() - waited_before[1], 3)
             shutil.rmtree(workdir, ignore_errors=True)
             if self._keep_spare:
                 with contextlib.suppress(OSError):
@@ -377,7 +385,10 @@ class Judge:
             "memory": {"reference_peak_bytes": None, "candidate_peak_bytes": None},
             # seconds per phase: reference_s (overlaps build_s), build_s, trials_s (and trials_<phase>: its
             # reference_s, candidate_s, compare_s (float64_s, the float64 re-check, is part of it), summed
-            # over the trials run), timing_s (timing_<side>_s: each side of the rounds, its measure alone)
+            # over the trials run), timing_s (timing_<side>_s: each side of the rounds, its measure alone);
+            # lock_wait_s: the seconds this verdict's processes (the candidate's, the reference's, the
+            # judge's) were blocked on other processes' GPU work, timings and builds (gpulock.py), summed
+            # over the processes (they overlap in time): the share of the phases that other tasks cost
             "profile": {},
             "speedup_vs_eager": None,   # the median of the timing rounds' ratios (judge/timing.py) ...
             "speedup_vs_eager_rounds": None,   # ... each round's ratio ...

@@ -38,7 +38,8 @@ def describe_exit(returncode: int | None) -> str:
 
 
 class WorkerProcess:
-    """One child process (`role` = "reference" or "candidate") with its own log file."""
+    """One child process (`role` = "reference" or "candidate") with its own log file. `waited_s`: the
+    seconds it has spent blocked on other processes' locks, summed over its replies (worker.py)."""
 
     def __init__(self, role: str, workdir: Path, env: dict[str, str] | None = None) -> None:
         self.role = role
@@ -59,6 +60,7 @@ class WorkerProcess:
         os.close(reply_write)
         self._replies = os.fdopen(reply_read, "rb", buffering=0)
         self._buffer = b""
+        self.waited_s = 0.0
 
     def send(self, command: dict) -> None:
         try:
@@ -84,10 +86,12 @@ class WorkerProcess:
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         try:
-            return json.loads(line)
+            reply = json.loads(line)
         except json.JSONDecodeError as exc:
             self.kill()
             raise WorkerDied(None, f"unreadable reply from the {self.role} process ({exc})") from exc
+        self.waited_s += reply.get("waited_s") or 0.0
+        return reply
 
     def request(self, command: dict, timeout: float) -> dict:
         self.send(command)

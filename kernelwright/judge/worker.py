@@ -4,7 +4,9 @@ ROLE is `reference` (loads the problem, makes inputs, computes and compares refe
 and torch.compile) or `candidate` (imports and builds the candidate, runs it under the defences, times it).
 Commands arrive as JSON lines on stdin; each gets one JSON line on REPLY_FD (stdout and stderr are the
 candidate's to print to: they go to a log file). A failure in a command becomes a reply, never a crash;
-after a CUDA error the context is unusable, so the process exits right after replying.
+after a CUDA error the context is unusable, so the process exits right after replying. Every reply carries
+`waited_s`: the seconds this process spent blocked on other processes' locks (kernelwright/gpulock.py)
+since its previous reply (the first one's include the wait of its start).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 import sys
 
 from kernelwright.bytecode import use_bytecode_cache
-from kernelwright.gpulock import cpu_work, gpu_work
+from kernelwright.gpulock import cpu_work, gpu_work, waited_seconds
 from kernelwright.judge.failures import classify_failure
 
 # How each command is guarded (kernelwright/gpulock.py): `build` and `load` are heavy CPU work (imports, nvcc,
@@ -45,6 +47,7 @@ def main(argv: list[str]) -> int:
         else:
             from kernelwright.judge.candidate_worker import CandidateWorker as Handler
         handler = Handler()
+    reported = 0.0   # waited_seconds() as of the last reply
     while True:
         line = sys.stdin.readline()
         if not line:
@@ -57,6 +60,7 @@ def main(argv: list[str]) -> int:
                 reply = handler.handle(command)
         except BaseException as exc:  # anything the code under judgement raises becomes a reply
             reply = {"ok": False, **classify_failure(exc, getattr(handler, "source_file", None))}
+        reply["waited_s"], reported = round(waited_seconds() - reported, 3), waited_seconds()
         replies.write(json.dumps(reply, default=str) + "\n")
         if reply.get("fatal"):
             replies.flush()

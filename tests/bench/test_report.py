@@ -245,3 +245,18 @@ def test_a_speedup_moves_when_it_leaves_its_rows_noise():
     delta = render_comparison(new, old, "new", "old")
     assert "| gpu | kernelwright |" in delta and "| launch | kernelwright |" not in delta
     assert "| legacy | kernelwright |" not in delta
+
+
+def test_the_judge_time_section_sums_each_system_s_phases_and_waits():
+    from kernelwright.bench.report import _judge_time_section
+
+    profile = {"reference_s": 4.0, "build_s": 4.5, "trials_s": 20.0, "timing_s": 30.0,
+               "timing_candidate_measure_s": 2.0, "timing_eager_measure_s": 2.5, "lock_wait_s": 25.0}
+    rows = [{"system": "eager-copy", "seconds": 60.0, "judge_profile": profile},
+            {"system": "eager-copy", "seconds": 40.0, "judge_profile": {**profile, "lock_wait_s": 5.0}},
+            {"system": "eager", "seconds": 10.0, "judge_profile": None}]
+    table = markdown_table("\n".join(_judge_time_section(rows)), "system")
+    assert table == [{"system": "eager-copy", "rows": "2", "task s": "100", "reference s": "8",
+                      "build s": "9", "trials s": "40", "timing s": "60", "timed series s": "9",
+                      "waiting for other tasks s": "30"}]
+    assert _judge_time_section(rows[2:]) == []

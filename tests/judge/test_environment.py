@@ -406,8 +406,35 @@ def test_a_judge_worker_imports_torch_only_while_no_timing_runs(tmp_path: Path, 
         reply = worker.request({"op": "no_such_op"}, timeout=300)
         assert reply["ok"] is False
         assert waiting_cpu < 0.5 < _cpu_seconds(worker.proc.pid), waiting_cpu
+        # the wait is reported with the first reply, and counted by the parent's handle
+        assert 2.0 <= reply["waited_s"] <= 30 and worker.waited_s == reply["waited_s"]
+        assert worker.request({"op": "no_such_op"}, timeout=60)["waited_s"] == 0.0
     finally:
         worker.kill()
+
+
+def test_a_verdict_counts_the_seconds_its_processes_waited_for_other_tasks(tmp_path: Path, monkeypatch):
+    """The profile's lock_wait_s: the seconds the verdict's processes were blocked on other processes'
+    locks; here a timing held elsewhere for 3 s while the candidate's worker started."""
+    import subprocess
+    import sys
+
+    from kernelwright import gpulock
+
+    monkeypatch.setenv(gpulock.MACHINE_ENV, str(tmp_path / "machine.lock"))
+    monkeypatch.setenv(gpulock.ENV, "off")
+    problem, candidate = _files(tmp_path, "0.0")
+    with Judge(problem, CPU_OPTIONS) as judge:
+        quiet = judge.evaluate(candidate)
+        assert quiet["status"] == "correct" and quiet["profile"]["lock_wait_s"] < 1.0
+        timer = subprocess.Popen(
+            [sys.executable, "-c", "import time\nfrom kernelwright.gpulock import gpu_timing\n"
+             "with gpu_timing():\n    print('held', flush=True)\n    time.sleep(3)"],
+            stdout=subprocess.PIPE, text=True)
+        assert timer.stdout.readline().strip() == "held"
+        waited = judge.evaluate(candidate)
+        assert timer.wait(timeout=30) == 0
+    assert waited["status"] == "correct" and 1.5 <= waited["profile"]["lock_wait_s"] <= 30
 
 
 def test_a_reference_that_died_is_not_restarted_inside_a_timing(tmp_path: Path, monkeypatch):
