@@ -26,7 +26,12 @@ import random
 import statistics
 from collections import deque
 from collections.abc import Callable, Sequence
-from time import perf_counter, sleep
+from time import perf_counter, sleep, thread_time
+
+try:
+    import resource
+except ImportError:   # not on Linux: no per-thread counters
+    resource = None
 
 import torch
 
@@ -93,8 +98,9 @@ def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time
             locked: bool = False, cpu: int | None = None, warm_s: float = WARM_S,
             wall_s: float = WALL_TIME_S, placement: int | None = None) -> dict:
     """{"median_ms", "iqr_ms", "n", "wall_median_ms", "disagrees", "seconds", "cpu"} for `fn` on `device`
-    (seconds: the whole measurement's, warm-up included; cpu: the CPU the series ran on, None unpinned), and
-    "placed" (whether `placed` could place the series) when a `placement` was asked for on CUDA.
+    (seconds: the whole measurement's, warm-up included; cpu: the CPU the series ran on, None unpinned),
+    on CUDA "host" (`host_share` over the timed series), and "placed" (whether `placed` could place the
+    series) when a `placement` was asked for.
     `locked`: the caller (the judge, timing candidate and eager in turn) already holds the timing lock.
     `cpu`: the CPU to run on (the judge picks one per round for both sides); None: where the scheduler
     puts it.
@@ -284,9 +290,11 @@ def ratio_spread(ratios: list[float]) -> float:
 
 
 def public(stats: dict) -> dict:
-    """The timing fields a verdict carries: median, IQR, runs, and the rounds, their spread and medians."""
+    """The timing fields a verdict carries: median, IQR, runs, and the rounds: their spread, medians, CPUs,
+    placements and what the host did to each (`host_share`)."""
     return {k: stats[k] for k in ("median_ms", "iqr_ms", "n", "wall_median_ms", "rounds", "round_spread",
-                                  "round_medians_ms", "round_cpus", "rounds_placed") if k in stats}
+                                  "round_medians_ms", "round_cpus", "rounds_placed", "round_host")
+            if k in stats}
 
 
 def combine_rounds(rounds: list[dict]) -> dict:
@@ -305,6 +313,7 @@ def combine_rounds(rounds: list[dict]) -> dict:
         "round_medians_ms": [round(m, 6) for m in medians],
         "round_cpus": [r.get("cpu") for r in rounds],
         "rounds_placed": sum(1 for r in rounds if r.get("placed")),
+        **({"round_host": [r.get("host") for r in rounds]} if any(r.get("host") for r in rounds) else {}),
     }
 
 
@@ -408,12 +417,14 @@ def _measure_cuda_alone(fn, min_runs: int, min_time_s: float, warm_s: float = WA
 
     starts = [_Event(enable_timing=True) for _ in range(n)]
     ends = [_Event(enable_timing=True) for _ in range(n)]
+    counters = _host_counters()
     for begin, end in zip(starts, ends, strict=True):
         flush.zero_()
         begin.record(stream)
         fn()
         end.record(stream)
     _synchronize()
+    host = host_share(counters, _host_counters())
     stats = summarize([begin.elapsed_time(end) for begin, end in zip(starts, ends, strict=True)])
 
     wall = []
@@ -428,4 +439,35 @@ def _measure_cuda_alone(fn, min_runs: int, min_time_s: float, warm_s: float = WA
     gap = wall_median - stats["median_ms"]
     disagrees = gap > max(DISAGREE_MIN_MS, DISAGREE_FRACTION * wall_median)
     placement_stats = {} if placement is None else {"placed": pads is not None}
-    return {**stats, "wall_median_ms": wall_median, "disagrees": disagrees, **placement_stats}
+    return {**stats, "wall_median_ms": wall_median, "disagrees": disagrees, "host": host, **placement_stats}
+
+
+def _host_counters() -> tuple[float, float, int, int]:
+    """(wall seconds, this thread's CPU seconds, its involuntary context switches, its minor page faults)
+    so far; the last two are 0 without per-thread counters (not Linux)."""
+    usage = resource.getrusage(resource.RUSAGE_THREAD) if hasattr(resource, "RUSAGE_THREAD") else None
+    return perf_counter(), thread_time(), usage.ru_nivcsw if usage else 0, usage.ru_minflt if usage else 0
+
+
+def host_share(before: tuple, after: tuple) -> dict:
+    """What the host did to the timing thread during a series, from two `_host_counters`: cpu_share (its CPU
+    time over the wall time: a launch-bound series issues the whole time, so less means it was off the
+    CPU), preempted (involuntary context switches), faults (minor page faults), and the process's
+    transparent huge pages (huge_pages_mib, None where unreadable). A launch-bound A/A held an offset of up
+    to 5% through 60 rounds on one CPU per round (bench/results/2026-11-28-h200-aa-rounds): these tell
+    apart a side the host interrupted from one that runs slower on its own."""
+    wall, cpu, preempted, faults = (b - a for a, b in zip(before, after, strict=True))
+    return {"cpu_share": round(cpu / wall, 3) if wall > 0 else None, "preempted": preempted,
+            "faults": faults, "huge_pages_mib": _huge_pages_mib()}
+
+
+def _huge_pages_mib() -> float | None:
+    """This process's anonymous memory in transparent huge pages (Linux /proc/self/smaps_rollup), MiB."""
+    try:
+        with open("/proc/self/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("AnonHugePages:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

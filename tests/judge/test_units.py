@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -357,6 +358,56 @@ def test_wall_clock_cross_check_runs_fewer_times_for_slow_callables():
     assert wall_run_count(33, 0.053) == WALL_MIN_RUNS  # a 53 ms model: a few runs, not thirty
     assert WALL_MIN_RUNS < wall_run_count(100, 0.02) < WALL_RUNS
     assert wall_run_count(1, 2.0) == 1
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="Linux counters")
+def test_a_cuda_series_reports_what_the_host_did_to_its_thread(monkeypatch):
+    """`host`: a series that keeps its thread on the CPU (as a launch-bound model's does) shows a CPU share
+    near 1, one off the CPU (sleeping) near 0; page faults are counted; huge pages are read."""
+    from kernelwright.judge import timing
+
+    class Event:
+        def __init__(self, enable_timing: bool = False):
+            pass
+
+        def record(self, stream=None):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other) -> float:
+            return 1.0
+
+    monkeypatch.setattr(timing, "_Event", Event)
+    monkeypatch.setattr(timing, "_synchronize", lambda: None)
+    monkeypatch.setattr(timing, "_current_stream", lambda: None)
+    monkeypatch.setattr(timing, "l2_flush_buffer", lambda device: torch.zeros(4))
+
+    def spin():
+        end = time.perf_counter() + 0.002
+        while time.perf_counter() < end:
+            pass
+
+    def touch():   # a fresh mapping each run: a minor fault per page written
+        import mmap
+
+        with mmap.mmap(-1, 16 * 4096) as pages:
+            for offset in range(0, 16 * 4096, 4096):
+                pages[offset] = 1
+
+    busy = timing._measure_cuda_alone(spin, min_runs=20, min_time_s=0.05, warm_s=0.0)["host"]
+    idle = timing._measure_cuda_alone(lambda: time.sleep(0.002), min_runs=20, min_time_s=0.05,
+                                      warm_s=0.0)["host"]
+    assert busy["cpu_share"] > 0.5 > 0.2 > idle["cpu_share"], (busy, idle)
+    assert busy["preempted"] >= 0 and idle["huge_pages_mib"] is None or idle["huge_pages_mib"] >= 0
+    faulting = timing._measure_cuda_alone(touch, min_runs=20, min_time_s=0.0, warm_s=0.0)["host"]
+    assert faulting["faults"] >= 20
+    # the rounds' host reports reach the verdict's timing (absent where no series had one)
+    rounds = [{"median_ms": 1.0, "iqr_ms": 0.0, "n": 1, "wall_median_ms": 1.0, "disagrees": False,
+               "host": busy}] * 2
+    assert timing.public(timing.combine_rounds(rounds))["round_host"] == [busy, busy]
+    assert "round_host" not in timing.combine_rounds([{**r, "host": None} for r in rounds])
 
 
 def test_the_cuda_warm_up_keeps_few_runs_queued(monkeypatch):
