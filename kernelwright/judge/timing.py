@@ -461,8 +461,20 @@ def host_share(before: tuple, after: tuple) -> dict:
             "faults": faults, "huge_pages_mib": _huge_pages_mib()}
 
 
+_huge_pages_read = [-math.inf, None]   # when this process last read its huge pages, and what it read
+HUGE_PAGES_EVERY_S = 30.0   # smaps_rollup walks the page tables: 35 ms for a process holding 1 GiB
+
+
 def _huge_pages_mib() -> float | None:
-    """This process's anonymous memory in transparent huge pages (Linux /proc/self/smaps_rollup), MiB."""
+    """This process's anonymous memory in transparent huge pages (Linux /proc/self/smaps_rollup), MiB; read
+    at most every HUGE_PAGES_EVERY_S (it changes slowly, and a round's series may last milliseconds)."""
+    now = perf_counter()
+    if now - _huge_pages_read[0] >= HUGE_PAGES_EVERY_S:
+        _huge_pages_read[:] = [now, _read_huge_pages_mib()]
+    return _huge_pages_read[1]
+
+
+def _read_huge_pages_mib() -> float | None:
     try:
         with open("/proc/self/smaps_rollup") as rollup:
             for line in rollup:
