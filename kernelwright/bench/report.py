@@ -211,7 +211,8 @@ def _judge_time_section(rows: list[dict]) -> list[str]:
              "Sums over the judged rows. The phases overlap (the reference loads while the candidate "
              "builds); the timed series are the part of timing that held the GPU; waiting is the time the "
              "verdicts' processes were blocked by other tasks' GPU work, timings and builds, summed over "
-             "processes.",
+             "processes. A kernelwright row's task time includes its optimize; the eager and compile rows' "
+             "own timings are not judged verdicts and are not here.",
              "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for system, judged in systems.items():
         profiles = [r["judge_profile"] for r in judged]

@@ -32,7 +32,7 @@ from kernelwright.judge.build import build_root
 from kernelwright.judge.busy import launch_bound_section
 from kernelwright.judge.extract import forbidden_imports, read_candidate
 from kernelwright.judge.options import JudgeOptions
-from kernelwright.judge.process import WorkerDied, WorkerProcess, WorkerTimeout
+from kernelwright.judge.process import WorkerDied, WorkerProcess, WorkerTimeout, waited_in
 from kernelwright.judge.session import CandidateSession, Failed
 from kernelwright.judge.static import static_report
 from kernelwright.judge.timing import combine_rounds, paired_ratio, public
@@ -173,7 +173,7 @@ class Judge:
             raise ProblemLoadError(f"{self.problem.path}: the reference process failed: {exc}") from exc
         finally:
             self._loading = None
-        self.reference_waited_s += reply.get("waited_s") or 0.0
+        self.reference_waited_s += waited_in(reply)
         if not reply.get("ok"):
             worker.close()
             raise ProblemLoadError(f"{self.problem.path}: {reply.get('detail')}")
@@ -191,7 +191,7 @@ class Judge:
             worker.close()
             self._reference = None
             raise Failed("runtime_error", f"the reference process failed during this run: {exc}") from exc
-        self.reference_waited_s += reply.get("waited_s") or 0.0
+        self.reference_waited_s += waited_in(reply)
         if not reply.get("ok"):
             detail = f"{self.problem.path}: the reference Model failed: {reply.get('detail')}"
             if reply.get("status") == "oom":
@@ -388,7 +388,9 @@ class Judge:
             # over the trials run), timing_s (timing_<side>_s: each side of the rounds, its measure alone);
             # lock_wait_s: the seconds this verdict's processes (the candidate's, the reference's, the
             # judge's) were blocked on other processes' GPU work, timings and builds (gpulock.py), summed
-            # over the processes (they overlap in time): the share of the phases that other tasks cost
+            # over the processes (they overlap in time): the share of the phases that other tasks cost. A
+            # candidate worker started ahead (`prepare`) counts the wait of its start, which may precede the
+            # verdict (in optimize, behind the compiler's own kernel timings)
             "profile": {},
             "speedup_vs_eager": None,   # the median of the timing rounds' ratios (judge/timing.py) ...
             "speedup_vs_eager_rounds": None,   # ... each round's ratio ...

@@ -5,6 +5,7 @@ the judge maps to a verdict (the judge itself never dies with the child)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import signal
@@ -35,6 +36,15 @@ def describe_exit(returncode: int | None) -> str:
             name = f"signal {-returncode}"
         return f"the process was killed by {name}"
     return f"the process exited with code {returncode}"
+
+
+def waited_in(reply: dict) -> float:
+    """A reply's `waited_s` (worker.py): a finite non-negative number, else 0 (a worker's reply is not to
+    be trusted: candidate code runs in that process)."""
+    value = reply.get("waited_s")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        return 0.0
+    return float(value)
 
 
 class WorkerProcess:
@@ -90,7 +100,10 @@ class WorkerProcess:
         except json.JSONDecodeError as exc:
             self.kill()
             raise WorkerDied(None, f"unreadable reply from the {self.role} process ({exc})") from exc
-        self.waited_s += reply.get("waited_s") or 0.0
+        if not isinstance(reply, dict):   # the candidate's code shares the process and could write one
+            self.kill()
+            raise WorkerDied(None, f"unreadable reply from the {self.role} process (not an object)")
+        self.waited_s += waited_in(reply)
         return reply
 
     def request(self, command: dict, timeout: float) -> dict:

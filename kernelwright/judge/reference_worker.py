@@ -21,7 +21,7 @@ from kernelwright.judge.compare import compare_buffers, compare_outputs, oracle_
 from kernelwright.judge.inputs import PERTURBED_PARAMS, Trial, apply_distribution, plan_trials
 from kernelwright.judge.outputs import aliases, flatten, map_leaves
 from kernelwright.judge.perturb import perturbed_state_dict
-from kernelwright.judge.timing import alternating_rounds, measure, per_round, round_settings
+from kernelwright.judge.timing import NOISY_ROUNDS_S, alternating_rounds, measure, per_round, round_settings
 from kernelwright.problem import load_problem
 
 
@@ -281,8 +281,9 @@ class ReferenceWorker:
             with torch.no_grad(), gpu_timing():
                 while True:
                     try:
+                        cuda = self.device == "cuda"   # rounds past MAX_ROUNDS on CUDA only
                         rounds = alternating_rounds(time_side, sides, settings, command.get("settle", True),
-                                                    pin=self.device == "cuda")
+                                                    pin=cuda, noisy_s=NOISY_ROUNDS_S if cuda else 0.0)
                         break
                     except _SideFailed as failed:
                         errors[failed.side] = failed.detail

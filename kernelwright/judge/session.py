@@ -12,6 +12,7 @@ from kernelwright.judge.build import trim_build_log
 from kernelwright.judge.busy import launch_bound_section
 from kernelwright.judge.process import WorkerDied, WorkerProcess, WorkerTimeout, describe_exit
 from kernelwright.judge.timing import (
+    NOISY_ROUNDS_S,
     alternating_rounds,
     combine_rounds,
     paired_ratios,
@@ -213,11 +214,15 @@ class CandidateSession:
         # The candidate reads its timing inputs once, in its first round (round 0 times it first).
         inputs = self.judge._reference_request({"op": "share_timing_inputs"})["inputs"]
         with gpu_timing():
+            cuda = self.options.device == "cuda"
+            # rounds past MAX_ROUNDS on CUDA only, and in at most a quarter of the run's time left (the
+            # GPU busy share and torch.compile's timing follow)
+            noisy_s = min(NOISY_ROUNDS_S, (deadline - time.monotonic()) / 4) if cuda else 0.0
             rounds = alternating_rounds(
                 lambda side, settings: self._time_round(side, {"op": "time", "locked": True, **settings},
                                                         inputs, deadline),
                 ("candidate", "eager"), per_round(self.options.min_runs, self.options.min_time_s),
-                self.options.settle, pin=self.options.device == "cuda")
+                self.options.settle, pin=cuda, noisy_s=noisy_s)
             # After the candidate's last timed round: its process is closed next, so the profiler never
             # precedes one of its timings.
             busy = self._candidate_busy(deadline) if self.judge.measures_busy() else None

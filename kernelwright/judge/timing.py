@@ -54,20 +54,24 @@ DISAGREE_FRACTION = 0.3  # ... and above this fraction of the wall time it is wo
 # Rounds (`alternating_rounds`): the judge times candidate and eager (and eager and torch.compile) in
 # alternating short rounds under one hold of the timing lock, so that both see the same machine (clocks,
 # other processes, the host's speed); a speedup is the median of the rounds' ratios. Rounds stop once the
-# last MIN_ROUNDS ratios agree within ROUND_AGREEMENT, or at MAX_ROUNDS (without `settle`: after MIN_ROUNDS,
-# their median outvoting a disturbed round). A round's series lasts 1/ROUND_SHARE of the judge's
-# min_time_s, after a warm-up of LATER_WARM_S once its process is warm: on the lent H100 VMs a launch-bound
-# model's host side runs at one of two speeds (FireModule 0.9 or 1.4 ms, a tiny ResNet 1.1 or 2.0 ms) for
-# seconds at a time, and rounds of 0.7 s a side often paired a fast round with a slow one (an identical copy
-# was judged 0.79-1.26x eager; with these rounds 0.96-1.04x, bench/results/2026-11-27-h100-80gb-hbm3-aa).
+# last MIN_ROUNDS ratios agree within ROUND_AGREEMENT, or at MAX_ROUNDS unless still noisy (below; without
+# `settle`: after MIN_ROUNDS, their median outvoting a disturbed round). A round's series lasts
+# 1/ROUND_SHARE of the judge's min_time_s, after a warm-up of LATER_WARM_S once its process is warm: on the
+# lent H100 VMs a launch-bound model's host side runs at one of two speeds (FireModule 0.9 or 1.4 ms, a tiny
+# ResNet 1.1 or 2.0 ms) for seconds at a time, and rounds of 0.7 s a side often paired a fast round with a
+# slow one (an identical copy was judged 0.79-1.26x eager; with these rounds 0.96-1.04x,
+# bench/results/2026-11-27-h100-80gb-hbm3-aa).
 MIN_ROUNDS, MAX_ROUNDS, ROUND_SHARE = 5, 15, 10
 ROUND_AGREEMENT = 0.015
 # Rounds that have not settled by MAX_ROUNDS go on while the median ratio is less certain than
 # RATIO_ERROR (its standard error, estimated from the ratios' spread), up to NOISY_MAX_ROUNDS and while all
-# rounds so far took under NOISY_ROUNDS_S. A launch-bound model's rounds on a shared host scatter by about
-# +-5% (half the IQR), so the median of 15 was off by about 2.3% (one sigma): a whole-suite A/A with
-# `--jobs 8` on one H200 put two of the five launch-bound copies at 0.94-0.95x
-# (bench/results/2026-11-28-h200-aa-rounds). Their rounds cost about 0.3 s each (both sides).
+# rounds so far took under NOISY_ROUNDS_S (less when the caller's deadline is near; on CUDA only). A
+# launch-bound model's rounds on a shared host scatter by about +-5% (half the IQR), so the median of 15 was
+# off by about 2.3% (one sigma): a whole-suite A/A with `--jobs 8` on one H200 put two of the five
+# launch-bound copies at 0.94-0.95x (bench/results/2026-11-28-h200-aa-rounds). Their rounds cost about
+# 0.3 s each (both sides); with that scatter a 1% error needs some 80 rounds, so they run to the cap. Alone
+# the extra rounds brought every launch-bound copy within 2.2%; under `--jobs 8` an offset of up to 5%
+# remained that held through all 60 rounds: a bias of the run, not noise (see `host_share`).
 NOISY_MAX_ROUNDS, NOISY_ROUNDS_S, RATIO_ERROR = 60, 20.0, 0.01
 LATER_WARM_S, ROUND_WALL_S = 0.02, 0.05
 # Placement (`placed`): where a model's intermediates sit in GPU memory can set its speed. level2/28's cuDNN
@@ -197,15 +201,17 @@ def per_round(min_runs: int, min_time_s: float) -> dict:
 
 
 def alternating_rounds(time_side: Callable[[str, dict], dict], sides: Sequence[str], settings: dict,
-                       settle: bool = True, pin: bool = True) -> dict[str, list[dict]]:
+                       settle: bool = True, pin: bool = True,
+                       noisy_s: float = NOISY_ROUNDS_S) -> dict[str, list[dict]]:
     """Each side's `measure` stats per round: `time_side(side, settings)` for every side in a round, back to
     back on one CPU (`CpuWatch`, with `pin`: on CUDA) and one memory placement (a random slot, `placed`), in
     turns of who goes first (an order effect cancels), the warm-up shortened once every side has run; as
-    long as `more_rounds` says (until they settle, or their median ratio is certain enough; MIN_ROUNDS
-    without `settle`). The caller holds the timing lock around all of it."""
+    long as `more_rounds` says (until they settle, or their median ratio is certain enough, rounds past
+    MAX_ROUNDS only while all took under `noisy_s`; MIN_ROUNDS without `settle`). The caller holds the
+    timing lock around all of it."""
     rounds: dict[str, list[dict]] = {side: [] for side in sides}
     cpus, started = CpuWatch(), perf_counter()
-    while more_rounds(rounds, sides, settle, perf_counter() - started):
+    while more_rounds(rounds, sides, settle, perf_counter() - started, noisy_s):
         done = len(rounds[sides[0]])
         now = {**settings, "cpu": cpus.pick() if pin else None,
                "placement": random.randrange(PLACEMENT_SLOTS)}
@@ -216,10 +222,11 @@ def alternating_rounds(time_side: Callable[[str, dict], dict], sides: Sequence[s
     return rounds
 
 
-def more_rounds(rounds: dict[str, list[dict]], sides: Sequence[str], settle: bool, spent_s: float) -> bool:
+def more_rounds(rounds: dict[str, list[dict]], sides: Sequence[str], settle: bool, spent_s: float,
+                noisy_s: float = NOISY_ROUNDS_S) -> bool:
     """Whether `alternating_rounds` times another round, after rounds that took `spent_s`: up to MIN_ROUNDS
     always; with `settle`, until they settle, up to MAX_ROUNDS, and past that while some side's median ratio
-    is less certain than RATIO_ERROR (within NOISY_MAX_ROUNDS and NOISY_ROUNDS_S)."""
+    is less certain than RATIO_ERROR (within NOISY_MAX_ROUNDS, and while `spent_s` < `noisy_s`)."""
     done = len(rounds[sides[0]])
     if done < MIN_ROUNDS:
         return True
@@ -227,18 +234,19 @@ def more_rounds(rounds: dict[str, list[dict]], sides: Sequence[str], settle: boo
         return False
     if done < MAX_ROUNDS:
         return True
-    return done < NOISY_MAX_ROUNDS and spent_s < NOISY_ROUNDS_S and ratio_error(rounds, sides) > RATIO_ERROR
+    return done < NOISY_MAX_ROUNDS and spent_s < noisy_s and ratio_error(rounds, sides) > RATIO_ERROR
 
 
 def ratio_error(rounds: dict[str, list[dict]], sides: Sequence[str]) -> float:
     """The largest relative standard error, over the other sides, of the median of their paired ratios to
     the first side: 1.2533 sigma / sqrt(n) (a median's, of a normal sample), sigma estimated robustly from
-    the ratios' interquartile range (IQR / 1.349 = 2 ratio_spread / 1.349 relative to the median)."""
+    the ratios' interquartile range (IQR / 1.349 = 2 ratio_spread / 1.349 relative to the median). 0 without
+    ratios (a side timed at zero: more rounds cannot mend that)."""
     worst = 0.0
     for other in sides[1:]:
         ratios = paired_ratios(rounds[sides[0]], rounds[other])
         if not ratios:
-            return math.inf
+            return 0.0
         worst = max(worst, 1.2533 * 2 * ratio_spread(ratios) / 1.349 / math.sqrt(len(ratios)))
     return worst
 
@@ -453,7 +461,8 @@ def host_share(before: tuple, after: tuple) -> dict:
     """What the host did to the timing thread during a series, from two `_host_counters`: cpu_share (its CPU
     time over the wall time: a launch-bound series issues the whole time, so less means it was off the
     CPU), preempted (involuntary context switches), faults (minor page faults), and the process's
-    transparent huge pages (huge_pages_mib, None where unreadable). A launch-bound A/A held an offset of up
+    transparent huge pages (huge_pages_mib, None where unreadable; read at most every HUGE_PAGES_EVERY_S, so
+    consecutive rounds may repeat one reading). A launch-bound A/A held an offset of up
     to 5% through 60 rounds on one CPU per round (bench/results/2026-11-28-h200-aa-rounds): these tell
     apart a side the host interrupted from one that runs slower on its own."""
     wall, cpu, preempted, faults = (b - a for a, b in zip(before, after, strict=True))

@@ -216,6 +216,12 @@ def test_unsettled_rounds_go_on_while_their_median_ratio_is_uncertain(monkeypatc
     monkeypatch.setattr(timing, "perf_counter", lambda: next(clock) * timing.NOISY_ROUNDS_S / 20)
     bounded = timing.alternating_rounds(scattered(0.1), ("eager", "candidate"), {})
     assert timing.MAX_ROUNDS <= len(bounded["eager"]) <= 20
+    # no time for them (the caller's deadline, or not on CUDA): not past MAX_ROUNDS
+    assert len(timing.alternating_rounds(scattered(0.1), ("eager", "candidate"), {}, noisy_s=0.0)["eager"]) \
+        == timing.MAX_ROUNDS
+    # a side timed at zero: more rounds cannot mend it
+    zero = {"eager": [_round(0.0)] * 20, "candidate": [_round(1.0)] * 20}
+    assert timing.ratio_error(zero, ("eager", "candidate")) == 0.0
     # one side alone, or without `settle`: never past MIN_ROUNDS
     assert timing.ratio_error(wide, ("eager",)) == 0.0
     assert len(timing.alternating_rounds(scattered(0.1), ("eager", "candidate"), {}, settle=False)["eager"]) \
@@ -411,6 +417,27 @@ def test_a_judge_worker_imports_torch_only_while_no_timing_runs(tmp_path: Path, 
         assert worker.request({"op": "no_such_op"}, timeout=60)["waited_s"] == 0.0
     finally:
         worker.kill()
+
+
+def test_a_reply_that_is_not_an_object_is_a_dead_worker_and_a_bad_wait_counts_nothing():
+    """Candidate code shares its worker's process and can write to the reply pipe: a reply that is not a
+    JSON object ends the worker (WorkerDied, a runtime_error verdict), and a `waited_s` that is not a
+    finite non-negative number is counted as 0."""
+    from kernelwright.judge.process import WorkerDied, WorkerProcess, waited_in
+
+    assert [waited_in({"waited_s": v}) for v in (1.5, 2, True, "3", -1.0, float("inf"), float("nan"), None)] \
+        == [1.5, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    worker = WorkerProcess.__new__(WorkerProcess)
+    worker.role, worker.waited_s, killed = "candidate", 0.0, []
+    worker.kill = lambda: killed.append(True)
+    for line, survives in ((b'{"ok": true, "waited_s": "x"}\n', True), (b"[1, 2]\n", False)):
+        worker._buffer = line
+        if survives:
+            assert worker.receive(1.0) == {"ok": True, "waited_s": "x"} and worker.waited_s == 0.0
+        else:
+            with pytest.raises(WorkerDied, match="not an object"):
+                worker.receive(1.0)
+            assert killed
 
 
 def test_a_verdict_counts_the_seconds_its_processes_waited_for_other_tasks(tmp_path: Path, monkeypatch):

@@ -399,8 +399,9 @@ def test_a_cuda_series_reports_what_the_host_did_to_its_thread(monkeypatch):
     busy = timing._measure_cuda_alone(spin, min_runs=20, min_time_s=0.05, warm_s=0.0)["host"]
     idle = timing._measure_cuda_alone(lambda: time.sleep(0.002), min_runs=20, min_time_s=0.05,
                                       warm_s=0.0)["host"]
-    assert busy["cpu_share"] > 0.5 > 0.2 > idle["cpu_share"], (busy, idle)
-    assert busy["preempted"] >= 0 and idle["huge_pages_mib"] is None or idle["huge_pages_mib"] >= 0
+    # relative: on a loaded 2-core machine a spinning thread may get only part of a core
+    assert busy["cpu_share"] > 2 * idle["cpu_share"] + 0.1 and idle["cpu_share"] < 0.3, (busy, idle)
+    assert busy["preempted"] >= 0 and idle["huge_pages_mib"] is not None and idle["huge_pages_mib"] >= 0
     faulting = timing._measure_cuda_alone(touch, min_runs=20, min_time_s=0.0, warm_s=0.0)["host"]
     assert faulting["faults"] >= 20
     # the rounds' host reports reach the verdict's timing (absent where no series had one)

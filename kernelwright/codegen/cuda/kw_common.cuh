@@ -338,9 +338,9 @@ __device__ __forceinline__ float divide(float a, float b) {
 
 // a / d by IEEE division's fast path alone (a reciprocal, a Newton step, a correction), without kw::divide's
 // range checks and scaling, for callers whose operands keep that path correctly rounded: a finite, d in
-// [1, 2^125], and where a < 2^-100 (the residual would underflow) d exactly 1 or 2, which makes the refined
-// reciprocal exact and the quotient exact. The sigmoid's t / (1 + t) and 1 / (1 + t) (t = e^-|x| in [0, 1])
-// and Mish's n / (n + 2) (n in [0, 2.4e17]) are such.
+// [1, 2^125], the quotient normal, and where |a| < 2^-100 (the residual would underflow) d exactly 1 or 2,
+// which makes the refined reciprocal exact and the quotient a's exact product by it. The sigmoid's
+// t / (1 + t) and 1 / (1 + t) (t = e^-|x| in [0, 1]) and Mish's n / (n + 2) (n in [0, 2.4e17]) are such.
 __device__ __forceinline__ float fast_quotient(float a, float d) {
 #ifndef __CUDA_ARCH__
   return a / d;
@@ -358,18 +358,19 @@ __device__ __forceinline__ T sigmoid(T x) { return divide(T(1), T(1) + exp(-x));
 
 // The sigmoid as (x >= 0 ? 1 : t) / (1 + t) with t = e^-|x|: the divisor stays in [1, 2], so the fast path
 // alone divides (fast_quotient), where 1 / (1 + e^-x) needed kw::divide's scaling once e^-x passed 2^125.
-// The same bits as before for x >= 0; for x < 0 within 2.2 ulp of the exact value in a float32 emulation
-// with e^x 1 ulp off (the old form 1.9); where the result is subnormal (x < -87.3) it is e^x as exp rounds
-// it (the old form: within 2 ulp). A one-element kernel: 35 SASS instructions instead of 44, loads and
-// stores included (sm_90a).
+// The same bits as before for x >= 0. For x < 0 its error is e^x's plus about 1 ulp, no worse than the old
+// form's in a float32 emulation (2.3 ulp with e^x correctly rounded; two reviews' emulations of e^x one ulp
+// off gave 2.1 and 4.1). Below -88.72, where e^-x overflows and the old form (as ATen's) gave 0, it gives
+// e^x, nonzero down to -103.97. A one-element kernel: 35 SASS instructions instead of 44, loads and stores
+// included (sm_90a).
 __device__ __forceinline__ float sigmoid(float x) {
   const float t = exp(-fabsf(x));
   return fast_quotient(x >= 0.f ? 1.f : t, 1.f + t);
 }
 
-// Not x sigmoid(x): where e^x is subnormal (x in (-88.7, -87.3)) its rounding is up to 2 ulp of x e^x,
-// while x / (1 + e^-x) stays within an ulp of it (a float32 emulation: 2.3 ulp against 0.9 for ATen's form,
-// 6.2 with e^x one subnormal step off).
+// Not x sigmoid(x): where e^x is subnormal but x e^x is not (x in (-88.72, -87.34)), e^x's rounding alone
+// is up to 2 ulp of the product, while x / (1 + e^-x) stays within an ulp (a float32 emulation: 2.3 ulp
+// against 0.9, 6.2 with e^x one subnormal step off); below -88.72 it gives -0, as ATen's does.
 template <typename T>
 __device__ __forceinline__ T silu(T x) { return divide(x, T(1) + exp(-x)); }
 
