@@ -277,11 +277,11 @@ class ReferenceWorker:
                     raise
                 raise _SideFailed(side, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}") from exc
 
+        cuda = self.device == "cuda"   # rounds past MAX_ROUNDS on CUDA only
         try:
             with torch.no_grad(), gpu_timing():
                 while True:
                     try:
-                        cuda = self.device == "cuda"   # rounds past MAX_ROUNDS on CUDA only
                         rounds = alternating_rounds(time_side, sides, settings, command.get("settle", True),
                                                     pin=cuda, noisy_s=NOISY_ROUNDS_S if cuda else 0.0)
                         break

@@ -462,9 +462,9 @@ def host_share(before: tuple, after: tuple) -> dict:
     time over the wall time: a launch-bound series issues the whole time, so less means it was off the
     CPU), preempted (involuntary context switches), faults (minor page faults), and the process's
     transparent huge pages (huge_pages_mib, None where unreadable; read at most every HUGE_PAGES_EVERY_S, so
-    consecutive rounds may repeat one reading). A launch-bound A/A held an offset of up
-    to 5% through 60 rounds on one CPU per round (bench/results/2026-11-28-h200-aa-rounds): these tell
-    apart a side the host interrupted from one that runs slower on its own."""
+    consecutive rounds may repeat one reading). A launch-bound A/A held an offset of up to 5% through 60
+    rounds on one CPU per round (bench/results/2026-11-28-h200-aa-rounds): these tell apart a side the host
+    interrupted from one that runs slower on its own."""
     wall, cpu, preempted, faults = (b - a for a, b in zip(before, after, strict=True))
     return {"cpu_share": round(cpu / wall, 3) if wall > 0 else None, "preempted": preempted,
             "faults": faults, "huge_pages_mib": _huge_pages_mib()}

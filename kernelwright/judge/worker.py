@@ -60,7 +60,8 @@ def main(argv: list[str]) -> int:
                 reply = handler.handle(command)
         except BaseException as exc:  # anything the code under judgement raises becomes a reply
             reply = {"ok": False, **classify_failure(exc, getattr(handler, "source_file", None))}
-        reply["waited_s"], reported = round(waited_seconds() - reported, 3), waited_seconds()
+        waited = waited_seconds()
+        reply["waited_s"], reported = round(waited - reported, 3), waited
         replies.write(json.dumps(reply, default=str) + "\n")
         if reply.get("fatal"):
             replies.flush()
