@@ -53,6 +53,7 @@ class CandidateWorker:
         self.last_output_sizes: list[int] = []
         self.timing_inputs: list | None = None
         self.fatal_exception: BaseException | None = None
+        self.take_turn = None  # lockstep timing's handover to the judge (set by worker.py)
 
     def handle(self, command: dict) -> dict:
         try:
@@ -270,7 +271,8 @@ class CandidateWorker:
     # ------------------------------------------------------------------------------------------- timing
 
     def op_time(self, command: dict) -> dict:
-        """One round of timing (the judge alternates rounds of ours and eager's under one lock)."""
+        """One round of timing (the judge alternates rounds of ours and eager's under one lock; with
+        `lockstep`, in turns with eager's, judge/timing.py)."""
         if self.timing_inputs is None:
             loaded = tensorfile.load(command["inputs"])
             self.timing_inputs = map_leaves(loaded, lambda v: tensorfile.copy_keep_layout(v, self.device))
@@ -279,7 +281,8 @@ class CandidateWorker:
         with torch.no_grad():
             stats = measure(lambda: self.model(*inputs), self.device, command["min_runs"],
                             command["min_time_s"], locked=command.get("locked", False),
-                            **round_settings(command))
+                            **round_settings(command),
+                            take_turn=self.take_turn if command.get("lockstep") else None)
         return {"ok": True, "timing": stats, "peak_memory_bytes": self._peak_memory(), **self._state()}
 
     def op_busy(self, command: dict) -> dict:

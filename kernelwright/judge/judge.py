@@ -32,7 +32,13 @@ from kernelwright.judge.build import build_root
 from kernelwright.judge.busy import launch_bound_section
 from kernelwright.judge.extract import forbidden_imports, read_candidate
 from kernelwright.judge.options import JudgeOptions
-from kernelwright.judge.process import WorkerDied, WorkerProcess, WorkerTimeout, waited_in
+from kernelwright.judge.process import (
+    REFERENCE_TIMEOUT_S,
+    WorkerDied,
+    WorkerProcess,
+    WorkerTimeout,
+    waited_in,
+)
 from kernelwright.judge.session import CandidateSession, Failed
 from kernelwright.judge.static import static_report
 from kernelwright.judge.timing import combine_rounds, paired_ratio, public
@@ -57,7 +63,6 @@ STATUSES = (
 # comparison, or none started).
 CONSUMED = frozenset({"correct", "mismatch", "wrong_shape", "wrong_dtype", "nan", "build_error"})
 DEFAULT_OPTIONS = JudgeOptions()
-REFERENCE_TIMEOUT_S = 600.0  # the reference is trusted code; this only bounds a broken problem
 SHM, SHM_MIN_FREE = "/dev/shm", 32 << 30
 
 
@@ -186,11 +191,19 @@ class Judge:
         try:
             reply = worker.request(command, REFERENCE_TIMEOUT_S)
         except (WorkerDied, WorkerTimeout) as exc:
-            # Not the problem's fault as far as we know (a candidate can kill a sibling process): a failed
-            # run, and a fresh reference worker next time.
-            worker.close()
+            raise self._reference_lost(exc) from exc
+        return self._reference_reply(reply)
+
+    def _reference_lost(self, exc: Exception) -> Failed:
+        """The reference worker died or hung (`exc`): not the problem's fault as far as we know (a candidate
+        can kill a sibling process): a failed run, and a fresh reference worker next time."""
+        if self._reference is not None:
+            self._reference.close()
             self._reference = None
-            raise Failed("runtime_error", f"the reference process failed during this run: {exc}") from exc
+        return Failed("runtime_error", f"the reference process failed during this run: {exc}")
+
+    def _reference_reply(self, reply: dict) -> dict:
+        """A reference worker's reply, or the failure it reports raised as the judge's exception."""
         self.reference_waited_s += waited_in(reply)
         if not reply.get("ok"):
             detail = f"{self.problem.path}: the reference Model failed: {reply.get('detail')}"

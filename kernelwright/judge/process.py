@@ -14,6 +14,14 @@ import sys
 import time
 from pathlib import Path
 
+# Every worker runs under one string-hash seed (the caller's PYTHONHASHSEED when it is a number, else this),
+# so that a comparison's two processes lay out their dicts of names alike. A launch-bound model's time
+# depends on it: level3/13's eager forward in four processes at once (scripts/process_bias.py, one H200,
+# 2026-11-28), each process's fastest series differed by up to 12% with a seed of its own and by 1.4% with
+# one seed; the median ratio of the worst pair was 6.6% off (4.8% under load) against 2.8%. An A/A under
+# `bench --jobs 8` had held 0.95x and 1.035x through 60 rounds (bench/results/2026-11-28-h200-aa-rounds).
+WORKER_HASH_SEED = "0"
+REFERENCE_TIMEOUT_S = 600.0  # a reference worker's reply: trusted code, this only bounds a broken problem
 
 class WorkerTimeout(Exception):
     """The child did not reply within its deadline (it has been killed)."""
@@ -47,6 +55,12 @@ def waited_in(reply: dict) -> float:
     return float(value)
 
 
+def worker_hash_seed() -> str:
+    """Every judge worker's PYTHONHASHSEED: the caller's own when it is a number, else WORKER_HASH_SEED."""
+    value = os.environ.get("PYTHONHASHSEED", "").strip()
+    return value if value.isdigit() else WORKER_HASH_SEED
+
+
 class WorkerProcess:
     """One child process (`role` = "reference" or "candidate") with its own log file. `waited_s`: the
     seconds it has spent blocked on other processes' locks, summed over its replies (worker.py)."""
@@ -56,7 +70,7 @@ class WorkerProcess:
         self.log_path = workdir / f"{role}.log"
         reply_read, reply_write = os.pipe()
         self._log = open(self.log_path, "wb")
-        child_env = {**os.environ, **(env or {})}
+        child_env = {**os.environ, "PYTHONHASHSEED": worker_hash_seed(), **(env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kernelwright.judge.worker", role, str(reply_write)],
             stdin=subprocess.PIPE,

@@ -39,6 +39,7 @@ class ReferenceWorker:
         # (`slot`), so that what is shared never grows with the trials.
         self.slots: dict[tuple, list[torch.Tensor]] = {}
         self.slots_taken: dict[tuple, int] = {}
+        self.take_turn = None  # lockstep timing's handover to the judge (set by worker.py)
 
     def handle(self, command: dict) -> dict:
         return getattr(self, f"op_{command['op']}")(command)
@@ -240,11 +241,12 @@ class ReferenceWorker:
 
     def op_time(self, command: dict) -> dict:
         """One round of eager Model on the first trial's inputs; the judge holds the timing lock around the
-        rounds (candidate and eager in turn)."""
+        rounds (candidate and eager in turn; with `lockstep`, in turns within the round, judge/timing.py)."""
         inputs, model = self._timing_inputs(), self.model
         with torch.no_grad():
             stats = measure(lambda: model(*inputs), self.device, command["min_runs"], command["min_time_s"],
-                            locked=command.get("locked", False), **round_settings(command))
+                            locked=command.get("locked", False), **round_settings(command),
+                            take_turn=self.take_turn if command.get("lockstep") else None)
         return {"ok": True, "timing": stats, "peak_memory_bytes": peak_memory(self.device)}
 
     def op_prepare_compile(self, command: dict) -> dict:

@@ -10,7 +10,13 @@ from pathlib import Path
 from kernelwright.gpulock import gpu_timing
 from kernelwright.judge.build import trim_build_log
 from kernelwright.judge.busy import launch_bound_section
-from kernelwright.judge.process import WorkerDied, WorkerProcess, WorkerTimeout, describe_exit
+from kernelwright.judge.process import (
+    REFERENCE_TIMEOUT_S,
+    WorkerDied,
+    WorkerProcess,
+    WorkerTimeout,
+    describe_exit,
+)
 from kernelwright.judge.timing import (
     NOISY_ROUNDS_S,
     alternating_rounds,
@@ -219,10 +225,9 @@ class CandidateSession:
             # GPU busy share and torch.compile's timing follow)
             noisy_s = min(NOISY_ROUNDS_S, (deadline - time.monotonic()) / 4) if cuda else 0.0
             rounds = alternating_rounds(
-                lambda side, settings: self._time_round(side, {"op": "time", "locked": True, **settings},
-                                                        inputs, deadline),
-                ("candidate", "eager"), per_round(self.options.min_runs, self.options.min_time_s),
-                self.options.settle, pin=cuda, noisy_s=noisy_s)
+                None, ("candidate", "eager"), per_round(self.options.min_runs, self.options.min_time_s),
+                self.options.settle, pin=cuda, noisy_s=noisy_s,
+                together=lambda order, settings: self._lockstep_round(order, settings, inputs, deadline))
             # After the candidate's last timed round: its process is closed next, so the profiler never
             # precedes one of its timings.
             busy = self._candidate_busy(deadline) if self.judge.measures_busy() else None
@@ -256,20 +261,48 @@ class CandidateSession:
         if busy is not None:
             self.verdict["launch_bound"] = launch_bound_section(self.judge.reference_busy(), busy)
 
-    def _time_round(self, side: str, command: dict, inputs: str, deadline: float) -> dict:
-        """One round of `side` ("candidate" or "eager"): its timing stats."""
+    def _lockstep_round(self, order: tuple[str, ...], settings: dict, inputs: str,
+                        deadline: float) -> dict[str, dict]:
+        """One round of candidate and eager in lockstep (judge/timing.py): both processes get the round's
+        command at once, then the floor in turns, `order[0]` first, each turn until the process asks for
+        the next or replies. A side that fails or dies mid-round ends its turns; the other finishes alone
+        (so that its reply is read), then the failure is raised. Each side's timing stats, by side."""
         clock = time.monotonic()
-        if side == "eager":
-            reply = self.judge._reference_request({**command, "which": "eager"})
-            self._note_memory("reference_peak_bytes", reply)
-        else:
-            reply = self.worker.request({**command, "inputs": inputs}, self._left(deadline))
-            Path(inputs).unlink(missing_ok=True)  # read in the first round
-            self._check(reply)
-            self._note_memory("candidate_peak_bytes", reply)
-        self._count(f"timing_{side}_s", time.monotonic() - clock)
-        self._count(f"timing_{side}_measure_s", reply["timing"]["seconds"])
-        return reply["timing"]
+        workers = {"candidate": self.worker, "eager": self.judge._start_reference()}
+        command = {"op": "time", "locked": True, "lockstep": True, **settings}
+        commands = {"candidate": {**command, "inputs": inputs}, "eager": {**command, "which": "eager"}}
+        replies: dict[str, dict] = {}
+        lost: dict[str, Exception] = {}
+
+        def hear(side: str) -> None:
+            timeout = self._left(deadline) if side == "candidate" else REFERENCE_TIMEOUT_S
+            try:
+                replies[side] = workers[side].receive(timeout)
+            except (WorkerDied, WorkerTimeout) as exc:
+                lost[side] = exc
+
+        for side in order:
+            workers[side].send(commands[side])
+        for side in order:
+            hear(side)
+        while any(side not in lost and replies[side].get("turn") for side in order):
+            for side in order:
+                if side not in lost and replies[side].get("turn"):
+                    workers[side].send({"op": "go"})
+                    hear(side)
+        self._count("timing_rounds_s", time.monotonic() - clock)
+        Path(inputs).unlink(missing_ok=True)  # the candidate read them in its first round
+        if "candidate" in lost:
+            raise lost["candidate"]
+        if "eager" in lost:
+            raise self.judge._reference_lost(lost["eager"])
+        self._check(replies["candidate"])
+        eager = self.judge._reference_reply(replies["eager"])
+        self._note_memory("candidate_peak_bytes", replies["candidate"])
+        self._note_memory("reference_peak_bytes", eager)
+        for side in order:
+            self._count(f"timing_{side}_measure_s", replies[side]["timing"]["seconds"])
+        return {side: replies[side]["timing"] for side in order}
 
     def _trial_phase(self, seconds: dict[str, float], phase: str, value: float) -> None:
         """One trial's `phase` took `value` s: in its entry's seconds and the profile's trials_<phase>."""

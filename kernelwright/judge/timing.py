@@ -13,6 +13,14 @@ CPU in turn timed one eager FireModule forward at 0.80-2.97 ms a CPU, and the sl
 fast in the next (so no CPU is "the fast one"; /proc/stat showed them all idle); what helps is timing the
 two sides of a comparison close together, in short rounds.
 
+Lockstep (`measure`'s `take_turn`): the judge's two processes, candidate and eager, time a round in turns of
+about TURN_S each, handing the floor to each other through the judge between turns, so that both sides'
+runs of a round interleave within milliseconds instead of following each other as two series. On the lent
+VMs a launch-bound model's host side switches between two speeds (level3/13's eager forward: series
+medians of about 1.05 or 1.7 ms, H200) many times a second, so two consecutive 0.1 s series often caught
+different speeds (scripts/process_bias.py); an A/A under `bench --jobs 8` held 0.95x-1.035x through 60
+rounds (bench/results/2026-11-28-h200-aa-rounds).
+
 The timing functions are bound when this module is imported, before any candidate code runs, so a
 candidate that patches `time` or `torch.cuda` afterwards cannot change what the judge measures.
 """
@@ -71,7 +79,8 @@ ROUND_AGREEMENT = 0.015
 # launch-bound copies at 0.94-0.95x (bench/results/2026-11-28-h200-aa-rounds). Their rounds cost about
 # 0.3 s each (both sides); with that scatter a 1% error needs some 80 rounds, so they run to the cap. Alone
 # the extra rounds brought every launch-bound copy within 2.2%; under `--jobs 8` an offset of up to 5%
-# remained that held through all 60 rounds: a bias of the run, not noise (see `host_share`).
+# remained that held through all 60 rounds. Rounds in lockstep (`take_turn`) scatter by about 1% instead
+# (bench/results/2026-11-28-h200-lockstep), so these extra rounds are now rarely needed.
 NOISY_MAX_ROUNDS, NOISY_ROUNDS_S, RATIO_ERROR = 60, 20.0, 0.01
 LATER_WARM_S, ROUND_WALL_S = 0.02, 0.05
 # Placement (`placed`): where a model's intermediates sit in GPU memory can set its speed. level2/28's cuDNN
@@ -85,6 +94,7 @@ LATER_WARM_S, ROUND_WALL_S = 0.02, 0.05
 # takes the best fit).
 PLACEMENT_UNIT, PLACEMENT_SLOTS, PLACEMENT_BASE = 512, 4096, 2 * 2**20
 PLACEMENT_TRIES = 32   # pads asked for before one lands at the fresh segment's start (see `placed`)
+TURN_S = 0.01   # a side's turn in lockstep rounds (the series split into about min_time_s / TURN_S turns)
 CPU_ENV = "KERNELWRIGHT_TIMING_CPU"
 CPU_WINDOW_S = 0.1  # how long CpuWatch's first pick watches the CPUs (/proc/stat counts in 10 ms ticks)
 
@@ -100,7 +110,8 @@ def l2_flush_buffer(device: str) -> torch.Tensor | None:
 
 def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time_s: float = 1.0,
             locked: bool = False, cpu: int | None = None, warm_s: float = WARM_S,
-            wall_s: float = WALL_TIME_S, placement: int | None = None) -> dict:
+            wall_s: float = WALL_TIME_S, placement: int | None = None,
+            take_turn: Callable[[], None] | None = None) -> dict:
     """{"median_ms", "iqr_ms", "n", "wall_median_ms", "disagrees", "seconds", "cpu"} for `fn` on `device`
     (seconds: the whole measurement's, warm-up included; cpu: the CPU the series ran on, None unpinned),
     on CUDA "host" (`host_share` over the timed series), and "placed" (whether `placed` could place the
@@ -111,22 +122,40 @@ def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time
     `warm_s`, `wall_s`: the least time of the warm-up and of the wall-clock cross-check (the judge's later
     rounds of an already warm process take less).
     `placement`: a slot in [0, PLACEMENT_SLOTS) where the series' intermediates go (`placed`); None: where
-    the allocator puts them."""
-    started = perf_counter()
+    the allocator puts them.
+    `take_turn`: lockstep (the module's docstring): called before each turn of the series (the first with the
+    warm-up, the last the wall-clock check), it returns when this side has the floor; "seconds" then leaves
+    out the waits, reported as "turn_wait_s"."""
+    started, waited = perf_counter(), [0.0]
+    turn = None
+    if take_turn is not None:
+        def turn() -> None:
+            begin = perf_counter()
+            take_turn()
+            waited[0] += perf_counter() - begin
     if device == "cuda":
         with contextlib.ExitStack() as stack:
             if not locked:  # no other process's GPU work overlaps the series (kernelwright/gpulock.py)
                 stack.enter_context(gpu_timing())
             cpu = pinned_cpu(stack, cpu)
-            stats = _measure_cuda_alone(fn, min_runs, min_time_s, warm_s, wall_s, placement)
+            stats = _measure_cuda_alone(fn, min_runs, min_time_s, warm_s, wall_s, placement, turn)
     else:
-        stats = _measure_cpu(fn, min_runs, min_time_s)
-    return {**stats, "seconds": perf_counter() - started, "cpu": cpu if device == "cuda" else None}
+        stats = _measure_cpu(fn, min_runs, min_time_s, turn)
+    turns = {} if turn is None else {"turn_wait_s": waited[0]}
+    return {**stats, "seconds": perf_counter() - started - waited[0], **turns,
+            "cpu": cpu if device == "cuda" else None}
 
 
 def round_settings(command: dict) -> dict:
     """The `measure` settings a judge's timing request carries (`cpu`, `warm_s`, `wall_s`, `placement`)."""
     return {key: command[key] for key in ("cpu", "warm_s", "wall_s", "placement") if key in command}
+
+
+def turn_blocks(runs: int, min_time_s: float, take_turn: Callable[[], None] | None) -> list[int]:
+    """The timed runs of a series per turn: all in one without `take_turn`, else split as evenly as they go
+    into about min_time_s / TURN_S turns (never an empty turn)."""
+    turns = 1 if take_turn is None else max(1, min(runs, round(min_time_s / TURN_S)))
+    return [runs // turns + (1 if i < runs % turns else 0) for i in range(turns)]
 
 
 class CpuWatch:
@@ -200,15 +229,17 @@ def per_round(min_runs: int, min_time_s: float) -> dict:
             "wall_s": ROUND_WALL_S}
 
 
-def alternating_rounds(time_side: Callable[[str, dict], dict], sides: Sequence[str], settings: dict,
-                       settle: bool = True, pin: bool = True,
-                       noisy_s: float = NOISY_ROUNDS_S) -> dict[str, list[dict]]:
+def alternating_rounds(time_side: Callable[[str, dict], dict] | None, sides: Sequence[str], settings: dict,
+                       settle: bool = True, pin: bool = True, noisy_s: float = NOISY_ROUNDS_S,
+                       together: Callable[[Sequence[str], dict], dict[str, dict]] | None = None,
+                       ) -> dict[str, list[dict]]:
     """Each side's `measure` stats per round: `time_side(side, settings)` for every side in a round, back to
     back on one CPU (`CpuWatch`, with `pin`: on CUDA) and one memory placement (a random slot, `placed`), in
     turns of who goes first (an order effect cancels), the warm-up shortened once every side has run; as
     long as `more_rounds` says (until they settle, or their median ratio is certain enough, rounds past
-    MAX_ROUNDS only while all took under `noisy_s`; MIN_ROUNDS without `settle`). The caller holds the
-    timing lock around all of it."""
+    MAX_ROUNDS only while all took under `noisy_s`; MIN_ROUNDS without `settle`). `together(order,
+    settings)`, in place of `time_side`: every side's stats of one round timed in lockstep (the module's
+    docstring), `order[0]` taking the first turn. The caller holds the timing lock around all of it."""
     rounds: dict[str, list[dict]] = {side: [] for side in sides}
     cpus, started = CpuWatch(), perf_counter()
     while more_rounds(rounds, sides, settle, perf_counter() - started, noisy_s):
@@ -217,8 +248,10 @@ def alternating_rounds(time_side: Callable[[str, dict], dict], sides: Sequence[s
                "placement": random.randrange(PLACEMENT_SLOTS)}
         if done:   # every side's process is warm after its first round
             now["warm_s"] = LATER_WARM_S
-        for side in sides if done % 2 == 0 else sides[::-1]:
-            rounds[side].append(time_side(side, now))
+        order = sides if done % 2 == 0 else sides[::-1]
+        timed = together(order, now) if together else {side: time_side(side, now) for side in order}
+        for side in sides:
+            rounds[side].append(timed[side])
     return rounds
 
 
@@ -345,15 +378,20 @@ def wall_run_count(n: int, per_run_s: float, wall_s: float = WALL_TIME_S) -> int
     return max(1, min(n, WALL_RUNS, max(WALL_MIN_RUNS, math.ceil(wall_s / max(per_run_s, 1e-7)))))
 
 
-def _measure_cpu(fn, min_runs: int, min_time_s: float) -> dict:
+def _measure_cpu(fn, min_runs: int, min_time_s: float, turn: Callable[[], None] | None = None) -> dict:
+    if turn is not None:
+        turn()
     start = perf_counter()
     fn()  # warm-up: lazy initialization, allocator growth
     per_run = max(perf_counter() - start, 1e-7)
     times = []
-    for _ in range(_run_count(per_run, min_runs, min_time_s)):
-        t0 = perf_counter()
-        fn()
-        times.append((perf_counter() - t0) * 1e3)
+    for index, block in enumerate(turn_blocks(_run_count(per_run, min_runs, min_time_s), min_time_s, turn)):
+        if index:
+            turn()
+        for _ in range(block):
+            t0 = perf_counter()
+            fn()
+            times.append((perf_counter() - t0) * 1e3)
     stats = summarize(times)
     return {**stats, "wall_median_ms": stats["median_ms"], "disagrees": False}
 
@@ -396,7 +434,8 @@ def _large_pool_reserved() -> int:
 
 
 def _measure_cuda_alone(fn, min_runs: int, min_time_s: float, warm_s: float = WARM_S,
-                        wall_s: float = WALL_TIME_S, placement: int | None = None) -> dict:
+                        wall_s: float = WALL_TIME_S, placement: int | None = None,
+                        turn: Callable[[], None] | None = None) -> dict:
     if placement is not None:
         _synchronize()
         _empty_cache()   # the flush buffer gets a segment of its own: a cached block it took a piece of
@@ -410,6 +449,8 @@ def _measure_cuda_alone(fn, min_runs: int, min_time_s: float, warm_s: float = WA
     # and the synchronize below waited for all of them. The three ways (unbounded, waiting for every run,
     # this) leave the same series behind (scripts/warmup_check.py, H100, 2026-11-27): this one takes 0.1 s.
     _synchronize()
+    if turn is not None:   # the first turn: the warm-up and the first block of the series
+        turn()
     start, warm, queued = perf_counter(), 0, deque()
     while warm < 3 or perf_counter() - start < warm_s:
         if len(queued) == WARM_IN_FLIGHT:
@@ -423,18 +464,26 @@ def _measure_cuda_alone(fn, min_runs: int, min_time_s: float, warm_s: float = WA
     per_run = (perf_counter() - start) / warm
     n = _run_count(per_run, min_runs, min_time_s)
 
-    starts = [_Event(enable_timing=True) for _ in range(n)]
-    ends = [_Event(enable_timing=True) for _ in range(n)]
-    counters = _host_counters()
-    for begin, end in zip(starts, ends, strict=True):
-        flush.zero_()
-        begin.record(stream)
-        fn()
-        end.record(stream)
-    _synchronize()
-    host = host_share(counters, _host_counters())
-    stats = summarize([begin.elapsed_time(end) for begin, end in zip(starts, ends, strict=True)])
+    times, spent = [], (0.0, 0.0, 0, 0)
+    for index, block in enumerate(turn_blocks(n, min_time_s, turn)):
+        if index:
+            turn()
+        starts = [_Event(enable_timing=True) for _ in range(block)]
+        ends = [_Event(enable_timing=True) for _ in range(block)]
+        counters = _host_counters()
+        for begin, end in zip(starts, ends, strict=True):
+            flush.zero_()
+            begin.record(stream)
+            fn()
+            end.record(stream)
+        _synchronize()   # the turn ends with its work done: the other side's runs never overlap it
+        spent = tuple(s + b - a for s, a, b in zip(spent, counters, _host_counters(), strict=True))
+        times += [begin.elapsed_time(end) for begin, end in zip(starts, ends, strict=True)]
+    host = host_share((0.0, 0.0, 0, 0), spent)
+    stats = summarize(times)
 
+    if turn is not None:   # the wall-clock cross-check in a turn of its own
+        turn()
     wall = []
     for _ in range(wall_run_count(n, per_run, wall_s)):
         flush.zero_()

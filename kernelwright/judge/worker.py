@@ -6,7 +6,9 @@ Commands arrive as JSON lines on stdin; each gets one JSON line on REPLY_FD (std
 candidate's to print to: they go to a log file). A failure in a command becomes a reply, never a crash;
 after a CUDA error the context is unusable, so the process exits right after replying. Every reply carries
 `waited_s`: the seconds this process spent blocked on other processes' locks (kernelwright/gpulock.py)
-since its previous reply (the first one's include the wait of its start).
+since its previous reply (the first one's include the wait of its start). A `time` command with `lockstep`
+is timed in turns (judge/timing.py): before each turn the process writes `{"turn": true}` and waits for the
+judge's `{"op": "go"}`, so one command gets several lines before its reply.
 """
 
 from __future__ import annotations
@@ -47,6 +49,14 @@ def main(argv: list[str]) -> int:
         else:
             from kernelwright.judge.candidate_worker import CandidateWorker as Handler
         handler = Handler()
+
+    def take_turn() -> None:
+        replies.write('{"turn": true}\n')
+        line = sys.stdin.readline()
+        if not line or json.loads(line).get("op") != "go":
+            raise RuntimeError("the judge ended the timing between turns")
+
+    handler.take_turn = take_turn
     reported = 0.0   # waited_seconds() as of the last reply
     while True:
         line = sys.stdin.readline()

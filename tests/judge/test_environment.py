@@ -4,6 +4,7 @@ a stale build lock left by a killed build; and how timing is reported (alternati
 
 from __future__ import annotations
 
+import itertools
 import random
 import statistics
 from dataclasses import replace
@@ -103,10 +104,56 @@ def test_candidate_and_eager_are_timed_in_rounds(tmp_path: Path):
     assert all(set(t["seconds"]) >= {"reference_s", "candidate_s", "compare_s"} for t in verdict["trials"])
     assert profile["trials_candidate_s"] == pytest.approx(
         sum(t["seconds"]["candidate_s"] for t in verdict["trials"]), abs=1e-2)
-    assert profile["timing_candidate_s"] > 0 and profile["timing_eager_s"] > 0
-    # each side's measure alone (timing.measure's own seconds: under a millisecond here) within its request
-    for side in ("candidate", "eager"):
-        assert 0 <= profile[f"timing_{side}_measure_s"] <= profile[f"timing_{side}_s"]
+    # each side's measure alone (timing.measure's own seconds, its waits for the other's turns left out)
+    # within the rounds' wall time
+    assert profile["timing_rounds_s"] > 0
+    assert 0 <= profile["timing_candidate_measure_s"] + profile["timing_eager_measure_s"] \
+        <= profile["timing_rounds_s"]
+
+
+# Each run appends its process to a log shared by the judge's two processes.
+LOGGED = """
+import os
+import time
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        with open(LOG, "a") as log:
+            log.write(f"{os.getpid()} {int(torch.is_grad_enabled())}\\n")
+        time.sleep(0.0005)
+        return x * 2
+
+def get_inputs():
+    return [torch.randn(4)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_round_interleaves_the_two_sides_in_turns(tmp_path: Path):
+    """Lockstep (judge/timing.py TURN_S): a round's series is split into turns that alternate between the
+    candidate's process and eager's, so both see the host within milliseconds of each other. Here each
+    round's 0.1 s makes about ten turns a side; timed as two series, a round would switch process twice."""
+    from kernelwright.judge.timing import TURN_S
+
+    log = tmp_path / "runs.log"
+    problem, candidate = tmp_path / "problem.py", tmp_path / "candidate.py"
+    problem.write_text(f"LOG = {str(log)!r}\n" + LOGGED)
+    candidate.write_text(f"LOG = {str(log)!r}\n" + LOGGED + "\nclass ModelNew(Model):\n    pass\n")
+    options = replace(CPU_OPTIONS, min_runs=10, min_time_s=1.0)
+    verdict = evaluate(problem, candidate, options)
+    assert verdict["status"] == "correct", verdict["detail"]
+    rounds = verdict["timings"]["eager"]["rounds"]
+    pids = [line.split()[0] for line in log.read_text().splitlines()]
+    runs_in_a_row = [len(list(same)) for _, same in itertools.groupby(pids)]
+    turns = round(options.min_time_s / 10 / TURN_S)
+    assert len(set(pids)) == 2
+    # many switches, each after a turn's runs (two processes running at once would switch every run or two)
+    assert len(runs_in_a_row) > rounds * (2 * turns - 1), (runs_in_a_row, rounds)
+    assert statistics.median(runs_in_a_row) >= 5, runs_in_a_row
 
 
 def test_unsettled_timing_takes_the_least_rounds(tmp_path: Path, monkeypatch):
@@ -484,3 +531,36 @@ def test_a_reference_that_died_is_not_restarted_inside_a_timing(tmp_path: Path, 
                 judge._reference_request({"op": "reset"})
         assert time.monotonic() - started < 5
         assert not gpulock.holds_timing()
+
+
+def test_every_worker_runs_under_one_string_hash_seed(tmp_path: Path, monkeypatch):
+    """A comparison's two processes must lay out their dicts of names alike (judge/process.py
+    WORKER_HASH_SEED): each worker gets the caller's numeric PYTHONHASHSEED, else the fixed one, whatever the
+    caller's own setting; an explicit env still wins."""
+    import subprocess
+
+    from kernelwright.judge import process
+
+    seen = []
+
+    class Recorder:
+        def __init__(self, args, env, **kwargs):
+            seen.append(env.get("PYTHONHASHSEED"))
+
+    monkeypatch.setattr(subprocess, "Popen", Recorder)
+    for setting, expected in ((None, process.WORKER_HASH_SEED), ("random", process.WORKER_HASH_SEED),
+                              ("17", "17")):
+        if setting is None:
+            monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+        else:
+            monkeypatch.setenv("PYTHONHASHSEED", setting)
+        for role in ("reference", "candidate"):
+            _close(process.WorkerProcess(role, tmp_path))
+        assert seen[-2:] == [expected, expected]
+    _close(process.WorkerProcess("candidate", tmp_path, env={"PYTHONHASHSEED": "5"}))
+    assert seen[-1] == "5"
+
+
+def _close(worker) -> None:
+    worker._log.close()
+    worker._replies.close()

@@ -212,6 +212,30 @@ def test_the_warm_up_queues_few_runs():
     assert seconds < 2 * budget + 0.2
 
 
+def test_a_series_in_turns_waits_between_them_and_leaves_the_waits_out():
+    """Lockstep (judge/timing.py): the series is split into about min_time_s / TURN_S turns, each asked for
+    with `take_turn` (one more for the wall-clock check); the waits are reported apart from "seconds", and
+    every run is still timed (n as without turns)."""
+    import time
+
+    from kernelwright.judge.timing import TURN_S, turn_blocks
+
+    x = torch.randn(1 << 20, device="cuda")
+    asked = []
+
+    def take_turn():
+        asked.append(time.perf_counter())
+        time.sleep(0.02)
+
+    stats = measure(lambda: x.mul(2), "cuda", min_runs=40, min_time_s=0.1, locked=True, take_turn=take_turn)
+    blocks = turn_blocks(stats["n"], 0.1, take_turn)
+    assert len(blocks) == round(0.1 / TURN_S) and sum(blocks) == stats["n"] >= 40
+    assert len(asked) == len(blocks) + 1
+    assert stats["turn_wait_s"] >= 0.02 * len(asked)
+    assert stats["seconds"] < asked[-1] - asked[0] - 0.02 * (len(asked) - 1) + 1.0
+    assert stats["host"]["cpu_share"] is not None
+
+
 def test_evaluate_reference_times_eager_and_compile():
     options = JudgeOptions(device="cuda", min_runs=20, min_time_s=0.1)
     report = evaluate_reference(PROBLEMS / "matmul.py", options)
