@@ -271,8 +271,8 @@ class CandidateWorker:
     # ------------------------------------------------------------------------------------------- timing
 
     def op_time(self, command: dict) -> dict:
-        """One round of timing (the judge alternates rounds of ours and eager's under one lock; with
-        `lockstep`, in turns with eager's, judge/timing.py)."""
+        """One round of timing: the judge times ours and eager's rounds under one lock, each round in
+        lockstep (`lockstep`: in turns with eager's, judge/timing.py)."""
         if self.timing_inputs is None:
             loaded = tensorfile.load(command["inputs"])
             self.timing_inputs = map_leaves(loaded, lambda v: tensorfile.copy_keep_layout(v, self.device))

@@ -23,6 +23,7 @@ from pathlib import Path
 WORKER_HASH_SEED = "0"
 REFERENCE_TIMEOUT_S = 600.0  # a reference worker's reply: trusted code, this only bounds a broken problem
 
+
 class WorkerTimeout(Exception):
     """The child did not reply within its deadline (it has been killed)."""
 

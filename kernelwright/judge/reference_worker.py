@@ -241,7 +241,7 @@ class ReferenceWorker:
 
     def op_time(self, command: dict) -> dict:
         """One round of eager Model on the first trial's inputs; the judge holds the timing lock around the
-        rounds (candidate and eager in turn; with `lockstep`, in turns within the round, judge/timing.py)."""
+        rounds (candidate and eager; with `lockstep`, in turns within the round, judge/timing.py)."""
         inputs, model = self._timing_inputs(), self.model
         with torch.no_grad():
             stats = measure(lambda: model(*inputs), self.device, command["min_runs"], command["min_time_s"],

@@ -21,6 +21,7 @@ from kernelwright.judge.timing import (
     NOISY_ROUNDS_S,
     alternating_rounds,
     combine_rounds,
+    max_turns,
     paired_ratios,
     per_round,
     public,
@@ -216,7 +217,7 @@ class CandidateSession:
             )
 
     def _time(self, deadline: float) -> None:
-        """Candidate and eager in alternating rounds (judge/timing.py); torch.compile once per judge."""
+        """Candidate and eager in rounds, each in lockstep (judge/timing.py); torch.compile once per judge."""
         # The candidate reads its timing inputs once, in its first round (round 0 times it first).
         inputs = self.judge._reference_request({"op": "share_timing_inputs"})["inputs"]
         with gpu_timing():
@@ -266,13 +267,16 @@ class CandidateSession:
         """One round of candidate and eager in lockstep (judge/timing.py): both processes get the round's
         command at once, then the floor in turns, `order[0]` first, each turn until the process asks for
         the next or replies. A side that fails or dies mid-round ends its turns; the other finishes alone
-        (so that its reply is read), then the failure is raised. Each side's timing stats, by side."""
+        (so that its reply is read), then the failure is raised, the candidate's first. The candidate's
+        code shares its process: past the run's deadline, or asking for more turns than a series has
+        (`max_turns`), it is killed. Each side's timing stats, by side."""
         clock = time.monotonic()
         workers = {"candidate": self.worker, "eager": self.judge._start_reference()}
         command = {"op": "time", "locked": True, "lockstep": True, **settings}
         commands = {"candidate": {**command, "inputs": inputs}, "eager": {**command, "which": "eager"}}
         replies: dict[str, dict] = {}
         lost: dict[str, Exception] = {}
+        turns = dict.fromkeys(order, 0)
 
         def hear(side: str) -> None:
             timeout = self._left(deadline) if side == "candidate" else REFERENCE_TIMEOUT_S
@@ -281,23 +285,42 @@ class CandidateSession:
             except (WorkerDied, WorkerTimeout) as exc:
                 lost[side] = exc
 
+        def asks(side: str) -> bool:
+            return side not in lost and replies[side].get("turn") is True
+
         for side in order:
             workers[side].send(commands[side])
         for side in order:
             hear(side)
-        while any(side not in lost and replies[side].get("turn") for side in order):
+        while any(asks(side) for side in order):
             for side in order:
-                if side not in lost and replies[side].get("turn"):
+                if not asks(side):
+                    continue
+                turns[side] += 1
+                if side == "candidate" and time.monotonic() >= deadline:
+                    workers[side].kill()
+                    lost[side] = WorkerTimeout("the candidate's timing ran past the run's deadline")
+                elif turns[side] > max_turns(settings["min_time_s"]):
+                    workers[side].kill()
+                    lost[side] = WorkerDied(None, f"the {side} process asked for more timing turns than a "
+                                                  "series has")
+                else:
                     workers[side].send({"op": "go"})
                     hear(side)
         self._count("timing_rounds_s", time.monotonic() - clock)
         Path(inputs).unlink(missing_ok=True)  # the candidate read them in its first round
+        reference_failure, eager = None, None
+        try:
+            if "eager" in lost:
+                raise self.judge._reference_lost(lost["eager"])
+            eager = self.judge._reference_reply(replies["eager"])
+        except Exception as exc:  # noqa: BLE001 - raised below, after the candidate's own failure
+            reference_failure = exc
         if "candidate" in lost:
             raise lost["candidate"]
-        if "eager" in lost:
-            raise self.judge._reference_lost(lost["eager"])
         self._check(replies["candidate"])
-        eager = self.judge._reference_reply(replies["eager"])
+        if reference_failure is not None:
+            raise reference_failure
         self._note_memory("candidate_peak_bytes", replies["candidate"])
         self._note_memory("reference_peak_bytes", eager)
         for side in order:

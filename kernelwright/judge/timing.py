@@ -19,7 +19,8 @@ runs of a round interleave within milliseconds instead of following each other a
 VMs a launch-bound model's host side switches between two speeds (level3/13's eager forward: series
 medians of about 1.05 or 1.7 ms, H200) many times a second, so two consecutive 0.1 s series often caught
 different speeds (scripts/process_bias.py); an A/A under `bench --jobs 8` held 0.95x-1.035x through 60
-rounds (bench/results/2026-11-28-h200-aa-rounds).
+rounds (bench/results/2026-11-28-h200-aa-rounds). A turn that follows the other side's starts with one
+untimed run where runs are shorter than a turn: the host's caches then hold this side's work again.
 
 The timing functions are bound when this module is imported, before any candidate code runs, so a
 candidate that patches `time` or `torch.cuda` afterwards cannot change what the judge measures.
@@ -113,7 +114,8 @@ def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time
             wall_s: float = WALL_TIME_S, placement: int | None = None,
             take_turn: Callable[[], None] | None = None) -> dict:
     """{"median_ms", "iqr_ms", "n", "wall_median_ms", "disagrees", "seconds", "cpu"} for `fn` on `device`
-    (seconds: the whole measurement's, warm-up included; cpu: the CPU the series ran on, None unpinned),
+    (seconds: the whole measurement's, warm-up included, lockstep waits not; cpu: the CPU the series ran
+    on, None unpinned),
     on CUDA "host" (`host_share` over the timed series), and "placed" (whether `placed` could place the
     series) when a `placement` was asked for.
     `locked`: the caller (the judge, timing candidate and eager in turn) already holds the timing lock.
@@ -124,15 +126,25 @@ def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time
     `placement`: a slot in [0, PLACEMENT_SLOTS) where the series' intermediates go (`placed`); None: where
     the allocator puts them.
     `take_turn`: lockstep (the module's docstring): called before each turn of the series (the first with the
-    warm-up, the last the wall-clock check), it returns when this side has the floor; "seconds" then leaves
-    out the waits, reported as "turn_wait_s"."""
-    started, waited = perf_counter(), [0.0]
+    warm-up, the last the wall-clock check), it returns when this side has the floor; needs `locked` on
+    CUDA (the other side's turns run under the same hold of the timing lock). "seconds" then counts from
+    the first turn (the setup before it overlaps the other side's) and leaves out the waits after it,
+    reported as "turn_wait_s"."""
+    started, waited = [perf_counter()], [0.0]
     turn = None
     if take_turn is not None:
+        if device == "cuda" and not locked:
+            raise ValueError("a series in turns runs under its caller's timing lock (locked=True)")
+
         def turn() -> None:
             begin = perf_counter()
             take_turn()
-            waited[0] += perf_counter() - begin
+            if waited[0] < 0:   # the first turn: the count starts here
+                started[0], waited[0] = perf_counter(), 0.0
+            else:
+                waited[0] += perf_counter() - begin
+
+        waited[0] = -1.0
     if device == "cuda":
         with contextlib.ExitStack() as stack:
             if not locked:  # no other process's GPU work overlaps the series (kernelwright/gpulock.py)
@@ -141,8 +153,9 @@ def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time
             stats = _measure_cuda_alone(fn, min_runs, min_time_s, warm_s, wall_s, placement, turn)
     else:
         stats = _measure_cpu(fn, min_runs, min_time_s, turn)
-    turns = {} if turn is None else {"turn_wait_s": waited[0]}
-    return {**stats, "seconds": perf_counter() - started - waited[0], **turns,
+    waits = max(waited[0], 0.0)
+    turns = {} if turn is None else {"turn_wait_s": waits}
+    return {**stats, "seconds": perf_counter() - started[0] - waits, **turns,
             "cpu": cpu if device == "cuda" else None}
 
 
@@ -153,9 +166,15 @@ def round_settings(command: dict) -> dict:
 
 def turn_blocks(runs: int, min_time_s: float, take_turn: Callable[[], None] | None) -> list[int]:
     """The timed runs of a series per turn: all in one without `take_turn`, else split as evenly as they go
-    into about min_time_s / TURN_S turns (never an empty turn)."""
-    turns = 1 if take_turn is None else max(1, min(runs, round(min_time_s / TURN_S)))
+    into round(min_time_s / TURN_S) turns (at least one), the same number for every side of a round (a
+    slow callable's later turns may be empty: the other side still gets its turns in between)."""
+    turns = 1 if take_turn is None else max(1, round(min_time_s / TURN_S))
     return [runs // turns + (1 if i < runs % turns else 0) for i in range(turns)]
+
+
+def max_turns(min_time_s: float) -> int:
+    """The most turns a side of a lockstep round asks for: `turn_blocks`' turns and the wall-clock check's."""
+    return max(1, round(min_time_s / TURN_S)) + 1
 
 
 class CpuWatch:
@@ -300,10 +319,10 @@ def settled(rounds: dict[str, list[dict]], sides: Sequence[str] = ("candidate", 
 
 def paired_ratios(ours: list[dict], theirs: list[dict], wall: bool = False) -> list[float] | None:
     """Their time over ours, round by round (None without a positive time of ours). A round's series run
-    back to back on one CPU, so a ratio cancels what the host did to both (a launch-bound model's rounds
-    ranged 0.85-1.6 ms in one process on an H100 VM, and the median of each side's medians paired a fast
-    round with a slow one). `wall`: our time is the larger of the event and wall-clock medians (work hidden
-    from the events)."""
+    on one CPU, in lockstep turns or back to back, so a ratio cancels what the host did to both (a
+    launch-bound model's rounds ranged 0.85-1.6 ms in one process on an H100 VM, and the median of each
+    side's medians paired a fast round with a slow one). `wall`: our time is the larger of the event and
+    wall-clock medians (work hidden from the events)."""
     ratios = []
     for mine, other in zip(ours, theirs, strict=True):
         ms = max(mine["median_ms"], mine["wall_median_ms"]) if wall else mine["median_ms"]
@@ -388,6 +407,8 @@ def _measure_cpu(fn, min_runs: int, min_time_s: float, turn: Callable[[], None] 
     for index, block in enumerate(turn_blocks(_run_count(per_run, min_runs, min_time_s), min_time_s, turn)):
         if index:
             turn()
+            if block and per_run < TURN_S:
+                fn()   # untimed, as on CUDA
         for _ in range(block):
             t0 = perf_counter()
             fn()
@@ -468,6 +489,9 @@ def _measure_cuda_alone(fn, min_runs: int, min_time_s: float, warm_s: float = WA
     for index, block in enumerate(turn_blocks(n, min_time_s, turn)):
         if index:
             turn()
+            if block and per_run < TURN_S:
+                flush.zero_()
+                fn()   # untimed: the other side has just run on this CPU (its caches are the other's)
         starts = [_Event(enable_timing=True) for _ in range(block)]
         ends = [_Event(enable_timing=True) for _ in range(block)]
         counters = _host_counters()

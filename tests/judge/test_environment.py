@@ -1,6 +1,6 @@
 """What the judge must not blame on a problem or a candidate: a model that cannot run in float64 (the oracle
 re-check is skipped and the tolerance table stands), a reference out of memory (an environment failure),
-a stale build lock left by a killed build; and how timing is reported (alternating rounds)."""
+a stale build lock left by a killed build; and how timing is reported (rounds in lockstep)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_candidate_and_eager_are_timed_in_rounds(tmp_path: Path):
     verdict = evaluate(problem, candidate, CPU_OPTIONS)
     timings = verdict["timings"]
     assert timings["candidate"]["rounds"] == timings["eager"]["rounds"] >= MIN_ROUNDS
-    # the speedup is the median of the rounds' own ratios (each round's two series back to back)
+    # the speedup is the median of the rounds' own ratios (each round's two series in lockstep turns)
     ours, eager = timings["candidate"]["round_medians_ms"], timings["eager"]["round_medians_ms"]
     ratios = [e / c for c, e in zip(ours, eager, strict=True)]
     assert verdict["speedup_vs_eager"] == pytest.approx(statistics.median(ratios), rel=1e-3)
@@ -564,3 +564,58 @@ def test_every_worker_runs_under_one_string_hash_seed(tmp_path: Path, monkeypatc
 def _close(worker) -> None:
     worker._log.close()
     worker._replies.close()
+
+
+FLOODS_THE_TURNS = '''
+import inspect
+import os
+import sys
+import threading
+
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+_started = []
+
+def _flood():
+    while True:
+        os.write(int(sys.argv[2]), b'{"turn": true}\\n')
+
+def _drain():
+    while os.read(0, 1 << 16):
+        pass
+
+class ModelNew(Model):
+    def forward(self, x):
+        if not _started and any(f.function == "op_time" for f in inspect.stack()):
+            _started.append(1)
+            threading.Thread(target=_drain, daemon=True).start()
+            threading.Thread(target=_flood, daemon=True).start()
+        return super().forward(x)
+
+def get_inputs():
+    return [torch.randn(64)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_candidate_that_asks_for_turns_without_end_is_killed(tmp_path: Path):
+    """Candidate code shares its worker's process and can write to the reply pipe: one that keeps asking
+    for lockstep turns (and swallows the judge's answers) is killed once it asks for more than a series
+    has (timing.max_turns), a runtime error, instead of holding the judge and the timing lock."""
+    import time
+
+    problem, candidate = tmp_path / "problem.py", tmp_path / "candidate.py"
+    problem.write_text(FLOODS_THE_TURNS)
+    candidate.write_text(FLOODS_THE_TURNS)
+    started = time.monotonic()
+    verdict = evaluate(problem, candidate, replace(CPU_OPTIONS, min_time_s=0.5, run_timeout_s=60.0))
+    assert time.monotonic() - started < 50
+    assert verdict["status"] == "runtime_error", verdict
+    assert "more timing turns than a series has" in verdict["detail"]

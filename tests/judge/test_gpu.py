@@ -231,7 +231,7 @@ def test_a_series_in_turns_waits_between_them_and_leaves_the_waits_out():
     blocks = turn_blocks(stats["n"], 0.1, take_turn)
     assert len(blocks) == round(0.1 / TURN_S) and sum(blocks) == stats["n"] >= 40
     assert len(asked) == len(blocks) + 1
-    assert stats["turn_wait_s"] >= 0.02 * len(asked)
+    assert stats["turn_wait_s"] >= 0.02 * (len(asked) - 1)   # the wait for the first turn is not counted
     assert stats["seconds"] < asked[-1] - asked[0] - 0.02 * (len(asked) - 1) + 1.0
     assert stats["host"]["cpu_share"] is not None
 
