@@ -446,3 +446,32 @@ def test_the_cuda_warm_up_keeps_few_runs_queued(monkeypatch):
     assert warm_runs[0] > 2 * timing.WARM_IN_FLIGHT                  # 0.1 s of 1 ms runs
     assert most_queued[0] == timing.WARM_IN_FLIGHT
     assert waits[0] == warm_runs[0] - timing.WARM_IN_FLIGHT           # one wait per run beyond the first few
+
+
+def test_a_series_in_turns_keeps_its_runs_and_every_side_gets_as_many_turns():
+    """turn_blocks: the series' runs split evenly over round(min_time_s / TURN_S) turns whatever the runs
+    (both sides of a lockstep round take turns in step); max_turns: those turns and the wall-clock check's,
+    the most the judge grants a side."""
+    from kernelwright.judge.timing import TURN_S, max_turns, turn_blocks
+
+    for runs in (1, 3, 10, 97, 1000):
+        for min_time_s in (0.0, 0.004, 0.1, 1.0):
+            assert turn_blocks(runs, min_time_s, None) == [runs]
+            blocks = turn_blocks(runs, min_time_s, lambda: None)
+            assert sum(blocks) == runs and max(blocks) - min(blocks) <= 1
+            assert len(blocks) == max(1, round(min_time_s / TURN_S)) == max_turns(min_time_s) - 1
+
+
+def test_measure_in_turns_on_the_cpu_asks_before_each_turn_and_leaves_the_waits_out():
+    from kernelwright.judge.timing import TURN_S
+
+    asked = []
+
+    def take_turn():
+        asked.append(time.perf_counter())
+        time.sleep(0.01)
+
+    stats = measure(lambda: time.sleep(0.001), "cpu", min_runs=20, min_time_s=0.05, take_turn=take_turn)
+    assert len(asked) == round(0.05 / TURN_S) and stats["n"] >= 20
+    assert stats["turn_wait_s"] >= 0.01 * (len(asked) - 1)
+    assert stats["seconds"] < time.perf_counter() - asked[0] - 0.01 * (len(asked) - 1)
