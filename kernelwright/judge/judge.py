@@ -398,7 +398,8 @@ class Judge:
             "memory": {"reference_peak_bytes": None, "candidate_peak_bytes": None},
             # seconds per phase: reference_s (overlaps build_s), build_s, trials_s (and trials_<phase>: its
             # reference_s, candidate_s, compare_s (float64_s, the float64 re-check, is part of it), summed
-            # over the trials run), timing_s (timing_<side>_s: each side of the rounds, its measure alone);
+            # over the trials run), timing_s (timing_rounds_s: the lockstep rounds' wall time, and
+            # timing_<side>_measure_s: each side's own share of it, its waits for the other's turns left out);
             # lock_wait_s: the seconds this verdict's processes (the candidate's, the reference's, the
             # judge's) were blocked on other processes' GPU work, timings and builds (gpulock.py), summed
             # over the processes (they overlap in time): the share of the phases that other tasks cost. A

@@ -130,7 +130,7 @@ def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time
     CUDA (the other side's turns run under the same hold of the timing lock). "seconds" then counts from
     the first turn (the setup before it overlaps the other side's) and leaves out the waits after it,
     reported as "turn_wait_s"."""
-    started, waited = [perf_counter()], [0.0]
+    clock = {"start": perf_counter(), "waited": 0.0, "turns": 0}
     turn = None
     if take_turn is not None:
         if device == "cuda" and not locked:
@@ -139,12 +139,11 @@ def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time
         def turn() -> None:
             begin = perf_counter()
             take_turn()
-            if waited[0] < 0:   # the first turn: the count starts here
-                started[0], waited[0] = perf_counter(), 0.0
-            else:
-                waited[0] += perf_counter() - begin
-
-        waited[0] = -1.0
+            if clock["turns"]:
+                clock["waited"] += perf_counter() - begin
+            else:   # the first turn: the count starts here
+                clock["start"] = perf_counter()
+            clock["turns"] += 1
     if device == "cuda":
         with contextlib.ExitStack() as stack:
             if not locked:  # no other process's GPU work overlaps the series (kernelwright/gpulock.py)
@@ -153,9 +152,8 @@ def measure(fn: Callable[[], object], device: str, min_runs: int = 100, min_time
             stats = _measure_cuda_alone(fn, min_runs, min_time_s, warm_s, wall_s, placement, turn)
     else:
         stats = _measure_cpu(fn, min_runs, min_time_s, turn)
-    waits = max(waited[0], 0.0)
-    turns = {} if turn is None else {"turn_wait_s": waits}
-    return {**stats, "seconds": perf_counter() - started[0] - waits, **turns,
+    turns = {} if turn is None else {"turn_wait_s": clock["waited"]}
+    return {**stats, "seconds": perf_counter() - clock["start"] - clock["waited"], **turns,
             "cpu": cpu if device == "cuda" else None}
 
 
@@ -164,17 +162,23 @@ def round_settings(command: dict) -> dict:
     return {key: command[key] for key in ("cpu", "warm_s", "wall_s", "placement") if key in command}
 
 
+def series_turns(min_time_s: float) -> int:
+    """The turns of a lockstep series of `min_time_s`: round(min_time_s / TURN_S), at least one, the same
+    number for every side of a round."""
+    return max(1, round(min_time_s / TURN_S))
+
+
 def turn_blocks(runs: int, min_time_s: float, take_turn: Callable[[], None] | None) -> list[int]:
     """The timed runs of a series per turn: all in one without `take_turn`, else split as evenly as they go
-    into round(min_time_s / TURN_S) turns (at least one), the same number for every side of a round (a
-    slow callable's later turns may be empty: the other side still gets its turns in between)."""
-    turns = 1 if take_turn is None else max(1, round(min_time_s / TURN_S))
+    into `series_turns` (a slow callable's later turns may be empty: the other side still gets its turns in
+    between)."""
+    turns = 1 if take_turn is None else series_turns(min_time_s)
     return [runs // turns + (1 if i < runs % turns else 0) for i in range(turns)]
 
 
 def max_turns(min_time_s: float) -> int:
     """The most turns a side of a lockstep round asks for: `turn_blocks`' turns and the wall-clock check's."""
-    return max(1, round(min_time_s / TURN_S)) + 1
+    return series_turns(min_time_s) + 1
 
 
 class CpuWatch:
