@@ -31,6 +31,9 @@ def register(subparsers) -> None:
                         help='also time torch.compile(Model, mode="reduce-overhead") (CUDA graphs)')
     parser.add_argument("--no-busy-share", action="store_true",
                         help="do not profile the GPU busy share of eager and the candidate after timing")
+    parser.add_argument("--process-pairs", type=int, default=3, metavar="N",
+                        help="time a launch-bound model (GPU busy under 30%%) in N pairs of fresh candidate "
+                             "and eager processes, the speedup their median (default 3; 1: one pair)")
     parser.add_argument("--compile-only", action="store_true",
                         help="only compile the candidate's CUDA/C++ sources (no GPU needed)")
     parser.add_argument("--build-timeout", type=float, default=600.0, metavar="S",
@@ -55,7 +58,7 @@ def options_from_args(args) -> JudgeOptions:
         reduce_overhead=args.reduce_overhead,
         compile_only=args.compile_only,
         build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout, min_runs=args.min_runs,
-        min_time_s=args.min_time, shrink=args.shrink,
+        min_time_s=args.min_time, shrink=args.shrink, process_pairs=args.process_pairs,
     )
 
 

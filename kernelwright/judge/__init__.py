@@ -4,8 +4,9 @@ Contract (DESIGN.md §1, §4): `evaluate(problem, candidate, options) -> dict`, 
 `status` in {correct, mismatch, wrong_shape, wrong_dtype, nan, build_error, runtime_error, timeout, oom,
 rejected, builds}, `detail`, per-trial results, timings {candidate, eager, compile}: {median_ms, iqr_ms, n},
 `speedup_vs_eager` (the median of the timing rounds' ratios; `speedup_vs_eager_rounds`, `_spread`: each
-round's, and half their IQR over the median), `speedup_vs_compile`, flags and environment. It never raises
-on a bad candidate.
+round's, and half their IQR over the median; a launch-bound model is timed in several pairs of processes,
+`speedup_vs_eager_pairs`, and the speedup is their median), `speedup_vs_compile`, flags and environment. It
+never raises on a bad candidate.
 `Judge(problem, options)` judges several candidates of one problem with one reference process.
 
 The names below are imported on first use (PEP 562): `kernelwright.judge.options` and the other light

@@ -167,3 +167,16 @@ def launch_bound_section(eager: dict, candidate: dict | None = None) -> dict:
         section[f"{side}_gpu_busy_share"] = result["gpu_busy_share"]
         section[side] = {k: v for k, v in result.items() if k != "gpu_busy_share"}
     return section
+
+
+# Under this share of GPU busy time a model's speed is its host's: the CPU work of its launches.
+HOST_BOUND_SHARE = 0.3
+
+
+def host_bound(*measured: dict | None) -> bool:
+    """Whether any side measured (each `busy_share`'s dict, {"error"} or None) kept the GPU busy less than
+    HOST_BOUND_SHARE of the time. Such a model's time depends on the process that runs it: the level-3
+    launch-bound A/A copies (busy share 0.07-0.12) sat up to 5-7% from eager, every round of a pair on
+    the same side, while the busiest launch-bound-free problem there was at 0.53 (H200, 2026-11-28)."""
+    return any(m is not None and "gpu_busy_share" in m and m["gpu_busy_share"] < HOST_BOUND_SHARE
+               for m in measured)

@@ -78,6 +78,8 @@ class Judge:
             )
         if options.trials < 1:
             raise UsageError("--trials must be at least 1")
+        if options.process_pairs < 1:
+            raise UsageError("--process-pairs must be at least 1")
         if options.device == "cuda" and not options.compile_only and not torch.cuda.is_available():
             raise UsageError("--device cuda but no CUDA GPU is available here; use --device cpu "
                              "(pure-PyTorch candidates) or --compile-only (build CUDA sources without a GPU)")
@@ -186,6 +188,12 @@ class Judge:
         self._reference = worker
         return worker
 
+    def restart_reference(self) -> None:
+        """Close the reference process: the next request starts and loads a fresh one."""
+        if self._reference is not None:
+            self._reference.close()
+            self._reference = None
+
     def _reference_request(self, command: dict) -> dict:
         worker = self._start_reference()
         try:
@@ -197,9 +205,7 @@ class Judge:
     def _reference_lost(self, exc: Exception) -> Failed:
         """The reference worker died or hung (`exc`): not the problem's fault as far as we know (a candidate
         can kill a sibling process): a failed run, and a fresh reference worker next time."""
-        if self._reference is not None:
-            self._reference.close()
-            self._reference = None
+        self.restart_reference()
         return Failed("runtime_error", f"the reference process failed during this run: {exc}")
 
     def _reference_reply(self, reply: dict) -> dict:
@@ -297,9 +303,7 @@ class Judge:
             # A profiled pass leaves launches slower in its process, CUPTI torn down or not (+11% on a
             # launch-bound loop, H100): eager is never timed again in this one; a later candidate's eager
             # rounds start a fresh reference process.
-            if self._reference is not None:
-                self._reference.close()
-                self._reference = None
+            self.restart_reference()
         return self._reference_busy
 
     def reference_report(self) -> dict:
@@ -402,11 +406,15 @@ class Judge:
             # timing_<side>_measure_s: each side's own share of it, its waits for the other's turns left out);
             # lock_wait_s: the seconds this verdict's processes (the candidate's, the reference's, the
             # judge's) were blocked on other processes' GPU work, timings and builds (gpulock.py), summed
-            # over the processes (they overlap in time): the share of the phases that other tasks cost. A
+            # over the processes (they overlap in time): the share of the phases that other tasks cost;
+            # timing_pairs_s: a launch-bound model's further pairs of timing processes, their starts and
+            # rounds (judge `process_pairs`). A
             # candidate worker started ahead (`prepare`) counts the wait of its start, which may precede the
             # verdict (in optimize, behind the compiler's own kernel timings)
             "profile": {},
-            "speedup_vs_eager": None,   # the median of the timing rounds' ratios (judge/timing.py) ...
+            # the median of the timing rounds' ratios (judge/timing.py); for a launch-bound model, the median
+            # of the pairs of processes' own (speedup_vs_eager_pairs, only then present) ...
+            "speedup_vs_eager": None,
             "speedup_vs_eager_rounds": None,   # ... each round's ratio ...
             "speedup_vs_eager_spread": None,   # ... and half their interquartile range over the median
             "speedup_vs_compile": None,

@@ -23,6 +23,7 @@ class JudgeOptions:
     min_runs: int = 100                  # timing: at least this many runs ...
     min_time_s: float = 1.0              # ... and at least this much time
     settle: bool = True                  # timing rounds until their ratios agree (session.py), else the least
+    process_pairs: int = 3               # a launch-bound model is timed in this many pairs of processes
     shrink: bool = False                 # judge a shrunk variant of the problem (CPU tests)
     memory_fraction: float = 0.8         # cap on the candidate's share of GPU memory (reference holds some)
     build_dir: str | None = None         # root of candidate build dirs (default: <cache>/judge-builds)

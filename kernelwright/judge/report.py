@@ -31,6 +31,9 @@ def print_verdict(verdict: dict, console: Console | None = None) -> None:
     spread = f"{verdict.get('speedup_vs_eager_spread') or 0:.1%}"
     rounds = len(verdict.get("speedup_vs_eager_rounds") or [])
     eager_spread = f" ±{spread} over {rounds} paired timing rounds" if spread != "0.0%" else ""
+    pairs = verdict.get("speedup_vs_eager_pairs")
+    if pairs:
+        eager_spread += f" in {len(pairs)} pairs of processes ({', '.join(f'{r:.3f}' for r in pairs)})"
     for key, label in (("speedup_vs_eager", "vs eager"), ("speedup_vs_compile", "vs torch.compile"),
                        ("speedup_vs_compile_reduce_overhead", "vs torch.compile reduce-overhead")):
         if verdict.get(key) is not None:
