@@ -375,7 +375,7 @@ class Judge:
         finally:
             session.close()
             verdict["profile"]["lock_wait_s"] = round(
-                session.worker.waited_s + self.reference_waited_s - waited_before[0]
+                session.waited_s() + self.reference_waited_s - waited_before[0]
                 + waited_seconds() - waited_before[1], 3)
             shutil.rmtree(workdir, ignore_errors=True)
             if self._keep_spare:

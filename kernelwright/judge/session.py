@@ -7,6 +7,7 @@ import statistics
 import time
 from pathlib import Path
 
+from kernelwright.errors import KernelwrightError
 from kernelwright.gpulock import gpu_timing
 from kernelwright.judge.build import trim_build_log
 from kernelwright.judge.busy import host_bound, launch_bound_section
@@ -36,6 +37,14 @@ BUSY_MIN_LEFT_S, BUSY_TIMEOUT_S = 5.0, 60.0
 PAIR_MIN_LEFT_S = 30.0
 
 
+# A trial's verdicts on what the candidate computed: in a fresh process for timing they fail the candidate.
+WRONG_OUTPUT = frozenset({"mismatch", "wrong_shape", "wrong_dtype", "nan"})
+
+
+class _PairCut(Exception):
+    """A fresh pair of timing processes could not be timed (why)."""
+
+
 class Rejected(Exception):
     """A defence fired: the verdict is `rejected` with this message."""
 
@@ -59,10 +68,12 @@ class CandidateSession:
         self.custom_calls = 0
         self.build_dir = build_dir
         self.worker = worker or WorkerProcess("candidate", workdir, env=judge.worker_env)
+        self.worker_retired = False   # closed, its waits counted in retired_waited_s (`_retire_worker`)
+        self.retired_waited_s = 0.0
         self.phase = "build"
 
     def close(self) -> None:
-        self.worker.close()
+        self._retire_worker()
 
     def run(self) -> tuple[str, str]:
         try:
@@ -151,7 +162,9 @@ class CandidateSession:
         if not reply.get("ok"):
             raise Failed(reply.get("status", "runtime_error"), reply.get("detail", ""))
 
-    def _run_trial(self, trial: dict, deadline: float) -> None:
+    def _run_trial(self, trial: dict, deadline: float, entries: list | None = None) -> None:
+        """One trial in both processes, compared; its entry goes to `entries` (the verdict's trials)."""
+        entries = self.verdict["trials"] if entries is None else entries
         index = trial["index"]
         clock = time.monotonic()
         reference = self.judge._reference_request({"op": "trial", "index": index})
@@ -159,7 +172,7 @@ class CandidateSession:
         self._trial_phase(seconds, "reference_s", time.monotonic() - clock)
         self._note_memory("reference_peak_bytes", reference)
         if reference.get("skipped"):
-            self.verdict["trials"].append({**trial, "status": "skipped", "detail": reference["skipped"],
+            entries.append({**trial, "status": "skipped", "detail": reference["skipped"],
                                            "max_abs_err": None, "max_rel_err": None, "first_mismatch": None})
             return
         outputs = self.workdir / f"outputs_{index}.pt"
@@ -180,7 +193,7 @@ class CandidateSession:
         self._trial_phase(seconds, "candidate_s", time.monotonic() - clock - seconds["reference_s"])
         entry = {**trial, "status": None, "max_abs_err": None, "max_rel_err": None, "first_mismatch": None,
                  "seconds": seconds}
-        self.verdict["trials"].append(entry)
+        entries.append(entry)
         try:
             self._check(reply)
         except (Rejected, Failed) as exc:
@@ -230,26 +243,23 @@ class CandidateSession:
         started = time.monotonic()
         rounds, busy = self._pair_rounds(deadline, profile=self.judge.measures_busy())
         first_pair_s = time.monotonic() - started
-        self.worker.close()  # its memory is not needed for the torch.compile timing
+        self._retire_worker()  # its memory is not needed for the torch.compile timing
         reference = self.judge.reference_timings(eager=False)
         eager_busy = self.judge.reference_busy() if busy is not None else None
         pairs = [rounds]
         if eager_busy is not None:
             self.verdict["launch_bound"] = launch_bound_section(eager_busy, busy)
             if host_bound(eager_busy, busy):
-                started = time.monotonic()
-                needed_s = PAIR_MIN_LEFT_S + 3 * first_pair_s
-                while len(pairs) < self.options.process_pairs and self._left(deadline) > needed_s:
-                    pairs.append(self._fresh_pair(deadline, len(pairs)))
-                self._count("timing_pairs_s", time.monotonic() - started)
+                self._more_pairs(pairs, deadline, first_pair_s)
         every = {side: [r for pair in pairs for r in pair[side]] for side in ("candidate", "eager")}
         stats, eager = combine_rounds(every["candidate"]), combine_rounds(every["eager"])
         timings = self.verdict["timings"]
         timings["candidate"] = public(stats)
         timings["eager"] = public(eager)
-        self.flags["timing_disagreement"] = bool(stats["disagrees"])
-        # With work hidden from the events, the wall clock is the honest time.
-        wall = bool(stats["disagrees"])
+        # With work hidden from the events in any pair, the wall clock is the honest time (decided per
+        # pair: a majority over pooled rounds could be outvoted by one long pair).
+        wall = any(combine_rounds(pair["candidate"])["disagrees"] for pair in pairs)
+        self.flags["timing_disagreement"] = wall
         per_pair = [paired_ratios(pair["candidate"], pair["eager"], wall=wall) for pair in pairs]
         timings["compile"] = reference["compile"]
         if "compile_reduce_overhead" in reference:
@@ -293,24 +303,70 @@ class CandidateSession:
             busy = self._candidate_busy(deadline) if profile else None
         return rounds, busy
 
+    def _more_pairs(self, pairs: list[dict[str, list[dict]]], deadline: float, first_pair_s: float) -> None:
+        """Add fresh pairs of processes' rounds to `pairs` up to `process_pairs`, while the run's time
+        allows. A pair that cannot be had (a process that fails to start, to build or in time, the
+        machine's memory) leaves the pairs timed so far, with a warning: the first pair's speedup is an
+        honest one. A candidate whose fresh process gives wrong outputs or breaks a rule fails."""
+        started = time.monotonic()
+        wanted = self.options.process_pairs
+        needed_s = PAIR_MIN_LEFT_S + 3 * first_pair_s
+        why = ""
+        while len(pairs) < wanted:
+            if self._left(deadline) <= needed_s:
+                why = f"{self._left(deadline):.0f} s of the run timeout left"
+                break
+            try:
+                pairs.append(self._fresh_pair(deadline, len(pairs)))
+            except _PairCut as cut:
+                why = " ".join(str(cut).split())[:300]
+                break
+        self._count("timing_pairs_s", time.monotonic() - started)
+        if why:
+            self.verdict["warnings"].append({"check": "timing", "line": None, "message": (
+                f"launch-bound: timed in {len(pairs)} pair(s) of processes, not {wanted} ({why})")})
+
     def _fresh_pair(self, deadline: float, index: int) -> dict[str, list[dict]]:
-        """Another pair of processes timed: the candidate imported again (its extensions load from the
-        build folder) and eager's Model built anew under the construction seed in a new reference
-        process. Their rounds by side."""
+        """Another pair of processes: the candidate imported again (its extensions load from the build
+        folder) and eager's Model built anew under the construction seed in a new reference process. The
+        first trial runs in both and is compared, as in the first pair (what a fresh process computes is
+        checked before it is timed), then the rounds. Their rounds by side; `_PairCut` where the pair
+        could not be timed for any reason but the candidate's wrong outputs or broken rules."""
+        self._retire_worker()
         workdir = self.workdir / f"pair_{index}"
         workdir.mkdir(exist_ok=True)
         self.worker = WorkerProcess("candidate", workdir, env=self.judge.worker_env)
-        self.worker.send(self._build_command())
-        self.judge.restart_reference()
-        self.judge._reference_request({"op": "reset"})
-        build = self.worker.receive(self._left(deadline))
-        if build.get("status") == "build_error":
-            raise Failed("runtime_error", "the candidate failed to build again in a fresh process for "
-                                          "timing: " + trim_build_log(build.get("log", "")))
-        self._check(build)
-        rounds, _ = self._pair_rounds(deadline, profile=False)
-        self.worker.close()
+        self.worker_retired = False
+        try:
+            self.worker.send(self._build_command())
+            self.judge.restart_reference()
+            self.judge._reference_request({"op": "reset"})
+            build = self.worker.receive(self._left(deadline))
+            if build.get("status") == "build_error":
+                raise _PairCut("the candidate did not build again: " + trim_build_log(build.get("log", "")))
+            self._check(build)
+            self._run_trial(self.judge._trials[0], deadline, entries=[])
+            rounds, _ = self._pair_rounds(deadline, profile=False)
+        except Failed as exc:
+            if exc.status in WRONG_OUTPUT:
+                raise Failed(exc.status, f"in a fresh process for timing: {exc.detail}") from exc
+            raise _PairCut(f"{exc.status}: {exc.detail}") from exc
+        except (WorkerDied, WorkerTimeout, KernelwrightError) as exc:
+            raise _PairCut(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            self._retire_worker()
         return rounds
+
+    def _retire_worker(self) -> None:
+        """Close the candidate's current process, its lock waits kept for the verdict's lock_wait_s."""
+        if not self.worker_retired:
+            self.worker.close()
+            self.retired_waited_s += self.worker.waited_s
+            self.worker_retired = True
+
+    def waited_s(self) -> float:
+        """Seconds every candidate process of this session spent blocked on other processes' locks."""
+        return self.retired_waited_s + (0.0 if self.worker_retired else self.worker.waited_s)
 
     def _lockstep_round(self, order: tuple[str, ...], settings: dict, inputs: str,
                         deadline: float) -> dict[str, dict]:

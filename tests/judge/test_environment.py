@@ -170,8 +170,10 @@ def test_a_launch_bound_model_is_timed_in_fresh_pairs_of_processes(tmp_path: Pat
     problem, candidate = tmp_path / "problem.py", tmp_path / "candidate.py"
     problem.write_text(f"LOG = {str(log)!r}\n" + LOGGED)
     candidate.write_text(f"LOG = {str(log)!r}\n" + LOGGED + "\nclass ModelNew(Model):\n    pass\n")
-    verdict = evaluate(problem, candidate, replace(CPU_OPTIONS, process_pairs=3))
+    options = replace(CPU_OPTIONS, process_pairs=3, run_timeout_s=600.0)
+    verdict = evaluate(problem, candidate, options)
     assert verdict["status"] == "correct", verdict["detail"]
+    assert not verdict["warnings"]
     pairs = verdict["speedup_vs_eager_pairs"]
     assert len(pairs) == 3
     assert verdict["speedup_vs_eager"] == pytest.approx(statistics.median(pairs), abs=1e-4)
@@ -179,10 +181,54 @@ def test_a_launch_bound_model_is_timed_in_fresh_pairs_of_processes(tmp_path: Pat
     assert verdict["timings"]["eager"]["rounds"] == len(verdict["speedup_vs_eager_rounds"]) >= 3 * MIN_ROUNDS
     assert verdict["profile"]["timing_pairs_s"] > 0
     # one pair where asked, or where nothing is launch-bound
-    once = evaluate(problem, candidate, replace(CPU_OPTIONS, process_pairs=1))
+    once = evaluate(problem, candidate, replace(options, process_pairs=1))
     assert "speedup_vs_eager_pairs" not in once and once["speedup_vs_eager"] is not None
+    assert len(once["trials"]) == len(verdict["trials"])   # the fresh pairs' own trial is not listed
     monkeypatch.setattr(session, "host_bound", lambda *measured: False)
     assert "speedup_vs_eager_pairs" not in evaluate(problem, candidate, CPU_OPTIONS)
+
+
+# A candidate that computes something else in a process started for a later timing pair (its folder).
+FRESH_CHEAT = """
+import os
+
+
+class ModelNew(Model):
+    def forward(self, x):
+        out = super().forward(x)
+        return out * 3 if os.path.basename(os.getcwd()).startswith("pair_") else out
+"""
+# A candidate whose later processes die on import: the pairs so far stand.
+FRESH_DIES = """
+import os
+
+if os.path.basename(os.getcwd()).startswith("pair_"):
+    os._exit(3)
+
+
+class ModelNew(Model):
+    pass
+"""
+
+
+@pytest.mark.parametrize("body, status", [(FRESH_CHEAT, "mismatch"), (FRESH_DIES, "correct")])
+def test_a_fresh_timing_process_is_checked_before_it_is_timed(tmp_path: Path, monkeypatch, body, status):
+    from kernelwright.judge import session
+    from kernelwright.judge.judge import Judge
+
+    monkeypatch.setattr(Judge, "measures_busy", lambda self: True)
+    monkeypatch.setattr(session, "host_bound", lambda *measured: True)
+    log = tmp_path / "runs.log"
+    problem, candidate = tmp_path / "problem.py", tmp_path / "candidate.py"
+    problem.write_text(f"LOG = {str(log)!r}\n" + LOGGED)
+    candidate.write_text(f"LOG = {str(log)!r}\n" + LOGGED + body)
+    verdict = evaluate(problem, candidate, replace(CPU_OPTIONS, process_pairs=3, run_timeout_s=600.0))
+    assert verdict["status"] == status, verdict["detail"]
+    if status == "mismatch":
+        assert "in a fresh process for timing" in verdict["detail"]
+    else:
+        assert verdict["speedup_vs_eager"] is not None and "speedup_vs_eager_pairs" not in verdict
+        assert "timed in 1 pair(s) of processes, not 3" in verdict["warnings"][-1]["message"]
 
 
 def test_host_bound_reads_either_sides_busy_share():
