@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
 import sys
@@ -38,6 +39,7 @@ from collections.abc import Callable, Iterator
 
 ENV = "KERNELWRIGHT_GPU_LOCK"
 MACHINE_ENV = "KERNELWRIGHT_MACHINE_LOCK"
+LOG_ENV = "KERNELWRIGHT_LOCK_LOG"
 
 _held: list[str] = []      # this process's GPU-lock nesting: "shared" / "exclusive"
 _machine: list[str] = []   # this process's machine-lock nesting: "timing" / "work"
@@ -181,6 +183,7 @@ def _lock(exclusive: bool) -> Iterator[None]:
         os.close(turnstile)
         yield
         return
+    asked, got = time.time(), None
     try:
         with _waiting():
             fcntl.flock(turnstile, fcntl.LOCK_EX)
@@ -189,12 +192,15 @@ def _lock(exclusive: bool) -> Iterator[None]:
             else:
                 fcntl.flock(main, fcntl.LOCK_SH)
                 fcntl.flock(turnstile, fcntl.LOCK_UN)
+        got = time.time()
         _held.append("exclusive" if exclusive else "shared")
         with _draining(_held):
             yield
     finally:
         os.close(main)  # closing the descriptors releases their locks
         os.close(turnstile)
+        if got is not None:
+            _log_hold("gpu_exclusive" if exclusive else "gpu_shared", asked, got, os.path.basename(path))
 
 
 def _open_shared(path: str) -> int:
@@ -252,6 +258,7 @@ def _machine_lock(kind: str) -> Iterator[None]:
         return
     mine = os.open(f"{path}.{kind}", os.O_RDWR | os.O_CREAT, 0o666)
     theirs = os.open(f"{path}.{other}", os.O_RDWR | os.O_CREAT, 0o666)
+    asked, got = time.time(), None
     try:
         with _waiting():
             fcntl.flock(turnstile, fcntl.LOCK_EX)
@@ -259,9 +266,39 @@ def _machine_lock(kind: str) -> Iterator[None]:
             fcntl.flock(mine, fcntl.LOCK_SH)
             fcntl.flock(theirs, fcntl.LOCK_UN)
             fcntl.flock(turnstile, fcntl.LOCK_UN)
+        got = time.time()
         _machine.append(kind)
         with _draining(_machine):   # a build's or a load's queued GPU work (inputs, autotuning) too
             yield
     finally:
         for fd in (mine, theirs, turnstile):
             os.close(fd)
+        if got is not None:
+            _log_hold(f"machine_{kind}", asked, got, os.path.basename(path))
+
+
+def _log_hold(lock: str, asked: float, got: float, file: str) -> None:
+    """One line of `$KERNELWRIGHT_LOCK_LOG` (when set) for a hold just released: which lock (`lock`: gpu_
+    exclusive/shared, machine_timing/work; `file`: the lock's file), when it was asked for, got and released
+    (host clock), by whom. The bench sets it for its tasks (`locks.jsonl` in the results folder), so that a
+    run shows where its wall time went (bench/locks.py). Never fails the caller."""
+    path = os.environ.get(LOG_ENV)
+    if not path:
+        return
+    line = json.dumps({"lock": lock, "file": file, "who": _who(), "pid": os.getpid(),
+                       "asked": round(asked, 4), "got": round(got, 4), "released": round(time.time(), 4)})
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            os.write(fd, (line + "\n").encode())   # one write of a short line: appended whole
+        finally:
+            os.close(fd)
+
+
+def _who() -> str:
+    """What this process is, from its command line: the script or module (`worker`, `cli`, `tasks`) and its
+    first argument when that is a word (`reference`, `optimize`)."""
+    argv = sys.argv or [""]
+    name = os.path.basename(argv[0]).removesuffix(".py") or "python"
+    first = argv[1] if len(argv) > 1 and re.fullmatch(r"[\w-]+", argv[1]) else ""
+    return f"{name} {first}".strip()

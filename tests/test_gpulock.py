@@ -27,8 +27,10 @@ with open(log, "a") as f:
 
 
 def _start(kind: str, seconds: float, log: Path, lock: Path, machine: str = "off",
-           gpu: bool = True) -> subprocess.Popen:
+           gpu: bool = True, lock_log: Path | None = None) -> subprocess.Popen:
     env = {"KERNELWRIGHT_MACHINE_LOCK": machine, "PATH": "/usr/bin:/bin"}
+    if lock_log is not None:
+        env[gpulock.LOG_ENV] = str(lock_log)
     if gpu:
         env["KERNELWRIGHT_GPU_LOCK"] = str(lock)
     return subprocess.Popen([sys.executable, "-c", HOLD, kind, str(seconds), str(log)],
@@ -149,6 +151,27 @@ def test_machine_lock_keeps_builds_and_timings_apart(tmp_path: Path):
     assert _overlap(*sorted(builds, key=lambda s: s[1])[:2])
     late = max(builds, key=lambda s: s[1])
     assert late[1] >= max(t[2] for t in timings)  # did not overtake the waiting timers
+
+
+def test_the_lock_log_has_every_hold_and_says_where_the_time_went(tmp_path: Path):
+    """With KERNELWRIGHT_LOCK_LOG set, each hold is one line (lock, asked, got, released, who); the bench's
+    summary of it (bench/locks.py) gives each lock's held time and the waits."""
+    from kernelwright.bench.locks import lock_summary, read_holds
+
+    log, machine, lock_log = tmp_path / "log", str(tmp_path / "machine.lock"), tmp_path / "locks.jsonl"
+    procs = [_start("build", 1.0, log, tmp_path / "gpu.lock", machine, lock_log=lock_log)]
+    time.sleep(0.4)
+    procs.append(_start("timing", 0.5, log, tmp_path / "gpu.lock", machine, lock_log=lock_log))
+    _finished_spans(procs, log, "build")
+    holds = read_holds(lock_log)
+    assert sorted(h["lock"] for h in holds) == ["gpu_exclusive", "machine_timing", "machine_work"]
+    assert all(h["asked"] <= h["got"] <= h["released"] for h in holds)
+    assert {h["who"] for h in holds} == {"-c build", "-c timing"}   # the script, its first argument
+    summary = lock_summary(holds)
+    locks = summary["locks"]
+    assert 0.9 <= locks["machine_work"]["held_s"] < 3 and 0.4 <= locks["machine_timing"]["held_s"] < 2
+    assert locks["machine_timing"]["wait_s"] >= 0.3   # the timer waited for the build to drain
+    assert summary["runs"] == 1 and summary["span_s"] >= 1.4
 
 
 def test_a_dead_holder_releases_the_machine_lock(tmp_path: Path):

@@ -29,10 +29,12 @@ from pathlib import Path
 from kernelwright.bench.admission import Admission, Need
 from kernelwright.bench.devices import Worker
 from kernelwright.bench.hostmemory import POLL_S, HostMemory, TaskWatch
+from kernelwright.bench.locks import LOCKS_FILE
 from kernelwright.bench.plan import BenchTask
 from kernelwright.bench.rows import failure_row, finish, missing_row, out_of_memory, settle
 from kernelwright.bench.store import ResultsStore
 from kernelwright.gpulock import ENV as GPU_LOCK_ENV
+from kernelwright.gpulock import LOG_ENV as LOCK_LOG_ENV
 from kernelwright.judge.judge import REFERENCE_TIMEOUT_S
 from kernelwright.judge.options import JudgeOptions
 
@@ -63,6 +65,8 @@ class SubprocessExecutor:
             env["CUDA_VISIBLE_DEVICES"] = worker.gpu
         if worker.lock is not None:
             env[GPU_LOCK_ENV] = worker.lock
+        # every hold of a lock by the task's processes, for the report's "where the wall time went"
+        env.setdefault(LOCK_LOG_ENV, str(self.store.directory.resolve() / LOCKS_FILE))
         options = self.options
         optimizes = sum(run.kind == "kernelwright" for run in task.runs)
         timeout = (len(task.runs) * (options.build_timeout_s + options.run_timeout_s)

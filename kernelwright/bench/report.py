@@ -7,6 +7,7 @@ import datetime
 import json
 from pathlib import Path
 
+from kernelwright.bench.locks import LOCKS_FILE, lock_summary, read_holds, render_lines
 from kernelwright.bench.plots import PLOT_FILES, write_plots
 from kernelwright.bench.store import ResultsStore
 from kernelwright.bench.summary import FAST_P, aa_check, ordered_systems, summarize, with_derived_speedups
@@ -29,6 +30,9 @@ def write_report(store: ResultsStore) -> dict:
         "aa_check": aa_check(rows),
         "rows": [{k: v for k, v in row.items() if k != "verdict"} for row in rows],
     }
+    locks = store.directory / LOCKS_FILE
+    if locks.is_file():
+        report["locks"] = lock_summary(read_holds(locks))
     (store.directory / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     plots = write_plots(rows, store.directory)
     (store.directory / "report.md").write_text(render_markdown(report, plots))
@@ -57,6 +61,7 @@ def render_markdown(report: dict, plots: list[str] = PLOT_FILES) -> str:
     lines += _aa_section(report.get("aa_check") or [], rows)
     lines += _optimize_time_section(rows)
     lines += _judge_time_section(rows)
+    lines += render_lines(report.get("locks") or {})
     if plots:
         lines += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots] + [""]
     lines += ["## Per problem", ""]

@@ -5,6 +5,7 @@
     report.md, report.json, *.png          rendered from the two files above
     candidates/<system>/<problem>.py       files written by `kernelwright optimize`
     logs/<system>/<problem>.log            output of tasks that did not end `correct`
+    locks.jsonl        every hold of a timing/work/GPU lock by the tasks' processes (bench/locks.py)
 """
 
 from __future__ import annotations

@@ -73,6 +73,9 @@ def test_bench_cpu_end_to_end_with_crash_hang_and_resume(tmp_path, capsys):
     for name in ("report.md", "report.json", "speedup.png", "fast_p.png", "compile_time.png"):
         assert (out / name).stat().st_size > 0
     assert json.loads((out / "run.json").read_text())["runs"][0]["options"]["shrink"] is True
+    # every task process's holds of the machine's locks, and the report's summary of them
+    assert "machine_work" in (out / "locks.jsonl").read_text()
+    assert "## Where the wall time went (locks)" in (out / "report.md").read_text()
 
     capsys.readouterr()
     config = BenchConfig(suite=str(suite), systems=systems, pattern="*ReLU", device="cpu", out=str(out),
