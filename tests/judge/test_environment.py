@@ -133,16 +133,34 @@ def get_init_inputs():
 """
 
 
+def _logged_files(tmp_path: Path, candidate_body: str = "\nclass ModelNew(Model):\n    pass\n"):
+    """(problem, candidate, log): LOGGED as the problem, and as the candidate's base with `candidate_body`;
+    every forward writes its process's pid to `log`."""
+    log = tmp_path / "runs.log"
+    problem, candidate = tmp_path / "problem.py", tmp_path / "candidate.py"
+    problem.write_text(f"LOG = {str(log)!r}\n" + LOGGED)
+    candidate.write_text(f"LOG = {str(log)!r}\n" + LOGGED + candidate_body)
+    return problem, candidate, log
+
+
+@pytest.fixture
+def launch_bound(monkeypatch):
+    """Every model taken as launch-bound (the CPU has no busy share to measure); the session module."""
+    from kernelwright.judge import session
+    from kernelwright.judge.judge import Judge
+
+    monkeypatch.setattr(Judge, "measures_busy", lambda self: True)
+    monkeypatch.setattr(session, "host_bound", lambda *measured: True)
+    return session
+
+
 def test_a_round_interleaves_the_two_sides_in_turns(tmp_path: Path):
     """Lockstep (judge/timing.py TURN_S): a round's series is split into turns that alternate between the
     candidate's process and eager's, so both see the host within milliseconds of each other. Here each
     round's 0.1 s makes about ten turns a side; timed as two series, a round would switch process twice."""
     from kernelwright.judge.timing import TURN_S
 
-    log = tmp_path / "runs.log"
-    problem, candidate = tmp_path / "problem.py", tmp_path / "candidate.py"
-    problem.write_text(f"LOG = {str(log)!r}\n" + LOGGED)
-    candidate.write_text(f"LOG = {str(log)!r}\n" + LOGGED + "\nclass ModelNew(Model):\n    pass\n")
+    problem, candidate, log = _logged_files(tmp_path)
     options = replace(CPU_OPTIONS, min_runs=10, min_time_s=1.0)
     verdict = evaluate(problem, candidate, options)
     assert verdict["status"] == "correct", verdict["detail"]
@@ -156,20 +174,11 @@ def test_a_round_interleaves_the_two_sides_in_turns(tmp_path: Path):
     assert statistics.median(runs_in_a_row) >= 5, runs_in_a_row
 
 
-def test_a_launch_bound_model_is_timed_in_fresh_pairs_of_processes(tmp_path: Path, monkeypatch):
+def test_a_launch_bound_model_is_timed_in_fresh_pairs_of_processes(tmp_path: Path, monkeypatch, launch_bound):
     """A launch-bound model's time carries its process's own offset (up to 5-7% on lent H200s), the same in
     every round of a pair: such a model is timed again in fresh candidate and reference processes, and the
-    speedup is the median of the pairs' own. Here every side is taken as launch-bound (the CPU has no busy
-    share to measure)."""
-    from kernelwright.judge import session
-    from kernelwright.judge.judge import Judge
-
-    monkeypatch.setattr(Judge, "measures_busy", lambda self: True)
-    monkeypatch.setattr(session, "host_bound", lambda *measured: True)
-    log = tmp_path / "runs.log"
-    problem, candidate = tmp_path / "problem.py", tmp_path / "candidate.py"
-    problem.write_text(f"LOG = {str(log)!r}\n" + LOGGED)
-    candidate.write_text(f"LOG = {str(log)!r}\n" + LOGGED + "\nclass ModelNew(Model):\n    pass\n")
+    speedup is the median of the pairs' own."""
+    problem, candidate, log = _logged_files(tmp_path)
     options = replace(CPU_OPTIONS, process_pairs=3, run_timeout_s=600.0)
     verdict = evaluate(problem, candidate, options)
     assert verdict["status"] == "correct", verdict["detail"]
@@ -184,7 +193,7 @@ def test_a_launch_bound_model_is_timed_in_fresh_pairs_of_processes(tmp_path: Pat
     once = evaluate(problem, candidate, replace(options, process_pairs=1))
     assert "speedup_vs_eager_pairs" not in once and once["speedup_vs_eager"] is not None
     assert len(once["trials"]) == len(verdict["trials"])   # the fresh pairs' own trial is not listed
-    monkeypatch.setattr(session, "host_bound", lambda *measured: False)
+    monkeypatch.setattr(launch_bound, "host_bound", lambda *measured: False)
     assert "speedup_vs_eager_pairs" not in evaluate(problem, candidate, CPU_OPTIONS)
 
 
@@ -212,16 +221,8 @@ class ModelNew(Model):
 
 
 @pytest.mark.parametrize("body, status", [(FRESH_CHEAT, "mismatch"), (FRESH_DIES, "correct")])
-def test_a_fresh_timing_process_is_checked_before_it_is_timed(tmp_path: Path, monkeypatch, body, status):
-    from kernelwright.judge import session
-    from kernelwright.judge.judge import Judge
-
-    monkeypatch.setattr(Judge, "measures_busy", lambda self: True)
-    monkeypatch.setattr(session, "host_bound", lambda *measured: True)
-    log = tmp_path / "runs.log"
-    problem, candidate = tmp_path / "problem.py", tmp_path / "candidate.py"
-    problem.write_text(f"LOG = {str(log)!r}\n" + LOGGED)
-    candidate.write_text(f"LOG = {str(log)!r}\n" + LOGGED + body)
+def test_a_fresh_timing_process_is_checked_before_it_is_timed(tmp_path: Path, launch_bound, body, status):
+    problem, candidate, _ = _logged_files(tmp_path, body)
     verdict = evaluate(problem, candidate, replace(CPU_OPTIONS, process_pairs=3, run_timeout_s=600.0))
     assert verdict["status"] == status, verdict["detail"]
     if status == "mismatch":
