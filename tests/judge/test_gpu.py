@@ -307,13 +307,13 @@ def test_no_eager_timing_follows_the_profiled_pass_in_one_process(tmp_path, gpu_
         assert 0 < verdict["launch_bound"]["eager_gpu_busy_share"] <= 1
 
 
-@pytest.mark.parametrize("problem_id, tolerance", [("level1/41_MatmulSquare", 0.03),
-                                                   ("level3/17_DeepMLPBatch1", 0.08)])
-def test_an_identical_copy_times_as_eager_beside_torch_compile(problem_id, tolerance, tmp_path,
+@pytest.mark.parametrize("problem_id, tolerance, pairs", [("level1/41_MatmulSquare", 0.03, None),
+                                                          ("level3/17_DeepMLPBatch1", 0.05, 3)])
+def test_an_identical_copy_times_as_eager_beside_torch_compile(problem_id, tolerance, pairs, tmp_path,
                                                                 gpu_build_dir):
     """A/A through the judge's paired rounds, torch.compile timed in rounds beside eager (judge/timing.py).
-    GPU-bound: within 3%. Launch-bound: within 8% (a per-process offset of a few percent stays, H100
-    2026-11-27: 0.96-1.04x over four networks)."""
+    GPU-bound: within 3%, one pair of processes. Launch-bound: three pairs of processes, within 5% (one
+    pair's own offset reached 5-7% on H200s, 2026-11-28; the median of three pairs' stayed within 2.3%)."""
     from kernelwright.bench.systems import copy_candidate
 
     problem = resolve_problem_path(problem_id)
@@ -327,6 +327,7 @@ def test_an_identical_copy_times_as_eager_beside_torch_compile(problem_id, toler
           "rounds", verdict["speedup_vs_eager_rounds"], "eager/compile", report["eager_over_compile"])
     assert verdict["status"] == "correct", verdict["detail"]
     assert abs(verdict["speedup_vs_eager"] - 1) <= tolerance
+    assert len(verdict.get("speedup_vs_eager_pairs") or [None]) == (pairs or 1), verdict["warnings"]
     assert None not in verdict["timings"]["candidate"]["round_cpus"]   # both sides pinned, round by round
     assert report["eager_over_compile"] > 0 and verdict["timings"]["compile"]["rounds"] >= 5
     assert verdict["speedup_vs_compile"] == pytest.approx(
