@@ -193,6 +193,10 @@ def test_a_launch_bound_model_is_timed_in_fresh_pairs_of_processes(tmp_path: Pat
     once = evaluate(problem, candidate, replace(options, process_pairs=1))
     assert "speedup_vs_eager_pairs" not in once and once["speedup_vs_eager"] is not None
     assert len(once["trials"]) == len(verdict["trials"])   # the fresh pairs' own trial is not listed
+    # with too little of the run timeout left for another pair: one pair, and a warning saying why
+    short = evaluate(problem, candidate, replace(options, run_timeout_s=25.0))
+    assert short["status"] == "correct" and "speedup_vs_eager_pairs" not in short
+    assert "of the run timeout left" in short["warnings"][-1]["message"]
     monkeypatch.setattr(launch_bound, "host_bound", lambda *measured: False)
     assert "speedup_vs_eager_pairs" not in evaluate(problem, candidate, CPU_OPTIONS)
 
