@@ -333,11 +333,11 @@ class CandidateSession:
         checked before it is timed), then the rounds. Their rounds by side; `_PairCut` where the pair
         could not be timed for any reason but the candidate's wrong outputs or broken rules."""
         self._retire_worker()
-        workdir = self.workdir / f"pair_{index}"
-        workdir.mkdir(exist_ok=True)
-        self.worker = WorkerProcess("candidate", workdir, env=self.judge.worker_env)
-        self.worker_retired = False
         try:
+            workdir = self.workdir / f"pair_{index}"
+            workdir.mkdir(exist_ok=True)
+            self.worker = WorkerProcess("candidate", workdir, env=self.judge.worker_env)
+            self.worker_retired = False
             self.worker.send(self._build_command())
             self.judge.restart_reference()
             self.judge._reference_request({"op": "reset"})
@@ -351,7 +351,7 @@ class CandidateSession:
             if exc.status in WRONG_OUTPUT:
                 raise Failed(exc.status, f"in a fresh process for timing: {exc.detail}") from exc
             raise _PairCut(f"{exc.status}: {exc.detail}") from exc
-        except (WorkerDied, WorkerTimeout, KernelwrightError) as exc:
+        except (WorkerDied, WorkerTimeout, KernelwrightError, OSError) as exc:  # OSError: no process started
             raise _PairCut(f"{type(exc).__name__}: {exc}") from exc
         finally:
             self._retire_worker()
