@@ -21,6 +21,7 @@ import kernelwright
 from kernelwright.bytecode import use_bytecode_cache
 from kernelwright.commands import COMMAND_MODULES
 from kernelwright.errors import KernelwrightError
+from kernelwright.gpulock import keep_off_timing_cpus
 
 BROKEN_PIPE_EXIT = 141
 
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # before any command imports torch: bytecode kept across processes where the install cannot keep it
     use_bytecode_cache()
+    keep_off_timing_cpus()   # where timings have CPUs of their own (gpulock.py): before any thread starts
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # here, not at exit: a closed pipe must end up in the handler below

@@ -18,6 +18,12 @@ Two locks, always taken in this order (GPU lock first), so that they cannot dead
   class run together (timings on different GPUs overlap, builds overlap), never a holder of each. On by
   default (path `$KERNELWRIGHT_MACHINE_LOCK`, default in the temp folder; `off` disables it).
 
+**Reserved timing CPUs** (`$KERNELWRIGHT_TIMING_CPUS`, e.g. `15` or `14-15`; off by default, to be measured:
+scripts/background_load.py): every kernelwright process keeps its threads off those CPUs
+(`keep_off_timing_cpus`, at each entry point; children inherit it), timings pin there (judge/timing.py
+`CpuWatch`), and CPU work no longer waits for timings nor they for it (the machine lock's work class is not
+entered): a timing then shares the host's caches and memory with builds and imports, but never its CPU.
+
 A waiting holder of either lock has priority over later arrivals (a turnstile file), so a stream of trials
 or builds cannot starve a timer, nor a stream of timings a build. Nested use in one process is allowed when
 the inner lock is no stronger than the outer one (inside a timing, trials and builds of the same process are
@@ -40,6 +46,7 @@ from collections.abc import Callable, Iterator
 ENV = "KERNELWRIGHT_GPU_LOCK"
 MACHINE_ENV = "KERNELWRIGHT_MACHINE_LOCK"
 LOG_ENV = "KERNELWRIGHT_LOCK_LOG"
+RESERVED_ENV = "KERNELWRIGHT_TIMING_CPUS"
 
 _held: list[str] = []      # this process's GPU-lock nesting: "shared" / "exclusive"
 _machine: list[str] = []   # this process's machine-lock nesting: "timing" / "work"
@@ -63,8 +70,30 @@ def _waiting() -> Iterator[None]:
 
 @contextlib.contextmanager
 def gpu_timing() -> Iterator[None]:
-    with _lock(exclusive=True), _machine_lock("timing"):
+    with _lock(exclusive=True), _machine_lock("timing"), _on_a_timing_cpu():
         yield
+
+
+@contextlib.contextmanager
+def _on_a_timing_cpu() -> Iterator[None]:
+    """With reserved timing CPUs, the calling thread runs on one of them while it times (one per GPU lock
+    file, so that two GPUs' timings spread over two reserved CPUs where there are two), then goes back."""
+    reserved = sorted(reserved_cpus())
+    if not reserved or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    cpu = reserved[sum((gpu_lock_path() or "").encode()) % len(reserved)]
+    try:
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpu})
+    except OSError:   # outside this process's cpuset: timed where it is
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, before)
 
 
 @contextlib.contextmanager
@@ -75,9 +104,37 @@ def gpu_work() -> Iterator[None]:
 
 @contextlib.contextmanager
 def cpu_work() -> Iterator[None]:
-    """Heavy CPU work (a build, a capture, a compilation): never while a timing runs on this machine."""
+    """Heavy CPU work (a build, a capture, a compilation): never while a timing runs on this machine, unless
+    timings have CPUs of their own (`reserved_cpus`), which this process keeps off."""
+    if reserved_cpus():
+        yield
+        return
     with _machine_lock("work"):
         yield
+
+
+def reserved_cpus() -> frozenset[int]:
+    """The CPUs kept for timings (`$KERNELWRIGHT_TIMING_CPUS`: CPU numbers and ranges, `14,15` or `14-15`);
+    empty when unset or unreadable."""
+    cpus: set[int] = set()
+    for part in os.environ.get(RESERVED_ENV, "").replace(" ", "").split(","):
+        first, dash, last = part.partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            continue
+        cpus.update(range(int(first), int(last or first) + 1))
+    return frozenset(cpus)
+
+
+def keep_off_timing_cpus() -> None:
+    """Keep this thread (and the threads and processes it starts) off the reserved timing CPUs, where some
+    are set and others remain. Call before starting threads: an entry point's first step."""
+    reserved = reserved_cpus()
+    if not reserved or not hasattr(os, "sched_setaffinity"):
+        return
+    with contextlib.suppress(OSError):
+        others = os.sched_getaffinity(0) - reserved
+        if others:
+            os.sched_setaffinity(0, others)
 
 
 def holds_timing() -> bool:

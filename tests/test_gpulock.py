@@ -279,3 +279,46 @@ def test_time_waiting_for_a_lock_is_counted_apart(monkeypatch, tmp_path: Path):
     with _Stages(None, seconds).run("rewrite"):
         pass
     assert seconds["waiting"] == pytest.approx(waited, abs=0.01)  # nothing more was waited for
+
+
+def test_reserved_timing_cpus_are_parsed_kept_off_and_picked(monkeypatch, tmp_path: Path):
+    """$KERNELWRIGHT_TIMING_CPUS: kernelwright processes keep off those CPUs (children inherit it), timings
+    pin there, and CPU work does not wait for a timing (each has CPUs of its own)."""
+    import os
+
+    from kernelwright.judge.timing import CpuWatch
+
+    monkeypatch.setenv(gpulock.RESERVED_ENV, "3, 5-7,x,9-")
+    assert gpulock.reserved_cpus() == {3, 5, 6, 7}
+    monkeypatch.delenv(gpulock.RESERVED_ENV)
+    assert gpulock.reserved_cpus() == frozenset()
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two CPUs")
+    reserved = allowed[-1]
+    child = ("import os\nfrom kernelwright.gpulock import keep_off_timing_cpus\nkeep_off_timing_cpus()\n"
+             "print(sorted(os.sched_getaffinity(0)))\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(gpulock.__file__).parents[1]),
+           gpulock.RESERVED_ENV: str(reserved)}
+    out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(allowed[:-1])
+    monkeypatch.setenv(gpulock.RESERVED_ENV, str(reserved))
+    monkeypatch.delenv("KERNELWRIGHT_TIMING_CPU", raising=False)
+    assert CpuWatch(window_s=0.01).pick() == reserved
+    monkeypatch.setenv(gpulock.ENV, str(tmp_path / "gpu.lock"))
+    monkeypatch.setenv(gpulock.MACHINE_ENV, "off")
+    with gpulock.gpu_timing():   # any timing (the compiler's too) runs on the reserved CPU, then goes back
+        assert os.sched_getaffinity(0) == {reserved}
+    assert sorted(os.sched_getaffinity(0)) == allowed
+    # a timer holds the machine's timing class; CPU work goes ahead beside it
+    machine = str(tmp_path / "machine.lock")
+    monkeypatch.setenv(gpulock.MACHINE_ENV, machine)
+    holder = ("import sys, time\nfrom kernelwright.gpulock import gpu_timing\nwith gpu_timing():\n"
+              "    print('held', flush=True)\n    time.sleep(1.0)\n")
+    timer = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True,
+                             env={**env, "KERNELWRIGHT_MACHINE_LOCK": machine})
+    assert timer.stdout.readline().strip() == "held"
+    start = time.monotonic()
+    with gpulock.cpu_work():
+        waited = time.monotonic() - start
+    assert waited < 0.5 and timer.wait(timeout=20) == 0

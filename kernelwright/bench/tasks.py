@@ -32,6 +32,7 @@ from kernelwright.bench.rows import (
 from kernelwright.bench.store import ENVIRONMENT_DETAIL
 from kernelwright.bench.systems import copy_candidate
 from kernelwright.errors import KernelwrightError
+from kernelwright.gpulock import keep_off_timing_cpus
 from kernelwright.judge.options import JudgeOptions
 
 # `Judge(problem_path, options)`: a context manager with `reference_report()` and `evaluate(candidate)`.
@@ -155,6 +156,7 @@ def what_optimize_said(log: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """SPEC.json holds {"task", "options"}; rows are appended to ROWS.jsonl."""
     spec_path, rows_path = argv if argv is not None else sys.argv[1:]
+    keep_off_timing_cpus()
     spec = json.loads(Path(spec_path).read_text())
     task = BenchTask.from_json(json.dumps(spec["task"]))
     with open(rows_path, "a") as out:

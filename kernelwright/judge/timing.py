@@ -44,7 +44,7 @@ except ImportError:   # not on Linux: no per-thread counters
 
 import torch
 
-from kernelwright.gpulock import gpu_timing
+from kernelwright.gpulock import gpu_timing, reserved_cpus
 
 _synchronize = torch.cuda.synchronize
 _Event = torch.cuda.Event
@@ -187,7 +187,8 @@ class CpuWatch:
     does not sleep before each. The CPU a round ran on looks busy with that round itself, so rounds move
     between idle CPUs (both sides of each round still share one). Ties are broken at random: on an idle
     host every CPU ties, and timings on two GPUs of one host must not pick the same one.
-    `$KERNELWRIGHT_TIMING_CPU`: a CPU number, or `off`. None: pinning off, or no /proc/stat (not Linux)."""
+    `$KERNELWRIGHT_TIMING_CPU`: a CPU number, or `off`. With reserved timing CPUs (gpulock.py
+    `reserved_cpus`), one of those. None: pinning off, or no /proc/stat (not Linux)."""
 
     def __init__(self, window_s: float = CPU_WINDOW_S) -> None:
         self.window_s, self.ticks = window_s, None
@@ -199,7 +200,7 @@ class CpuWatch:
         if setting.isdigit():
             return int(setting)
         try:
-            allowed = _getaffinity(0)
+            allowed = reserved_cpus() or _getaffinity(0)
             if self.ticks is None:
                 self.ticks = _busy_ticks()
                 sleep(self.window_s)

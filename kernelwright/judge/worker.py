@@ -19,7 +19,7 @@ import os
 import sys
 
 from kernelwright.bytecode import use_bytecode_cache
-from kernelwright.gpulock import cpu_work, gpu_work, waited_seconds
+from kernelwright.gpulock import cpu_work, gpu_work, keep_off_timing_cpus, waited_seconds
 from kernelwright.judge.failures import classify_failure
 
 # How each command is guarded (kernelwright/gpulock.py): `build` and `load` are heavy CPU work (imports, nvcc,
@@ -41,6 +41,7 @@ def main(argv: list[str]) -> int:
     role, reply_fd = argv[1], int(argv[2])
     replies = os.fdopen(reply_fd, "w", buffering=1)
     use_bytecode_cache()  # before the handler imports torch (workers started outside the CLI too)
+    keep_off_timing_cpus()   # its timings pin to a reserved CPU themselves (judge/timing.py)
     # Importing torch takes seconds of a core: CPU work, kept out of any timing on this machine (a bench's
     # tasks start workers all the time, and a launch-bound model timed beside an import runs slower).
     with cpu_work():
