@@ -9,6 +9,8 @@ takes their ratio, so the host's own drift cancels.
 
 Loads: `import` (each process imports torch again and again, as new judge workers do), `spin` (a busy
 loop per process: the shape of an nvcc build's load), `none` (both series quiet: the method's own noise).
+A ratio near 1 under load says that reserved timing CPUs (gpulock.py `KERNELWRIGHT_TIMING_CPUS`) can let
+builds and imports run beside timings.
 
     python scripts/background_load.py PROBLEM [--loads none,import,spin] [--procs K] [--rounds R]
     # one JSON object per load on stdout: the rounds' loaded/quiet ratios, their median and half-IQR
