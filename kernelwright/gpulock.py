@@ -18,11 +18,12 @@ Two locks, always taken in this order (GPU lock first), so that they cannot dead
   class run together (timings on different GPUs overlap, builds overlap), never a holder of each. On by
   default (path `$KERNELWRIGHT_MACHINE_LOCK`, default in the temp folder; `off` disables it).
 
-**Reserved timing CPUs** (`$KERNELWRIGHT_TIMING_CPUS`, e.g. `15` or `14-15`; off by default, to be measured:
-scripts/background_load.py): every kernelwright process keeps its threads off those CPUs
-(`keep_off_timing_cpus`, at each entry point; children inherit it), timings pin there (judge/timing.py
+**Reserved timing CPUs** (`$KERNELWRIGHT_TIMING_CPUS`, e.g. `15` or `14-15`, one or more per GPU; off by
+default, to be measured: scripts/background_load.py): every kernelwright process keeps its threads off those
+CPUs (`keep_off_timing_cpus`, at each entry point; children inherit it), timings pin there (judge/timing.py
 `CpuWatch`), and CPU work no longer waits for timings nor they for it (the machine lock's work class is not
-entered): a timing then shares the host's caches and memory with builds and imports, but never its CPU.
+entered by a process that keeps off them): a timing then shares the host's caches and memory with builds and
+imports, but never its CPU. For CUDA timings only: a judge timing on the CPU device is not pinned.
 
 A waiting holder of either lock has priority over later arrivals (a turnstile file), so a stream of trials
 or builds cannot starve a timer, nor a stream of timings a build. Nested use in one process is allowed when
@@ -51,6 +52,7 @@ RESERVED_ENV = "KERNELWRIGHT_TIMING_CPUS"
 _held: list[str] = []      # this process's GPU-lock nesting: "shared" / "exclusive"
 _machine: list[str] = []   # this process's machine-lock nesting: "timing" / "work"
 _waited = [0.0]            # seconds this process has spent blocked entering either lock
+_kept_off = [False]        # this process keeps off reserved timing CPUs (keep_off_timing_cpus succeeded)
 
 
 def waited_seconds() -> float:
@@ -105,12 +107,17 @@ def gpu_work() -> Iterator[None]:
 @contextlib.contextmanager
 def cpu_work() -> Iterator[None]:
     """Heavy CPU work (a build, a capture, a compilation): never while a timing runs on this machine, unless
-    timings have CPUs of their own (`reserved_cpus`), which this process keeps off."""
-    if reserved_cpus():
-        yield
+    timings have CPUs of their own that this process keeps off (`keep_off_timing_cpus` succeeded here): then
+    it goes ahead, logged as a hold without a wait."""
+    if not _kept_off[0]:
+        with _machine_lock("work"):
+            yield
         return
-    with _machine_lock("work"):
+    start = time.time()
+    try:
         yield
+    finally:
+        _log_hold("machine_work", start, start, "reserved")
 
 
 def reserved_cpus() -> frozenset[int]:
@@ -127,21 +134,24 @@ def reserved_cpus() -> frozenset[int]:
 
 def keep_off_timing_cpus() -> None:
     """Keep this thread (and the threads and processes it starts) off the reserved timing CPUs, where some
-    are set and others remain. Call before starting threads: an entry point's first step."""
+    are set and others remain. Call before starting threads: an entry point's first step. Only where it
+    succeeds does this process's CPU work stop waiting for timings (`cpu_work`). A process started from a
+    thread pinned for a timing inherits that pin: it moves to every CPU of the host but the reserved."""
     reserved = reserved_cpus()
     if not reserved or not hasattr(os, "sched_setaffinity"):
         return
     with contextlib.suppress(OSError):
-        others = os.sched_getaffinity(0) - reserved
+        others = os.sched_getaffinity(0) - reserved or set(range(os.cpu_count() or 1)) - reserved
         if others:
             os.sched_setaffinity(0, others)
+            _kept_off[0] = not os.sched_getaffinity(0) & reserved
 
 
 def holds_timing() -> bool:
     """Whether this process is inside `gpu_timing()` with the machine lock in force: a process it starts
     now cannot begin its CPU work (a judge worker's start) until the timing ends, so it must not wait for
-    one."""
-    return "timing" in _machine
+    one (unless CPU work does not wait for timings here: reserved timing CPUs)."""
+    return "timing" in _machine and not _kept_off[0]
 
 
 def gpu_lock_path() -> str | None:
@@ -355,7 +365,7 @@ def _log_hold(lock: str, asked: float, got: float, file: str) -> None:
 def _who() -> str:
     """What this process is, from its command line: the script or module (`worker`, `cli`, `tasks`) and its
     first argument when that is a word (`reference`, `optimize`)."""
-    argv = sys.argv or [""]
+    argv = getattr(sys, "argv", None) or [""]
     name = os.path.basename(argv[0]).removesuffix(".py") or "python"
     first = argv[1] if len(argv) > 1 and re.fullmatch(r"[\w-]+", argv[1]) else ""
     return f"{name} {first}".strip()

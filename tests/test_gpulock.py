@@ -282,8 +282,9 @@ def test_time_waiting_for_a_lock_is_counted_apart(monkeypatch, tmp_path: Path):
 
 
 def test_reserved_timing_cpus_are_parsed_kept_off_and_picked(monkeypatch, tmp_path: Path):
-    """$KERNELWRIGHT_TIMING_CPUS: kernelwright processes keep off those CPUs (children inherit it), timings
-    pin there, and CPU work does not wait for a timing (each has CPUs of its own)."""
+    """$KERNELWRIGHT_TIMING_CPUS: kernelwright processes keep off those CPUs (children inherit it; one
+    started from a pinned thread moves off too), timings pin there, and a process that keeps off them does
+    its CPU work without waiting for a timing (each has CPUs of its own)."""
     import os
 
     from kernelwright.judge.timing import CpuWatch
@@ -296,12 +297,20 @@ def test_reserved_timing_cpus_are_parsed_kept_off_and_picked(monkeypatch, tmp_pa
     if len(allowed) < 2:
         pytest.skip("needs two CPUs")
     reserved = allowed[-1]
-    child = ("import os\nfrom kernelwright.gpulock import keep_off_timing_cpus\nkeep_off_timing_cpus()\n"
+    child = ("import contextlib, os\nfrom kernelwright import gpulock\nfrom kernelwright.judge.timing import "
+             "pinned_cpu\ngpulock.keep_off_timing_cpus()\nprint(sorted(os.sched_getaffinity(0)), "
+             "gpulock._kept_off[0])\nwith contextlib.ExitStack() as stack:\n"
+             f"    print(pinned_cpu(stack, {reserved}), sorted(os.sched_getaffinity(0)))\n"
              "print(sorted(os.sched_getaffinity(0)))\n")
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(gpulock.__file__).parents[1]),
            gpulock.RESERVED_ENV: str(reserved)}
-    out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == str(allowed[:-1])
+    others = str(allowed[:-1])
+    expected = [f"{others} True", f"{reserved} [{reserved}]", others]
+    for start_on in (None, {reserved}):   # a child of a thread pinned to the timing CPU moves off it too
+        pin = start_on and (lambda cpus=start_on: os.sched_setaffinity(0, cpus))
+        out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True,
+                             check=True, preexec_fn=pin)
+        assert out.stdout.strip().splitlines() == expected
     monkeypatch.setenv(gpulock.RESERVED_ENV, str(reserved))
     monkeypatch.delenv("KERNELWRIGHT_TIMING_CPU", raising=False)
     assert CpuWatch(window_s=0.01).pick() == reserved
@@ -310,7 +319,7 @@ def test_reserved_timing_cpus_are_parsed_kept_off_and_picked(monkeypatch, tmp_pa
     with gpulock.gpu_timing():   # any timing (the compiler's too) runs on the reserved CPU, then goes back
         assert os.sched_getaffinity(0) == {reserved}
     assert sorted(os.sched_getaffinity(0)) == allowed
-    # a timer holds the machine's timing class; CPU work goes ahead beside it
+    # a timer holds the machine's timing class; a process that keeps off its CPU goes ahead with CPU work
     machine = str(tmp_path / "machine.lock")
     monkeypatch.setenv(gpulock.MACHINE_ENV, machine)
     holder = ("import sys, time\nfrom kernelwright.gpulock import gpu_timing\nwith gpu_timing():\n"
@@ -318,7 +327,12 @@ def test_reserved_timing_cpus_are_parsed_kept_off_and_picked(monkeypatch, tmp_pa
     timer = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True,
                              env={**env, "KERNELWRIGHT_MACHINE_LOCK": machine})
     assert timer.stdout.readline().strip() == "held"
+    monkeypatch.setattr(gpulock, "_kept_off", [True])
     start = time.monotonic()
     with gpulock.cpu_work():
         waited = time.monotonic() - start
-    assert waited < 0.5 and timer.wait(timeout=20) == 0
+    assert waited < 0.5
+    monkeypatch.setattr(gpulock, "_kept_off", [False])   # one that does not keep off waits as before
+    with gpulock.cpu_work():
+        waited = time.monotonic() - start
+    assert waited >= 0.5 and timer.wait(timeout=20) == 0

@@ -30,7 +30,8 @@ def read_holds(path: Path) -> list[dict]:
             hold = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(hold, dict) and {"lock", "asked", "got", "released"} <= hold.keys():
+        if isinstance(hold, dict) and all(isinstance(hold.get(k), (int, float))
+                                          for k in ("asked", "got", "released")) and "lock" in hold:
             holds.append(hold)
     return holds
 

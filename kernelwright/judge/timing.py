@@ -233,7 +233,7 @@ def pinned_cpu(stack: contextlib.ExitStack, cpu: int | None) -> int | None:
         return None
     try:
         before = _getaffinity(0)
-        if cpu not in before:
+        if cpu not in before and cpu not in reserved_cpus():   # a reserved timing CPU: kept off till now
             return None
         _setaffinity(0, {cpu})
     except OSError:

@@ -35,7 +35,8 @@ def test_held_time_is_the_union_and_a_resumed_run_is_counted_apart(tmp_path: Pat
 
 def test_a_cut_line_is_skipped_and_the_command_prints_the_summary(tmp_path: Path, capsys):
     log = tmp_path / LOCKS_FILE
-    log.write_text(json.dumps(_hold("machine_work", 0.0, 0.5, 1.0)) + "\n" + '{"lock": "machine_wo')
+    bad = json.dumps(_hold("machine_work", "soon", 0.5, 1.0))   # not a number: skipped, never a crash
+    log.write_text(json.dumps(_hold("machine_work", 0.0, 0.5, 1.0)) + "\n" + bad + '\n{"lock": "machine_wo')
     assert len(read_holds(log)) == 1
     assert main([str(tmp_path)]) == 0 and "machine_work" in capsys.readouterr().out
     assert main([str(tmp_path / "nowhere")]) == 2
