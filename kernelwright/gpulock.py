@@ -53,6 +53,9 @@ _held: list[str] = []      # this process's GPU-lock nesting: "shared" / "exclus
 _machine: list[str] = []   # this process's machine-lock nesting: "timing" / "work"
 _waited = [0.0]            # seconds this process has spent blocked entering either lock
 _kept_off = [False]        # this process keeps off reserved timing CPUs (keep_off_timing_cpus succeeded)
+# Bound at import, before any candidate code runs in a judge worker: a patched os cannot unpin a timing.
+_getaffinity = getattr(os, "sched_getaffinity", None)
+_setaffinity = getattr(os, "sched_setaffinity", None)
 
 
 def waited_seconds() -> float:
@@ -81,21 +84,29 @@ def _on_a_timing_cpu() -> Iterator[None]:
     """With reserved timing CPUs, the calling thread runs on one of them while it times (one per GPU lock
     file, so that two GPUs' timings spread over two reserved CPUs where there are two), then goes back."""
     reserved = sorted(reserved_cpus())
-    if not reserved or not hasattr(os, "sched_setaffinity"):
+    cpu = reserved[sum((gpu_lock_path() or "").encode()) % len(reserved)] if reserved else None
+    with pinned(cpu):
         yield
-        return
-    cpu = reserved[sum((gpu_lock_path() or "").encode()) % len(reserved)]
-    try:
-        before = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {cpu})
-    except OSError:   # outside this process's cpuset: timed where it is
-        yield
-        return
-    try:
-        yield
-    finally:
+
+
+@contextlib.contextmanager
+def pinned(cpu: int | None) -> Iterator[int | None]:
+    """The calling thread on `cpu` until the block ends, its affinity restored then (also when the body
+    raises); yields the CPU pinned, or None when `cpu` is None or not to be had here (neither allowed to
+    this thread nor a reserved timing CPU, or refused by the OS): the body then runs where it is."""
+    before = None
+    if cpu is not None and _setaffinity is not None:
         with contextlib.suppress(OSError):
-            os.sched_setaffinity(0, before)
+            allowed = _getaffinity(0)
+            if cpu in allowed or cpu in reserved_cpus():
+                _setaffinity(0, {cpu})
+                before = allowed
+    try:
+        yield None if before is None else cpu
+    finally:
+        if before is not None:
+            with contextlib.suppress(OSError):   # never in place of the body's own exception
+                _setaffinity(0, before)
 
 
 @contextlib.contextmanager
@@ -138,13 +149,13 @@ def keep_off_timing_cpus() -> None:
     succeeds does this process's CPU work stop waiting for timings (`cpu_work`). A process started from a
     thread pinned for a timing inherits that pin: it moves to every CPU of the host but the reserved."""
     reserved = reserved_cpus()
-    if not reserved or not hasattr(os, "sched_setaffinity"):
+    if not reserved or _setaffinity is None:
         return
     with contextlib.suppress(OSError):
-        others = os.sched_getaffinity(0) - reserved or set(range(os.cpu_count() or 1)) - reserved
+        others = _getaffinity(0) - reserved or set(range(os.cpu_count() or 1)) - reserved
         if others:
-            os.sched_setaffinity(0, others)
-            _kept_off[0] = not os.sched_getaffinity(0) & reserved
+            _setaffinity(0, others)
+            _kept_off[0] = not _getaffinity(0) & reserved
 
 
 def holds_timing() -> bool:

@@ -44,7 +44,7 @@ except ImportError:   # not on Linux: no per-thread counters
 
 import torch
 
-from kernelwright.gpulock import gpu_timing, reserved_cpus
+from kernelwright.gpulock import gpu_timing, pinned, reserved_cpus
 
 _synchronize = torch.cuda.synchronize
 _Event = torch.cuda.Event
@@ -52,7 +52,6 @@ _current_stream = torch.cuda.current_stream
 _empty_cache = torch.cuda.empty_cache
 _memory_stats = torch.cuda.memory_stats
 _getaffinity = getattr(os, "sched_getaffinity", None)
-_setaffinity = getattr(os, "sched_setaffinity", None)
 
 MAX_RUNS = 100_000
 WALL_RUNS, WALL_MIN_RUNS, WALL_TIME_S = 30, 5, 0.25  # the wall-clock cross-check: its runs, bounded by time
@@ -228,23 +227,8 @@ def _busy_ticks() -> dict[int, int]:
 
 def pinned_cpu(stack: contextlib.ExitStack, cpu: int | None) -> int | None:
     """Pin the calling thread to `cpu` until `stack` closes (its affinity is restored); the CPU pinned, or
-    None when `cpu` is None or not allowed here (the series then runs where the scheduler puts it)."""
-    if cpu is None or _setaffinity is None:
-        return None
-    try:
-        before = _getaffinity(0)
-        if cpu not in before and cpu not in reserved_cpus():   # a reserved timing CPU: kept off till now
-            return None
-        _setaffinity(0, {cpu})
-    except OSError:
-        return None
-    stack.callback(_restore_affinity, before)
-    return cpu
-
-
-def _restore_affinity(cpus: set[int]) -> None:
-    with contextlib.suppress(OSError):   # never in place of the series' own exception
-        _setaffinity(0, cpus)
+    None when `cpu` is None or not to be had here (the series then runs where the scheduler puts it)."""
+    return stack.enter_context(pinned(cpu))
 
 
 def per_round(min_runs: int, min_time_s: float) -> dict:
