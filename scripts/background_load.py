@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from process_bias import worker  # noqa: E402 - a sibling script: its worker times one problem's forward
+# a sibling script: its worker times one problem's forward, and its spread of the rounds
+from process_bias import _half_iqr, worker  # noqa: E402
 
 LOADS = {
     "import": ("import subprocess, sys\n"
@@ -86,10 +87,9 @@ def run_load(proc: subprocess.Popen, kind: str, count: int, rounds: int, cpu: in
         _signal(loads, signal.SIGKILL)
         for load in loads:
             load.wait()
-    q = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) >= 4 else [1.0, 1.0, 1.0]
     return {"load": kind, "procs": count if kind in LOADS else 0, "rounds": rounds, "cpu": cpu,
             "median_ratio": round(statistics.median(ratios), 4),
-            "half_iqr": round((q[2] - q[0]) / 2, 4),
+            "half_iqr": round(_half_iqr(ratios), 4) if len(ratios) >= 2 else 0.0,
             "quiet_ms": round(statistics.median(quiet_ms), 4),
             "loaded_ms": round(statistics.median(loaded_ms), 4),
             "ratios": [round(r, 4) for r in ratios]}
