@@ -22,10 +22,10 @@ fails outside the compiler, a judge timeout while the GPU is shared) is never wr
 fallback: `optimize` retries once, then raises `EnvironmentFailure`, unless `allow_unverified` asks for the
 compiled file marked "NOT verified: <cause>".
 
-The CPU-heavy stages (capture, nvcc, the build) hold the machine lock's work class (`gpulock.cpu_work`), so
-no timing on this machine runs beside them; the cheap ones (rewrite, layout, plan, render: milliseconds)
-do not, since each acquisition may wait for a timing series to end (measured on the H100 at --jobs 8:
-10-17 s of waiting per locked rewrite stage).
+The CPU-heavy stages (capture, nvcc, the build) hold the machine lock's work class (`gpulock.cpu_work`), so no
+timing on this machine runs beside them (with reserved timing CPUs: none on their CPU, no quiet one); the
+cheap ones (rewrite, layout, plan, render: milliseconds) do not, since each acquisition may wait for a timing
+series to end (measured on the H100 at --jobs 8: 10-17 s of waiting per locked rewrite stage).
 
 Derived weights (parameter-only subgraphs a rewrite leaves, `rewrite.hoistable_nodes`) are planned apart
 from the per-call steps and computed by ATen at the top of the emitted forward (every call: no write to a
@@ -167,7 +167,7 @@ class _Stages:
 
     @contextmanager
     def run(self, stage: str, cpu: bool = False) -> Iterator[StageNote]:
-        """Times a stage (`cpu`: heavy CPU work, never beside a timing); the body may append a one-line
+        """Times a stage (`cpu`: heavy CPU work, `gpulock.cpu_work`); the body may append a one-line
         summary to the yielded note, or mark it failed."""
         stage = self.prefix + stage
         detail = StageNote()

@@ -10,26 +10,34 @@ Two locks, always taken in this order (GPU lock first), so that they cannot dead
   named by the GPU's UUID as the bench names it, so that `optimize` runs, judges and benches started
   separately on one GPU keep their timed series apart too (four `optimize` runs at once on one H100 once
   judged a 1.14 ms convolution at 4.04 ms).
-- **The machine lock** (one per user and host, two classes that exclude each other). A launch-bound model
-  timed while nvcc builds load every core runs slower (an unchanged ResNet18 was credited 1.32x that
-  way), on any GPU of the host. `gpu_timing()` also enters the *timing* class; `cpu_work()` (builds,
-  capture, torch.compile's compilation, making inputs, and torch's import where judge workers, bench tasks
-  and `optimize` start) enters the *work* class. Any number of holders of one
-  class run together (timings on different GPUs overlap, builds overlap), never a holder of each. On by
-  default (path `$KERNELWRIGHT_MACHINE_LOCK`, default in the temp folder; `off` disables it).
+- **The machine lock** (one per user and host, classes that exclude each other: `EXCLUDES`). A launch-bound
+  model timed while nvcc builds load every core runs slower (an unchanged ResNet18 was credited 1.32x that
+  way), on any GPU of the host. `gpu_timing()` also enters the *timing* class (*pinned*: below);
+  `cpu_work()` (builds, capture, torch.compile's compilation, making inputs, and torch's import where judge
+  workers, bench tasks and `optimize` start) enters the *work* class (*offwork*: below). Any number of
+  holders of one class run together (timings on different GPUs overlap, builds overlap), never holders of
+  two classes that exclude each other. On by default (path `$KERNELWRIGHT_MACHINE_LOCK`, default in the
+  temp folder; `off` disables it).
 
-**Reserved timing CPUs** (`$KERNELWRIGHT_TIMING_CPUS`, e.g. `15` or `14-15`, one or more per GPU; off by
-default, to be measured: scripts/background_load.py): every kernelwright process keeps its threads off those
-CPUs (`keep_off_timing_cpus`, at each entry point; children inherit it), timings pin there (judge/timing.py
-`CpuWatch`), and CPU work no longer waits for timings nor they for it (the machine lock's work class is not
-entered by a process that keeps off them): a timing then shares the host's caches and memory with builds and
-imports, but never its CPU. For CUDA timings only: a judge timing on the CPU device is not pinned.
+**Reserved timing CPUs** (`$KERNELWRIGHT_TIMING_CPUS`, e.g. `15` or `14-15`, one or more per GPU; the bench
+reserves one per GPU where the host has CPUs to spare, `bench --timing-cpus`): every kernelwright process
+keeps its threads off those CPUs (`keep_off_timing_cpus`, at each entry point; children inherit it),
+timings pin there (judge/timing.py `CpuWatch`), and the CPU work of a process that keeps off them enters
+the *offwork* class, which an ordinary timing (class *pinned*) does not exclude: a timing then shares the
+host's caches and memory with builds and imports, but never its CPU. That is enough where the GPU is busy
+(the A/A of bench/results/2026-11-28-h200-suite-reserved-cpu), not for a launch-bound model: its launches
+ran 13-16% slower beside 14 loaded CPUs (scripts/background_load.py), which would credit a candidate that
+launches less. So a *quiet* timing (`gpu_timing(quiet=True)`: a launch-bound model's pairs of processes
+and eager's rounds beside torch.compile, judge/session.py) keeps the *timing* class, which excludes offwork
+too (`shares_host`: whether an ordinary timing here runs beside CPU work). For CUDA timings only: a judge
+timing on the CPU device is not pinned.
 
 A waiting holder of either lock has priority over later arrivals (a turnstile file), so a stream of trials
 or builds cannot starve a timer, nor a stream of timings a build. Nested use in one process is allowed when
 the inner lock is no stronger than the outer one (inside a timing, trials and builds of the same process are
-no-ops); asking for a timing while holding shared GPU work or CPU work would wait on the process itself, and
-a GPU lock taken inside CPU work could close a circle with a timer, so those raise.
+no-ops); asking for a timing while holding shared GPU work or CPU work would wait on the process itself, a
+GPU lock taken inside CPU work could close a circle with a timer, and a quiet timing inside a pinned one
+cannot have the host quiet, so those raise.
 """
 
 from __future__ import annotations
@@ -50,9 +58,16 @@ LOG_ENV = "KERNELWRIGHT_LOCK_LOG"
 RESERVED_ENV = "KERNELWRIGHT_TIMING_CPUS"
 
 _held: list[str] = []      # this process's GPU-lock nesting: "shared" / "exclusive"
-_machine: list[str] = []   # this process's machine-lock nesting: "timing" / "work"
+_machine: list[str] = []   # this process's machine-lock nesting: a class of EXCLUDES
 _waited = [0.0]            # seconds this process has spent blocked entering either lock
 _kept_off = [False]        # this process keeps off reserved timing CPUs (keep_off_timing_cpus succeeded)
+# The machine lock's classes and those each excludes (both ways). "timing": a timing with the host quiet
+# (every timing without reserved timing CPUs, a quiet one with them) excludes all CPU work; "pinned": an
+# ordinary timing on a reserved CPU excludes only "work", the CPU work of processes that do not keep off
+# that CPU; "offwork" is the CPU work of processes that do. Classes that do not exclude each other overlap.
+EXCLUDES = {"timing": ("offwork", "work"), "pinned": ("work",), "work": ("pinned", "timing"),
+            "offwork": ("timing",)}
+TIMINGS = ("timing", "pinned")
 # Bound at import, before any candidate code runs in a judge worker: a patched os cannot unpin a timing.
 _getaffinity = getattr(os, "sched_getaffinity", None)
 _setaffinity = getattr(os, "sched_setaffinity", None)
@@ -74,8 +89,11 @@ def _waiting() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def gpu_timing() -> Iterator[None]:
-    with _lock(exclusive=True), _machine_lock("timing"), _on_a_timing_cpu():
+def gpu_timing(quiet: bool = False) -> Iterator[None]:
+    """A timed series: this GPU alone and no CPU work on the host; with reserved timing CPUs, unless
+    `quiet` (a launch-bound model's timing), only none on the reserved CPU it runs on."""
+    kind = "pinned" if reserved_cpus() and not quiet else "timing"
+    with _lock(exclusive=True), _machine_lock(kind), _on_a_timing_cpu():
         yield
 
 
@@ -117,25 +135,22 @@ def gpu_work() -> Iterator[None]:
 
 @contextlib.contextmanager
 def cpu_work() -> Iterator[None]:
-    """Heavy CPU work (a build, a capture, a compilation): never while a timing runs on this machine, unless
-    timings have CPUs of their own that this process keeps off (`keep_off_timing_cpus` succeeded here): then
-    it goes ahead, logged as a hold without a wait."""
-    if not _kept_off[0]:
-        with _machine_lock("work"):
-            yield
-        return
-    start = time.time()
-    try:
+    """Heavy CPU work (a build, a capture, a compilation): never while a timing runs on this machine; where
+    timings have CPUs of their own that this process keeps off (`keep_off_timing_cpus` succeeded here),
+    only never beside a quiet one."""
+    with _machine_lock("offwork" if _kept_off[0] else "work"):
         yield
-    finally:
-        _log_hold("machine_work", start, start, "reserved")
 
 
 def reserved_cpus() -> frozenset[int]:
-    """The CPUs kept for timings (`$KERNELWRIGHT_TIMING_CPUS`: CPU numbers and ranges, `14,15` or `14-15`);
-    empty when unset or unreadable."""
+    """The CPUs kept for timings (`$KERNELWRIGHT_TIMING_CPUS`: `parse_cpus`); empty when unset."""
+    return parse_cpus(os.environ.get(RESERVED_ENV, ""))
+
+
+def parse_cpus(text: str) -> frozenset[int]:
+    """CPU numbers and ranges, `14,15` or `14-15`; parts that are neither are skipped."""
     cpus: set[int] = set()
-    for part in os.environ.get(RESERVED_ENV, "").replace(" ", "").split(","):
+    for part in text.replace(" ", "").split(","):
         first, dash, last = part.partition("-")
         if not first.isdigit() or (dash and not last.isdigit()):
             continue
@@ -158,11 +173,18 @@ def keep_off_timing_cpus() -> None:
             _kept_off[0] = not _getaffinity(0) & reserved
 
 
+def shares_host() -> bool:
+    """Whether an ordinary timing in this process runs beside other processes' CPU work (reserved timing
+    CPUs, with the machine lock on), so that a launch-bound model's must be asked for quiet."""
+    return bool(reserved_cpus()) and machine_lock_path() is not None
+
+
 def holds_timing() -> bool:
     """Whether this process is inside `gpu_timing()` with the machine lock in force: a process it starts
     now cannot begin its CPU work (a judge worker's start) until the timing ends, so it must not wait for
-    one (unless CPU work does not wait for timings here: reserved timing CPUs)."""
-    return "timing" in _machine and not _kept_off[0]
+    one. That holds for a pinned timing too: a work-class arrival waiting on it holds the turnstile that
+    every later arrival, offwork included, queues behind."""
+    return any(kind in TIMINGS for kind in _machine)
 
 
 def gpu_lock_path() -> str | None:
@@ -241,7 +263,7 @@ def machine_lock_path() -> str | None:
 @contextlib.contextmanager
 def _lock(exclusive: bool) -> Iterator[None]:
     path = gpu_lock_path()
-    if path and "work" in _machine and not _held:
+    if path and _machine and _machine[0] in ("work", "offwork") and not _held:
         # A timer holding this GPU waits for the machine's work to drain: waiting for the GPU here would
         # close the circle.
         raise RuntimeError("a GPU lock inside cpu_work(): take the GPU lock first, or outside it")
@@ -319,37 +341,40 @@ def _drain_gpu() -> None:
 
 @contextlib.contextmanager
 def _machine_lock(kind: str) -> Iterator[None]:
-    """Enter class `kind` ("timing" or "work") of the machine lock: one file per class, held shared by its
-    members; to enter, a process takes the other class's file exclusively for a moment (which waits until
-    that class is empty), then its own shared, behind a turnstile that orders arrivals."""
+    """Enter class `kind` of the machine lock (`EXCLUDES`): one file per class, held shared by its members;
+    to enter, a process takes each excluded class's file exclusively for a moment (which waits until that
+    class is empty), then its own shared, behind a turnstile that orders arrivals."""
     path = machine_lock_path()
     if path is None or _machine:
-        if _machine and kind == "timing" and "timing" not in _machine:
+        if _machine and kind in TIMINGS and _machine[0] not in TIMINGS:
             raise RuntimeError("gpu_timing() inside cpu_work(): the process would wait on itself")
+        if _machine and kind == "timing" and _machine[0] == "pinned":
+            raise RuntimeError("a quiet timing inside an ordinary one: CPU work may hold the host already")
         yield
         return
-    other = "work" if kind == "timing" else "timing"
     try:
         turnstile = os.open(path + ".turnstile", os.O_RDWR | os.O_CREAT, 0o666)
     except OSError:  # an unwritable temp folder: no machine-wide coordination, timings as before
         yield
         return
-    mine = os.open(f"{path}.{kind}", os.O_RDWR | os.O_CREAT, 0o666)
-    theirs = os.open(f"{path}.{other}", os.O_RDWR | os.O_CREAT, 0o666)
+    names = (kind, *EXCLUDES[kind])
+    files = {name: os.open(f"{path}.{name}", os.O_RDWR | os.O_CREAT, 0o666) for name in names}
     asked, got = time.time(), None
     try:
         with _waiting():
             fcntl.flock(turnstile, fcntl.LOCK_EX)
-            fcntl.flock(theirs, fcntl.LOCK_EX)   # waits until the other class has drained
-            fcntl.flock(mine, fcntl.LOCK_SH)
-            fcntl.flock(theirs, fcntl.LOCK_UN)
+            for other in EXCLUDES[kind]:
+                fcntl.flock(files[other], fcntl.LOCK_EX)   # waits until that class has drained
+            fcntl.flock(files[kind], fcntl.LOCK_SH)
+            for other in EXCLUDES[kind]:
+                fcntl.flock(files[other], fcntl.LOCK_UN)
             fcntl.flock(turnstile, fcntl.LOCK_UN)
         got = time.time()
         _machine.append(kind)
         with _draining(_machine):   # a build's or a load's queued GPU work (inputs, autotuning) too
             yield
     finally:
-        for fd in (mine, theirs, turnstile):
+        for fd in (*files.values(), turnstile):
             os.close(fd)
         if got is not None:
             _log_hold(f"machine_{kind}", asked, got, os.path.basename(path))
@@ -357,9 +382,9 @@ def _machine_lock(kind: str) -> Iterator[None]:
 
 def _log_hold(lock: str, asked: float, got: float, file: str) -> None:
     """One line of `$KERNELWRIGHT_LOCK_LOG` (when set) for a hold just released: which lock (`lock`: gpu_
-    exclusive/shared, machine_timing/work; `file`: the lock's file), when it was asked for, got and released
-    (host clock), by whom. The bench sets it for its tasks (`locks.jsonl` in the results folder), so that a
-    run shows where its wall time went (bench/locks.py). Never fails the caller."""
+    exclusive/shared, machine_ and a class of `EXCLUDES`; `file`: the lock's file), when it was asked for,
+    got and released (host clock), by whom. The bench sets it for its tasks (`locks.jsonl` in the results
+    folder), so that a run shows where its wall time went (bench/locks.py). Never fails the caller."""
     path = os.environ.get(LOG_ENV)
     if not path:
         return

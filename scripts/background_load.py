@@ -1,11 +1,12 @@
 """Does CPU work elsewhere on the host slow a pinned, launch-bound timing? (#19)
 
-The machine lock (kernelwright/gpulock.py) keeps every torch import and build off every timing on the host,
-and the bench's wall time goes mostly to waiting on it (bench/results/2026-11-28-h200-aa-pairs). This
-measures what that exclusion buys. One worker process times a problem's eager forward in the judge's 0.1 s
-series, pinned to one CPU; K load processes run on the other CPUs (never the timing's). Each round times
-one series with the load stopped (SIGSTOP) and one with it running (SIGCONT), in alternating order, and
-takes their ratio, so the host's own drift cancels.
+Without reserved timing CPUs the machine lock (kernelwright/gpulock.py) keeps every torch import and build off
+every timing on the host, and the bench's wall time went mostly to waiting on it (bench/results/2026-11-28-
+h200-aa-pairs). This measures what that exclusion buys (bench/results/2026-11-28-h200-suite-reserved-cpu:
+13-16% on level3/13, hence quiet timings for launch-bound models). One worker process times a problem's eager
+forward in the judge's 0.1 s series, pinned to one CPU; K load processes run on the other CPUs (never the
+timing's). Each round times one series with the load stopped (SIGSTOP) and one with it running (SIGCONT), in
+alternating order, and takes their ratio, so the host's own drift cancels.
 
 Loads: `import` (each process imports torch again and again, as new judge workers do), `spin` (a busy
 loop per process: the shape of an nvcc build's load), `none` (both series quiet: the method's own noise).

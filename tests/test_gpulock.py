@@ -15,9 +15,12 @@ from kernelwright import gpulock
 
 HOLD = """
 import sys, time
+from kernelwright import gpulock
 from kernelwright.gpulock import cpu_work, gpu_timing, gpu_work
 kind, seconds, log = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-with {"timing": gpu_timing, "work": gpu_work, "build": cpu_work}[kind]():
+gpulock._kept_off[0] = kind == "offbuild"   # a build in a process that keeps off reserved timing CPUs
+with {"timing": gpu_timing, "quiet": lambda: gpu_timing(quiet=True), "work": gpu_work, "build": cpu_work,
+      "offbuild": cpu_work}[kind]():
     start = time.time()
     time.sleep(seconds)
     end = time.time()
@@ -27,8 +30,8 @@ with open(log, "a") as f:
 
 
 def _start(kind: str, seconds: float, log: Path, lock: Path, machine: str = "off",
-           gpu: bool = True, lock_log: Path | None = None) -> subprocess.Popen:
-    env = {"KERNELWRIGHT_MACHINE_LOCK": machine, "PATH": "/usr/bin:/bin"}
+           gpu: bool = True, lock_log: Path | None = None, reserved: str = "") -> subprocess.Popen:
+    env = {"KERNELWRIGHT_MACHINE_LOCK": machine, "PATH": "/usr/bin:/bin", gpulock.RESERVED_ENV: reserved}
     if lock_log is not None:
         env[gpulock.LOG_ENV] = str(lock_log)
     if gpu:
@@ -153,6 +156,35 @@ def test_machine_lock_keeps_builds_and_timings_apart(tmp_path: Path):
     assert late[1] >= max(t[2] for t in timings)  # did not overtake the waiting timers
 
 
+def test_with_reserved_timing_cpus_only_a_quiet_timing_keeps_their_builds_off_the_host(tmp_path: Path):
+    """The CPU work of processes that keep off reserved timing CPUs runs beside an ordinary timing (pinned
+    to its own CPU), never beside a quiet one (a launch-bound model's): the quiet timer waits for that work
+    to drain, and work arriving while it waits queues behind it."""
+    import os
+
+    from kernelwright.bench.locks import read_holds
+
+    log, machine, lock_log = tmp_path / "log", str(tmp_path / "machine.lock"), tmp_path / "locks.jsonl"
+    reserved = str(max(os.sched_getaffinity(0)))
+    procs = [_start("offbuild", 1.5, log, tmp_path / "gpu0.lock", machine, lock_log=lock_log)]
+    time.sleep(0.4)
+    procs.append(_start("timing", 0.4, log, tmp_path / "gpu0.lock", machine, lock_log=lock_log,
+                        reserved=reserved))
+    time.sleep(0.2)
+    procs.append(_start("quiet", 0.5, log, tmp_path / "gpu1.lock", machine, reserved=reserved))
+    time.sleep(0.3)
+    procs.append(_start("offbuild", 0.3, log, tmp_path / "gpu0.lock", machine, lock_log=lock_log))
+    for proc in procs:
+        assert proc.wait(timeout=30) == 0
+    spans = _intervals(log)
+    first, late = sorted((s for s in spans if s[0] == "offbuild"), key=lambda s: s[1])
+    (timing,), (quiet,) = [s for s in spans if s[0] == "timing"], [s for s in spans if s[0] == "quiet"]
+    assert _overlap(timing, first)
+    assert not _overlap(quiet, first) and not _overlap(quiet, late)
+    assert late[1] >= quiet[2]   # did not overtake the waiting quiet timer
+    assert {h["lock"] for h in read_holds(lock_log)} == {"machine_offwork", "machine_pinned", "gpu_exclusive"}
+
+
 def test_the_lock_log_has_every_hold_and_says_where_the_time_went(tmp_path: Path):
     """With KERNELWRIGHT_LOCK_LOG set, each hold is one line (lock, asked, got, released, who); the bench's
     summary of it (bench/locks.py) gives each lock's held time and the waits."""
@@ -201,6 +233,22 @@ def test_nesting(monkeypatch, tmp_path: Path):
     with gpulock.gpu_work(), pytest.raises(RuntimeError, match="own shared lock"):
         with gpulock.gpu_timing():
             pass
+    with gpulock.gpu_timing(quiet=True), gpulock.gpu_timing(), gpulock.cpu_work():
+        pass  # an ordinary timing or a build inside a quiet one: no-ops
+    with gpulock.gpu_timing(), gpulock.gpu_timing(quiet=True):
+        pass  # without reserved timing CPUs every timing has the host quiet
+    monkeypatch.setattr(gpulock, "_kept_off", [True])
+    monkeypatch.setenv(gpulock.ENV, "off")   # the machine lock's own check, not the GPU lock's
+    with gpulock.cpu_work(), pytest.raises(RuntimeError, match="gpu_timing.. inside cpu_work"):
+        with gpulock.gpu_timing(quiet=True):
+            pass
+    monkeypatch.setenv(gpulock.RESERVED_ENV, "0")
+    with gpulock.gpu_timing():   # pinned: a worker started now could still wait on the turnstile
+        assert gpulock._machine == ["pinned"] and gpulock.holds_timing()
+        with pytest.raises(RuntimeError, match="quiet timing inside an ordinary"):
+            with gpulock.gpu_timing(quiet=True):
+                pass
+    assert gpulock._machine == [] and gpulock._held == []
 
 
 def test_a_holder_waits_for_its_queued_gpu_work_before_releasing(monkeypatch, tmp_path: Path):

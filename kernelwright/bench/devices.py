@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from kernelwright import gpulock
 from kernelwright.errors import UsageError
 
+# `--timing-cpus auto`: one CPU per GPU kept for timings where the host has at least this many per GPU.
+CPUS_PER_RESERVED = 8
 SMI_FIELDS = ("name", "driver_version", "clocks.sm", "clocks.max.sm", "clocks.mem", "clocks.max.mem",
               "power.limit", "persistence_mode", "memory.total", "uuid")
 
@@ -105,3 +107,48 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or "cpu"
+
+
+def timing_cpus(setting: str, gpus: int, tasks_at_once: int) -> str | None:
+    """The tasks' `$KERNELWRIGHT_TIMING_CPUS` (gpulock.py) for `bench --timing-cpus SETTING`; None leaves
+    the caller's environment as it is. `off`: none. A list (`15`, `14-15`): those, which must be CPUs this
+    process may use, leaving others. `auto`: the environment's own setting where there is one, else, where
+    tasks run side by side (`tasks_at_once` > 1) and the host has CPUS_PER_RESERVED CPUs per GPU, the last
+    core per GPU (a CPU and its SMT siblings: a build on a sibling would share the timing's core). On an
+    H200 host (16 CPUs, `--jobs 8`) the bench of the whole suite × three systems ran 111 problems in 21 min
+    with its GPU timing 72% of the time, before quiet timings (bench/results/2026-11-28-h200-suite-reserved-
+    cpu); without, every build and import waited for every timing."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    # the CPUs kept already are this host's too (a bench started under the setting keeps off them itself)
+    allowed = sorted(set(getaffinity(0)) | gpulock.reserved_cpus()) if getaffinity else []
+    setting = setting.strip().lower()
+    if setting == "off":
+        return ""
+    if setting == "auto":
+        if gpulock.RESERVED_ENV in os.environ:
+            return None
+        if tasks_at_once < 2 or gpus < 1 or len(allowed) < CPUS_PER_RESERVED * gpus:
+            return ""
+        kept: set[int] = set()
+        cores = 0
+        for cpu in reversed(allowed):
+            if cores == gpus:
+                break
+            if cpu not in kept:
+                kept |= _core(cpu) & set(allowed)
+                cores += 1
+        return ",".join(str(cpu) for cpu in sorted(kept))
+    cpus = gpulock.parse_cpus(setting)
+    if not cpus or not cpus <= set(allowed) or len(cpus) >= len(allowed):
+        raise UsageError(f"--timing-cpus {setting}: give auto, off, or CPUs of this host's {len(allowed)} "
+                         "allowed ones (e.g. 15 or 14-15), leaving others for the work")
+    return ",".join(str(cpu) for cpu in sorted(cpus))
+
+
+def _core(cpu: int) -> set[int]:
+    """`cpu` and its SMT siblings (sysfs), or just `cpu` where the topology cannot be read."""
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as siblings:
+            return set(gpulock.parse_cpus(siblings.read().strip())) | {cpu}
+    except OSError:
+        return {cpu}

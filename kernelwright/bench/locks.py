@@ -1,9 +1,10 @@
 """Where a bench run's wall time went, from the lock log its processes write (`locks.jsonl` in the results
 folder: gpulock.py `KERNELWRIGHT_LOCK_LOG`, one line per hold of a lock, with when it was asked for, got
-and released). A timing excludes all CPU work on the host (builds, captures, torch's import in every new
-process) and all other work on its GPU, so a busy bench is a chain of timings and the work drained
-between them; the summary says how long each class of lock was held (the union of its holds), how long
-processes waited for each, and how much of the run no lock was held at all.
+and released). A timing excludes all other work on its GPU and the CPU work on its CPU (builds, captures,
+torch's import in every new process: everywhere on the host, unless timings have CPUs of their own;
+kernelwright/gpulock.py), so a busy bench is a chain of timings and the work between them; the summary
+says how long each class of lock was held (the union of its holds), how long processes waited for each,
+and how much of the run no lock was held at all.
 
     python -m kernelwright.bench.locks RESULTS_DIR_OR_LOG      # the summary as text
 """
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 LOCKS_FILE = "locks.jsonl"
-LOCKS = ("machine_timing", "machine_work", "gpu_exclusive", "gpu_shared")
+LOCKS = ("machine_timing", "machine_pinned", "machine_work", "machine_offwork", "gpu_exclusive", "gpu_shared")
 # Stretches of a log with nothing asked for or held this long between them are separate runs (a resumed
 # bench appends to the same file, maybe from another machine): the span counts each run alone.
 RUN_GAP_S = 60.0

@@ -35,6 +35,7 @@ from kernelwright.bench.rows import failure_row, finish, missing_row, out_of_mem
 from kernelwright.bench.store import ResultsStore
 from kernelwright.gpulock import ENV as GPU_LOCK_ENV
 from kernelwright.gpulock import LOG_ENV as LOCK_LOG_ENV
+from kernelwright.gpulock import RESERVED_ENV
 from kernelwright.judge.judge import REFERENCE_TIMEOUT_S
 from kernelwright.judge.options import JudgeOptions
 
@@ -49,9 +50,11 @@ class SubprocessExecutor:
     judge's limits for each system (plus kernelwright's optimize step and the reference). It is only a
     backstop: a candidate's hang is ended by the judge first, as that system's `timeout` verdict."""
 
-    def __init__(self, store: ResultsStore, options: JudgeOptions, host: HostMemory | None = None):
+    def __init__(self, store: ResultsStore, options: JudgeOptions, host: HostMemory | None = None,
+                 timing_cpus: str | None = None):
         self.store = store
         self.options = options
+        self.timing_cpus = timing_cpus   # the tasks' $KERNELWRIGHT_TIMING_CPUS; None: as in this process
         self.host = host or HostMemory()
         self._live: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
@@ -67,6 +70,8 @@ class SubprocessExecutor:
             env[GPU_LOCK_ENV] = worker.lock
         # every hold of a lock by the task's processes, for the report's "where the wall time went"
         env.setdefault(LOCK_LOG_ENV, str(self.store.directory.resolve() / LOCKS_FILE))
+        if self.timing_cpus is not None:
+            env[RESERVED_ENV] = self.timing_cpus
         options = self.options
         optimizes = sum(run.kind == "kernelwright" for run in task.runs)
         timeout = (len(task.runs) * (options.build_timeout_s + options.run_timeout_s)

@@ -86,6 +86,8 @@ def _environment(runs: list[dict], rows: list[dict]) -> list[str]:
             f"| {prefix}suite | {run.get('suite', '-')} ({run.get('problems', '?')} problems) |",
             f"| {prefix}options | {_options_text(run.get('options', {}))} |",
         ]
+        if run.get("timing_cpus") is not None:   # kernelwright/gpulock.py: CPUs kept for timings
+            lines.append(f"| {prefix}timing CPUs | {run['timing_cpus'] or 'none'} |")
     devices = sorted({r["device"] or "unknown" for r in rows})
     lines += [f"| rows | {len(rows)} on {', '.join(devices) or '-'} |", ""]
     return lines

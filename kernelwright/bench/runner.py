@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 import socket
 import sys
 import time
@@ -25,7 +26,7 @@ from rich.progress import (
 )
 
 from kernelwright.bench.admission import USABLE_FRACTION, Need
-from kernelwright.bench.devices import Worker, gpu_properties, resolve_workers
+from kernelwright.bench.devices import Worker, gpu_properties, resolve_workers, timing_cpus
 from kernelwright.bench.memory import PeakCache, plan_needs
 from kernelwright.bench.plan import BenchTask, plan_tasks
 from kernelwright.bench.pool import Execute, SubprocessExecutor, run_pool
@@ -35,6 +36,7 @@ from kernelwright.bench.suite import discover_suite
 from kernelwright.bench.systems import parse_systems
 from kernelwright.environment import cache_dir, collect_environment
 from kernelwright.errors import UsageError
+from kernelwright.gpulock import RESERVED_ENV
 from kernelwright.judge.options import JudgeOptions
 
 NODE = socket.gethostname()  # every row names the machine that ran it
@@ -54,6 +56,7 @@ class BenchConfig:
     options: JudgeOptions = JudgeOptions()
     time_budget_s: float | None = None  # start no task after this many seconds
     ray: str | None = None            # run the tasks on a Ray cluster at this address ("": find or start one)
+    timing_cpus: str = "auto"         # CPUs kept for timings: auto, off or a list (devices.py `timing_cpus`)
 
 
 @dataclass
@@ -75,6 +78,13 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
                          "specializes its kernels to the full shapes (leave it out, or drop --shrink)")
     cluster = _connect_ray(config) if config.ray is not None else None
     workers = [] if cluster else resolve_workers(config.device, config.gpus, config.jobs)
+    # CPUs kept for timings on this host (none for a Ray cluster's tasks: their hosts are not this one)
+    local_cuda = not cluster and config.device == "cuda"
+    if not local_cuda and config.timing_cpus.strip().lower() not in ("auto", "off"):
+        raise UsageError(f"--timing-cpus {config.timing_cpus}: only for CUDA tasks on this host (not --ray, "
+                         "not --device cpu)")
+    reserved = timing_cpus(config.timing_cpus, len({w.gpu for w in workers}), len(workers)) \
+        if local_cuda else None
     device_name = cluster.device_name if cluster else workers[0].device
     out = config.out or default_results_dir("cpu" if config.device == "cpu" else device_name)
     store = open_results(out, config.resume)
@@ -83,7 +93,9 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     tasks = plan_tasks(problems, systems, done, str(store.candidates_dir().resolve()))
     peaks = None if cluster else _peak_cache(config, workers)
     need, memory = _memory_plan(config, tasks, workers, peaks, console)
-    store.add_run({**_run_info(config, options, problems, workers, len(tasks), device_name), "memory": memory}
+    store.add_run({**_run_info(config, options, problems, workers, len(tasks), device_name), "memory": memory,
+                   "timing_cpus": (os.environ.get(RESERVED_ENV, "") if reserved is None else reserved)
+                   if local_cuda else None}
                   | (cluster.run_info() if cluster else {}))
     devices = cluster.description() if cluster else _describe_workers(workers, config.jobs)
     if need and not cluster:
@@ -92,7 +104,7 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     console.print(f"bench: {len(problems)} problems × {len(systems)} systems: {runs} to run "
                   f"({len(done)} done) on {escape(devices)}; results in {store.directory}")
     if execute is None and not cluster:
-        executor = SubprocessExecutor(store, options)
+        executor = SubprocessExecutor(store, options, timing_cpus=reserved)
         execute, stop = executor, executor.stop
     else:
         stop = None

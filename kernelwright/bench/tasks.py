@@ -46,7 +46,7 @@ def run_task(task: BenchTask, options: JudgeOptions, judge_factory: JudgeFactory
     if judge_factory is None:
         from kernelwright.gpulock import cpu_work
 
-        with cpu_work():   # the judge's import brings torch's: seconds of CPU work, never beside a timing
+        with cpu_work():   # the judge's import brings torch's: seconds of CPU work, kept out of timings
             from kernelwright.judge import Judge as judge_factory
     compile_baseline = options.compile_baseline and task.compile_baseline
     options = dataclasses.replace(options, compile_baseline=compile_baseline)

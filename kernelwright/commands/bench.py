@@ -55,6 +55,11 @@ def register(subparsers) -> None:
                         help="run the tasks on a Ray cluster (pip install 'kernelwright[ray]'): ADDRESS is "
                              "HOST:PORT, ray://HOST:PORT, auto or local; without one: $RAY_ADDRESS, else "
                              "the cluster `ray start` runs on this machine, else a new local one")
+    parser.add_argument("--timing-cpus", default="auto", metavar="CPUS",
+                        help="CPUs kept for timings while other tasks build on the rest: auto (one per GPU "
+                             "where tasks run side by side and the host has 8 CPUs per GPU; "
+                             "$KERNELWRIGHT_TIMING_CPUS if set), off, or a list such as 15 or 14-15 "
+                             "(default: %(default)s)")
     parser.add_argument("--time-budget", type=float, metavar="S",
                         help="start no task after S seconds and report what is done (finish it later "
                              "with --resume)")
@@ -80,7 +85,8 @@ def run(args) -> int:
                            build_timeout_s=args.build_timeout)
     config = BenchConfig(suite=args.suite, systems=args.systems, level=args.level, pattern=args.filter,
                          device=args.device, gpus=args.gpus, jobs=args.jobs, out=args.out, resume=args.resume,
-                         options=options, time_budget_s=args.time_budget, ray=args.ray)
+                         options=options, time_budget_s=args.time_budget, ray=args.ray,
+                         timing_cpus=args.timing_cpus)
     outcome = run_bench(config)
     console = Console()
     for table in summary_tables(write_report(outcome.store)):

@@ -34,7 +34,9 @@ def register(subparsers) -> None:
     parser.add_argument("--process-pairs", type=int, default=3, metavar="N",
                         help="time a launch-bound model (GPU busy under 30%%, as profiled after timing: not "
                              "with --no-busy-share) in N pairs of fresh candidate and eager processes, the "
-                             "speedup their median (default 3; 1: one pair)")
+                             "speedup their median, timed with no CPU work on the host; with "
+                             "$KERNELWRIGHT_TIMING_CPUS the first pair, timed beside builds on other CPUs, "
+                             "is not one of them (default 3; 1: one pair)")
     parser.add_argument("--compile-only", action="store_true",
                         help="only compile the candidate's CUDA/C++ sources (no GPU needed)")
     parser.add_argument("--build-timeout", type=float, default=600.0, metavar="S",

@@ -77,7 +77,7 @@ def run(args) -> int:
         return 0
     from kernelwright.gpulock import cpu_work
 
-    with cpu_work():   # torch's import and the problem's load: CPU work, never beside a timing on this host
+    with cpu_work():   # torch's import and the problem's load: CPU work, kept out of timings (gpulock.py)
         from kernelwright.compiler import optimize
         from kernelwright.problem import load_problem
 

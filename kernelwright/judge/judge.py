@@ -26,10 +26,10 @@ import torch
 from kernelwright.environment import collect_environment
 from kernelwright.errors import EnvironmentFailure, KernelwrightError, ProblemLoadError, UsageError
 from kernelwright.gpulock import ENV as GPU_LOCK_ENV
-from kernelwright.gpulock import gpu_timing, holds_timing, waited_seconds
+from kernelwright.gpulock import gpu_timing, holds_timing, shares_host, waited_seconds
 from kernelwright.judge import tensorfile
 from kernelwright.judge.build import build_root
-from kernelwright.judge.busy import launch_bound_section
+from kernelwright.judge.busy import host_bound, launch_bound_section
 from kernelwright.judge.extract import forbidden_imports, read_candidate
 from kernelwright.judge.options import JudgeOptions
 from kernelwright.judge.process import (
@@ -241,13 +241,14 @@ class Judge:
         if loading is not None:
             loading.kill()
 
-    def reference_timings(self, eager: bool = True) -> dict:
+    def reference_timings(self, eager: bool = True, quiet: bool = False) -> dict:
         """{"eager": stats, "compile": stats or None, "eager_over_compile": ratio, ...}, measured once per
         Judge: eager and each torch.compile mode wanted in alternating rounds (judge/timing.py), each
         `eager_over_<mode>` the median of the rounds' ratios. A candidate's ratio to a mode is its own
         paired ratio to eager over this one (eager bridges the two pairings). A mode that fails to compile
         or to run leaves None and `<mode>_error`. `eager=False` (a candidate's verdict, which has its own
-        eager rounds): eager is timed only as the bridge to a compile mode."""
+        eager rounds): eager is timed only as the bridge to a compile mode. `quiet`: the rounds with no CPU
+        work on the host (gpulock.py; a launch-bound eager's, where timings share the host)."""
         cached = self._reference_timings
         if cached and (not eager or "eager" in cached):
             return cached
@@ -271,7 +272,8 @@ class Judge:
         if eager or len(sides) > 1:
             options = self.options
             reply = self._reference_request({"op": "time_rounds", "sides": sides, "settle": options.settle,
-                                             "min_runs": options.min_runs, "min_time_s": options.min_time_s})
+                                             "min_runs": options.min_runs, "min_time_s": options.min_time_s,
+                                             "quiet": quiet})
             self._note_reference_peak(reply)
             rounds = reply["rounds"]
             for side, detail in (reply.get("errors") or {}).items():
@@ -310,7 +312,10 @@ class Judge:
         """Eager (and torch.compile) timings of the problem alone: what `evaluate_reference` returns."""
         self._start_reference()
         self._reference_request({"op": "reset"})
-        timings = self.reference_timings()
+        # where timings share the host with CPU work, eager's busy share first: a launch-bound eager's rounds
+        # are timed quiet (gpulock.py `shares_host`)
+        first = self.reference_busy() if self.measures_busy() and shares_host() else None
+        timings = self.reference_timings(quiet=host_bound(first))
         busy = {"launch_bound": launch_bound_section(self.reference_busy())} if self.measures_busy() else {}
         return {
             "status": "reference",

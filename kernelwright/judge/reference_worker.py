@@ -256,7 +256,7 @@ class ReferenceWorker:
         inputs, which = self._timing_inputs(), command["which"]
         with torch.no_grad():
             model = torch.compile(self.model, mode=COMPILE_MODES[which])
-            with cpu_work():  # compiling: no timing anywhere on this machine meanwhile
+            with cpu_work():  # compiling: beside no timing on its CPU (gpulock.py)
                 for _ in range(3):
                     model(*inputs)
         self.compiled[which] = model
@@ -264,8 +264,9 @@ class ReferenceWorker:
 
     def op_time_rounds(self, command: dict) -> dict:
         """Eager and the prepared torch.compile modes (`sides`, eager first) in alternating rounds under one
-        hold of the timing lock (judge/timing.py). A compile mode that fails while timed is dropped and the
-        rounds start again without it (`errors`: its failure); the compiled models are let go after."""
+        hold of the timing lock (`quiet`: with no CPU work on the host; judge/timing.py, gpulock.py). A
+        compile mode that fails while timed is dropped and the rounds start again without it (`errors`: its
+        failure); the compiled models are let go after."""
         inputs, sides, errors = self._timing_inputs(), list(command["sides"]), {}
         models = {side: self.model if side == "eager" else self.compiled[side] for side in sides}
         settings = per_round(command["min_runs"], command["min_time_s"])
@@ -281,7 +282,7 @@ class ReferenceWorker:
 
         cuda = self.device == "cuda"   # rounds past MAX_ROUNDS on CUDA only
         try:
-            with torch.no_grad(), gpu_timing():
+            with torch.no_grad(), gpu_timing(quiet=command.get("quiet", False)):
                 while True:
                     try:
                         rounds = alternating_rounds(time_side, sides, settings, command.get("settle", True),

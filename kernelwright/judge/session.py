@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from kernelwright.errors import KernelwrightError
-from kernelwright.gpulock import gpu_timing
+from kernelwright.gpulock import gpu_timing, shares_host
 from kernelwright.judge.build import trim_build_log
 from kernelwright.judge.busy import host_bound, launch_bound_section
 from kernelwright.judge.process import (
@@ -239,18 +239,22 @@ class CandidateSession:
         Where either side is launch-bound (judge/busy.py `host_bound`), each side's process sets its speed
         (a process's own offset, up to 5-7% on lent H200s, that no number of rounds in it averages away):
         both are timed again in fresh processes, `process_pairs` pairs in all, and the speedup is the median
-        of the pairs' own."""
+        of the pairs' own (`_launch_bound_pairs`)."""
         started = time.monotonic()
         rounds, busy = self._pair_rounds(deadline, profile=self.judge.measures_busy())
         first_pair_s = time.monotonic() - started
         self._retire_worker()  # its memory is not needed for the torch.compile timing
-        reference = self.judge.reference_timings(eager=False)
-        eager_busy = self.judge.reference_busy() if busy is not None else None
+        # Where timings share the host with CPU work (gpulock.py `shares_host`), eager's busy share comes
+        # first: a launch-bound eager's rounds beside torch.compile are then timed quiet, as its pairs are.
+        eager_busy = self.judge.reference_busy() if busy is not None and shares_host() else None
+        reference = self.judge.reference_timings(eager=False, quiet=host_bound(eager_busy))
+        if busy is not None and eager_busy is None:
+            eager_busy = self.judge.reference_busy()
         pairs = [rounds]
         if eager_busy is not None:
             self.verdict["launch_bound"] = launch_bound_section(eager_busy, busy)
             if host_bound(eager_busy, busy):
-                self._more_pairs(pairs, deadline, first_pair_s)
+                pairs = self._launch_bound_pairs(rounds, deadline, first_pair_s)
         every = {side: [r for pair in pairs for r in pair[side]] for side in ("candidate", "eager")}
         stats, eager = combine_rounds(every["candidate"]), combine_rounds(every["eager"])
         timings = self.verdict["timings"]
@@ -284,12 +288,14 @@ class CandidateSession:
                 if reference.get(f"eager_over_{name}"):
                     self.verdict[key] = round(paired / reference[f"eager_over_{name}"], 4)
 
-    def _pair_rounds(self, deadline: float, profile: bool) -> tuple[dict[str, list[dict]], dict | None]:
-        """The timing rounds of the current candidate process and reference process, then (`profile`) the
-        candidate's GPU busy share: rounds by side, and the share or None."""
+    def _pair_rounds(self, deadline: float, profile: bool,
+                     quiet: bool = False) -> tuple[dict[str, list[dict]], dict | None]:
+        """The timing rounds of the current candidate process and reference process (`quiet`: with no CPU
+        work on the host), then (`profile`) the candidate's GPU busy share: rounds by side, and the share
+        or None."""
         # The candidate reads its timing inputs once, in its first round (round 0 times it first).
         inputs = self.judge._reference_request({"op": "share_timing_inputs"})["inputs"]
-        with gpu_timing():
+        with gpu_timing(quiet=quiet):
             cuda = self.options.device == "cuda"
             # rounds past MAX_ROUNDS on CUDA only, and in at most a quarter of the run's time left (the
             # GPU busy share and torch.compile's timing follow)
@@ -303,11 +309,29 @@ class CandidateSession:
             busy = self._candidate_busy(deadline) if profile else None
         return rounds, busy
 
-    def _more_pairs(self, pairs: list[dict[str, list[dict]]], deadline: float, first_pair_s: float) -> None:
+    def _launch_bound_pairs(self, first: dict[str, list[dict]], deadline: float,
+                            first_pair_s: float) -> list[dict[str, list[dict]]]:
+        """The pairs of processes a launch-bound model's speedup is taken from: fresh pairs timed quiet
+        (gpulock.py: no CPU work anywhere on the host), `process_pairs` in all with the first, which counts
+        where every timing is quiet; where ordinary timings share the host with builds on other CPUs
+        (`shares_host`: a launch loop ran 13-16% slower beside them), it is left out and only fresh pairs
+        count. A pair that cannot be had leaves those timed so far (the first where there are none), with a
+        warning."""
+        pairs = [] if shares_host() else [first]
+        why = self._more_pairs(pairs, deadline, first_pair_s)
+        self.verdict["launch_bound"]["quiet_pairs"] = len(pairs)
+        if why:
+            which = "" if pairs else ", the first, beside CPU work on the host's other CPUs"
+            message = (f"launch-bound: timed in {len(pairs) or 1} pair(s) of processes, not "
+                       f"{self.options.process_pairs}{which} ({why})")
+            self.verdict["warnings"].append({"check": "timing", "line": None, "message": message})
+        return pairs or [first]
+
+    def _more_pairs(self, pairs: list[dict[str, list[dict]]], deadline: float, first_pair_s: float) -> str:
         """Add fresh pairs of processes' rounds to `pairs` up to `process_pairs`, while the run's time
-        allows. A pair that cannot be had (a process that fails to start, to build or in time, the
-        machine's memory) leaves the pairs timed so far, with a warning: the first pair's speedup is an
-        honest one. A candidate whose fresh process gives wrong outputs or breaks a rule fails."""
+        allows; why it stopped short ("" when it did not). A pair that cannot be had (a process that fails
+        to start, to build or in time, the machine's memory) leaves the pairs timed so far. A candidate
+        whose fresh process gives wrong outputs or breaks a rule fails."""
         started = time.monotonic()
         wanted = self.options.process_pairs
         needed_s = PAIR_MIN_LEFT_S + 3 * first_pair_s
@@ -322,9 +346,7 @@ class CandidateSession:
                 why = " ".join(str(cut).split())[:300]
                 break
         self._count("timing_pairs_s", time.monotonic() - started)
-        if why:
-            self.verdict["warnings"].append({"check": "timing", "line": None, "message": (
-                f"launch-bound: timed in {len(pairs)} pair(s) of processes, not {wanted} ({why})")})
+        return why
 
     def _fresh_pair(self, deadline: float, index: int) -> dict[str, list[dict]]:
         """Another pair of processes: the candidate imported again (its extensions load from the build
@@ -346,7 +368,7 @@ class CandidateSession:
                 raise _PairCut("the candidate did not build again: " + trim_build_log(build.get("log", "")))
             self._check(build)
             self._run_trial(self.judge._trials[0], deadline, entries=[])
-            rounds, _ = self._pair_rounds(deadline, profile=False)
+            rounds, _ = self._pair_rounds(deadline, profile=False, quiet=True)
         except Failed as exc:
             if exc.status in WRONG_OUTPUT:
                 raise Failed(exc.status, f"in a fresh process for timing: {exc.detail}") from exc

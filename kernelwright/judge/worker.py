@@ -23,7 +23,8 @@ from kernelwright.gpulock import cpu_work, gpu_work, keep_off_timing_cpus, waite
 from kernelwright.judge.failures import classify_failure
 
 # How each command is guarded (kernelwright/gpulock.py): `build` and `load` are heavy CPU work (imports, nvcc,
-# making inputs), which no timing on this machine may overlap; `time` takes the timing lock itself (or runs
+# making inputs), which no timing on this machine may overlap (gpulock.py: with reserved timing CPUs, no
+# timing on its CPU, no quiet one); `time` takes the timing lock itself (or runs
 # under the judge's), `time_rounds` takes it itself, `prepare_compile` compiles under the machine's CPU-work
 # lock, `busy` (the GPU busy share, a timing of sorts) runs under the judge's; the rest hold the shared GPU
 # lock, so that no other process's timing overlaps them.
@@ -42,7 +43,7 @@ def main(argv: list[str]) -> int:
     replies = os.fdopen(reply_fd, "w", buffering=1)
     use_bytecode_cache()  # before the handler imports torch (workers started outside the CLI too)
     keep_off_timing_cpus()   # its timings pin to a reserved CPU themselves (judge/timing.py)
-    # Importing torch takes seconds of a core: CPU work, kept out of any timing on this machine (a bench's
+    # Importing torch takes seconds of a core: CPU work, kept out of timings (gpulock.py `cpu_work`: a bench's
     # tasks start workers all the time, and a launch-bound model timed beside an import runs slower).
     with cpu_work():
         if role == "reference":

@@ -165,6 +165,40 @@ def test_gpus_map_through_cuda_visible_devices(monkeypatch):
         resolve_workers("cuda", None)
 
 
+def test_timing_cpus_kept_one_per_gpu_where_the_host_has_cpus_to_spare(monkeypatch):
+    """`bench --timing-cpus`: auto keeps the last CPU per GPU for timings where tasks run side by side on a
+    host with 8 CPUs per GPU (or takes $KERNELWRIGHT_TIMING_CPUS as set); off keeps none; a list is
+    checked against the CPUs this process may use."""
+    from kernelwright import gpulock
+    from kernelwright.bench import devices
+    from kernelwright.bench.devices import timing_cpus
+
+    monkeypatch.delenv(gpulock.RESERVED_ENV, raising=False)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    monkeypatch.setattr(devices, "_core", lambda cpu: {cpu})
+    assert timing_cpus("auto", gpus=1, tasks_at_once=8) == "15"
+    assert timing_cpus("auto", gpus=2, tasks_at_once=2) == "14,15"
+    monkeypatch.setattr(devices, "_core", lambda cpu: {cpu % 8, cpu % 8 + 8})   # SMT: 7 and 15 share a core
+    assert timing_cpus("auto", gpus=1, tasks_at_once=8) == "7,15"
+    assert timing_cpus("auto", gpus=2, tasks_at_once=8) == "6,7,14,15"
+    monkeypatch.setattr(devices, "_core", lambda cpu: {cpu})
+    assert timing_cpus("auto", gpus=1, tasks_at_once=1) == ""     # one task at a time: nothing to keep off
+    assert timing_cpus("auto", gpus=4, tasks_at_once=8) == ""     # 4 CPUs per GPU: none to spare
+    assert timing_cpus("off", gpus=1, tasks_at_once=8) == ""
+    assert timing_cpus(" 13-14 ", gpus=1, tasks_at_once=8) == "13,14"
+    for bad in ("16", "x", "0-15"):   # not this host's, not CPUs, none left for the work
+        with pytest.raises(UsageError, match="--timing-cpus"):
+            timing_cpus(bad, gpus=1, tasks_at_once=8)
+    monkeypatch.setenv(gpulock.RESERVED_ENV, "3")
+    assert timing_cpus("auto", gpus=1, tasks_at_once=8) is None   # the environment's own, left as it is
+    assert timing_cpus("off", gpus=1, tasks_at_once=8) == ""
+    # a bench started under the setting keeps off those CPUs itself: they are still this host's to give
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(16)) - {3}, raising=False)
+    assert timing_cpus("3", gpus=1, tasks_at_once=8) == "3"
+    with pytest.raises(UsageError, match="only for CUDA tasks"):
+        run_bench(BenchConfig(systems="eager", device="cpu", timing_cpus="3"), execute=FakeExecutor())
+
+
 def test_flat_suite_folder(tmp_path):
     (tmp_path / "relu.py").write_text("x = 1\n")
     (tmp_path / "_helper.py").write_text("")

@@ -201,6 +201,39 @@ def test_a_launch_bound_model_is_timed_in_fresh_pairs_of_processes(tmp_path: Pat
     assert "speedup_vs_eager_pairs" not in evaluate(problem, candidate, CPU_OPTIONS)
 
 
+def test_with_reserved_timing_cpus_only_quiet_pairs_count(tmp_path: Path, monkeypatch, launch_bound):
+    """With reserved timing CPUs the first pair was timed beside builds on the other CPUs, which slows a
+    launch-bound model's launches: it is left out, and `process_pairs` fresh pairs are timed quiet (no CPU
+    work on the host: gpulock.py). Where none can be had, the first pair's speedup stands, with a warning."""
+    import os
+
+    from kernelwright import gpulock
+
+    monkeypatch.setenv(gpulock.RESERVED_ENV, str(max(os.sched_getaffinity(0))))
+    asked, real = [], gpulock.gpu_timing
+
+    def recording(quiet: bool = False):
+        asked.append(quiet)
+        return real(quiet=quiet)
+
+    monkeypatch.setattr(launch_bound, "gpu_timing", recording)
+    problem, candidate, log = _logged_files(tmp_path)
+    verdict = evaluate(problem, candidate, replace(CPU_OPTIONS, process_pairs=3, run_timeout_s=600.0))
+    assert verdict["status"] == "correct", verdict["detail"]
+    assert not verdict["warnings"]
+    assert len(verdict["speedup_vs_eager_pairs"]) == 3 and verdict["launch_bound"]["quiet_pairs"] == 3
+    assert asked == [False, True, True, True]
+    assert len({line.split()[0] for line in log.read_text().splitlines()}) == 8   # the first pair and three
+    assert verdict["timings"]["eager"]["rounds"] == len(verdict["speedup_vs_eager_rounds"]) >= 3 * MIN_ROUNDS
+    (tmp_path / "dies").mkdir()
+    problem, candidate, _ = _logged_files(tmp_path / "dies", FRESH_DIES)
+    verdict = evaluate(problem, candidate, replace(CPU_OPTIONS, process_pairs=3, run_timeout_s=600.0))
+    assert verdict["status"] == "correct" and "speedup_vs_eager_pairs" not in verdict
+    assert verdict["speedup_vs_eager"] is not None and verdict["launch_bound"]["quiet_pairs"] == 0
+    warning = verdict["warnings"][-1]["message"]
+    assert "timed in 1 pair(s) of processes, not 3, the first, beside CPU work" in warning
+
+
 # A candidate that computes something else in a process started for a later timing pair (its folder).
 FRESH_CHEAT = """
 import os
