@@ -35,6 +35,7 @@ from reduction_cases import (  # noqa: E402
     group_norm,
     layer_norm,
     log_softmax_divergence,
+    masked_cumsum,
     one,
     one_launch,
     persistent,
@@ -66,7 +67,7 @@ def _rms(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
 
 
-# name -> (graph, eager function of (first input, params)); None: no eager counterpart timed
+# name -> (graph, eager function of (inputs..., params)); None: no eager counterpart timed
 WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
     "softmax_4096x393216": (lambda: one("softmax", (4096, 393216), dim=1),
                             lambda x, p: torch.softmax(x, dim=1)),
@@ -100,6 +101,9 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
     "sum_last_8x16777216": (lambda: one("sum", (8, 16777216), dims=(1,)), lambda x, p: x.sum(1)),
     "sum_all_16384x10240": (lambda: one("sum", (16384, 10240), dims=None), lambda x, p: x.sum()),
     "cumsum_8192x16384": (lambda: one("cumsum", (8192, 16384), dim=1), lambda x, p: x.cumsum(1)),
+    # the product computed in the scan as it reads x and the mask's bytes (9 bytes an element, not 17)
+    "masked_cumsum_8192x16384": (lambda: masked_cumsum((8192, 16384), 1),
+                                 lambda x, mask, p: torch.cumsum(x * mask, 1)),
     # one uncached pass over rows whose 16-byte chunks are not a multiple of the loop's unroll (4) a thread:
     # 10240-long rows on 1024 threads are 2.5 chunks a thread (level1/40's one-pass cosine form ran 0.639 ms
     # where its two passes over a cached row ran 0.578, 2026-11-26); the 16384-long sum is the control
@@ -282,7 +286,8 @@ def main() -> None:
         graph, eager = graphs[name], WORKLOADS[name][1]
         kernel, group = built[name]
         gen = torch.Generator(device="cuda").manual_seed(0)
-        inputs = [torch.randn(n.shape, device="cuda", generator=gen) for n in graph.inputs]
+        inputs = [torch.rand(n.shape, device="cuda", generator=gen) < 0.5 if n.dtype == torch.bool
+                  else torch.randn(n.shape, device="cuda", generator=gen) for n in graph.inputs]
         params = {p.name: torch.rand(p.shape, device="cuda", generator=gen) + 0.5 for p in graph.params}
         leaves = {id(n): v for n, v in zip(graph.inputs, inputs, strict=True)}
         leaves.update({id(p): params[p.name] for p in graph.params})
@@ -299,12 +304,11 @@ def main() -> None:
             row["planned"] = f"vec{spec.vec} cluster{spec.cluster} {cache} {spec.threads} threads{lanes}"
             row["variant"] = " ".join(str(v) for v in launched_variants(lambda k=kernel, a=args_in: k(a)))
         if eager is not None:
-            x = inputs[0]
-            row["eager_ms"] = time_ms(lambda f=eager, x=x, p=params: f(x, p), flush)
+            row["eager_ms"] = time_ms(lambda f=eager, x=inputs, p=params: f(*x, p), flush)
             if not args.no_compile:
                 compiled = torch.compile(eager)
-                row["compile_ms"] = time_ms(lambda f=compiled, x=x, p=params: f(x, p), flush)
-            reference = eager(x, params)
+                row["compile_ms"] = time_ms(lambda f=compiled, x=inputs, p=params: f(*x, p), flush)
+            reference = eager(*inputs, params)
             (ours,) = kernel(args_in)[:1]
             # error relative to the output's scale (entries near zero make per-element ratios meaningless)
             row["max_err_vs_scale"] = float((ours - reference).abs().max() / reference.abs().max())

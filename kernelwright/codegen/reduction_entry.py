@@ -9,16 +9,18 @@ from collections.abc import Sequence
 import torch
 
 from kernelwright.codegen.kernel import KernelSpec, entry_points, typed, typed_inputs
+from kernelwright.codegen.pointwise import c_type
 from kernelwright.ir.graph import Node
 
 
 def contiguous_entry(name: str, inputs: Sequence[Node], outputs: Sequence[Node],
                      workspace: bool = False) -> tuple[str, KernelSpec]:
-    """The C entry points and the spec of a launcher `int NAME_launch(const float* in0.., float* out0..
-    (long long* for int64 outputs), [void* workspace,] cudaStream_t)`. `workspace`: the launcher takes
+    """The C entry points and the spec of a launcher `int NAME_launch(const float* in0.. (each input's own
+    C type: `const bool*` for a mask), float* out0.. (long long* for int64 outputs), [void* workspace,]
+    cudaStream_t)`. `workspace`: the launcher takes
     `size_t NAME_workspace()` bytes of scratch, allocated per call on the current stream (scratch that must
     not be shared by launches on two streams)."""
-    args = [f"static_cast<const float*>(in[{k}].data)" for k in range(len(inputs))]
+    args = [f"static_cast<const {c_type(i.dtype)}*>(in[{k}].data)" for k, i in enumerate(inputs)]
     args += [f"static_cast<{'long long' if o.dtype == torch.int64 else 'float'}*>(out[{k}])"
              for k, o in enumerate(outputs)]
     args += ["workspace"] if workspace else []

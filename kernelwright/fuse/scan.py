@@ -1,7 +1,10 @@
 """The scan family's matcher: cumsum / cumprod along one dim, as one kernel, with the patterns around it
 that are the same scan read differently:
 - `flip(d) → scan(d) → flip(d)` is a reverse (suffix) scan: no flipped copy is ever materialized;
-- `cumsum(x) - x` is the exclusive prefix sum.
+- `cumsum(x) - x` is the exclusive prefix sum;
+- pointwise producers of the scanned values (`cumsum(x * mask)`) are its prologue, computed per element as
+  the kernel reads them: their result is never written out and read back (a masked cumsum over 4 GiB moved
+  17 GiB as two kernels, 9 GiB as one).
 """
 
 from __future__ import annotations
@@ -12,9 +15,13 @@ from dataclasses import dataclass
 import torch
 
 from kernelwright.fuse.plan import FusedGroup, make_group
+from kernelwright.fuse.pointwise import POINTWISE_OPS
 from kernelwright.ir.graph import Graph, Node
 
 SCAN_OPS = frozenset({"cumsum", "cumprod"})
+# What a prologue node computes per element, and what the kernel reads from outside: float32, or bool (a
+# mask: read as bytes).
+PROLOGUE_DTYPES = (torch.float32, torch.bool)
 
 
 @dataclass(frozen=True)
@@ -64,11 +71,38 @@ def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
                      and follower.attr("alpha", 1) == 1 and id(follower) not in taken)
         if exclusive:
             nodes.append(follower)
+        nodes += _prologue(source, nodes[0], only_user, taken)
         taken.update(id(n) for n in nodes)
         group = make_group(graph, "scan", nodes, users=users)
         groups.append(FusedGroup(group.family, group.nodes, group.inputs, group.outputs,
                                  (plan_scan(scan, reverse, exclusive),)))
     return groups
+
+
+def _prologue(source: Node, reader: Node, only_user, taken: set[int]) -> list[Node]:
+    """The pointwise nodes computing `source` (read only by `reader`, the group's first node) from values of
+    its own shape, each read only inside the group: `source` itself and, recursively, such producers of
+    its operands. Their operands from outside are float32 or bool tensors of that shape, or consts."""
+    shape = source.shape
+
+    def computable(node: Node, user: Node) -> bool:
+        return (node.op in POINTWISE_OPS and node.dtype in PROLOGUE_DTYPES and node.shape == shape
+                and id(node) not in taken and only_user(node) is user
+                and all(i.op == "const" or (i.shape == shape and i.dtype in PROLOGUE_DTYPES
+                                            and not (i.op == "input" and i.attr("kind") == "scalar"))
+                        for i in node.inputs))
+
+    members: list[Node] = []
+
+    def grow(node: Node, user: Node) -> None:
+        if not computable(node, user):
+            return
+        members.append(node)
+        for operand in node.inputs:
+            grow(operand, node)
+
+    grow(source, reader)
+    return members
 
 
 def plan_scan(scan: Node, reverse: bool, exclusive: bool) -> ScanSpec:

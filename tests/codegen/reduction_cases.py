@@ -260,6 +260,25 @@ def exclusive_cumsum(shape: tuple[int, ...], dim: int) -> Graph:
     return Graph((x,), (), (make_node("sub", [make_node("cumsum", [x], dim=dim), x]),))
 
 
+def masked_cumsum(shape: tuple[int, ...], dim: int, reverse: bool = False) -> Graph:
+    """cumsum(x * mask) with a bool mask input, its prologue computed per element in the scan kernel; with
+    `reverse`, of the flipped values (a suffix scan) and a scaled relu on top of the product."""
+    x, mask = x_in(*shape), input_node("mask", 1, shape, dtype=torch.bool)
+    value = make_node("mul", [x, mask])
+    if not reverse:
+        return Graph((x, mask), (), (make_node("cumsum", [value], dim=dim),))
+    value = make_node("mul", [make_node("relu", [value]), const_node(0.5)])
+    scanned = make_node("cumsum", [make_node("flip", [value], dims=(dim,))], dim=dim)
+    return Graph((x, mask), (), (make_node("flip", [scanned], dims=(dim,)),))
+
+
+def cumprod_of_exp(shape: tuple[int, ...], dim: int) -> Graph:
+    """cumprod(exp(x * 0.01)): a float prologue on the columns layout (the dim is not the last)."""
+    x = x_in(*shape)
+    value = make_node("exp", [make_node("mul", [x, const_node(0.01)])])
+    return Graph((x,), (), (make_node("cumprod", [value], dim=dim),))
+
+
 def masked_softmax(shape: tuple[int, ...], mask_shape: tuple[int, ...]) -> Graph:
     """Attention's masked softmax: scale, a mask from a parameter compared per element (`m > 0.5` masks),
     -inf where masked, softmax over the last dim. A mask of shape [..., 1] masks whole rows (NaN rows, as
@@ -380,6 +399,10 @@ CASES: dict[str, Callable[[], Graph]] = {
     "reverse_cumsum": lambda: reverse_cumsum((9, 4100), 1),
     "reverse_cumsum_columns": lambda: reverse_cumsum((20, 6, 7), 1),
     "exclusive_cumsum": lambda: exclusive_cumsum((6, 999), 1),
+    "masked_cumsum": lambda: masked_cumsum((5, 4096), 1),          # vector loads of x, bytes of the mask
+    "masked_cumsum_odd": lambda: masked_cumsum((3, 1001), 1),      # the scalar path
+    "masked_reverse_cumsum": lambda: masked_cumsum((4, 2052), 1, reverse=True),
+    "cumprod_of_exp_columns": lambda: cumprod_of_exp((20, 6, 7), 1),
 }
 
 
@@ -442,6 +465,9 @@ def random_inputs(graph: Graph, device: str, seed: int = 0) -> tuple[list, dict[
     uses_prod = any(n.op in ("prod", "cumprod") for n in graph.nodes())
     inputs = []
     for n in graph.inputs:
+        if n.dtype == torch.bool:    # a mask
+            inputs.append((torch.rand(n.shape, generator=generator) < 0.5).to(device))
+            continue
         value = tensor(n)
         if uses_prod:
             value = 1 + 0.05 * value      # products of many values stay finite

@@ -268,6 +268,27 @@ def test_scan_patterns():
     assert col.config[0].layout == "columns" and col.config[0].inner == 33
 
 
+def test_a_scan_computes_its_pointwise_prologue_as_it_reads():
+    """cumsum(x * mask): the product is computed in the scan kernel, never written out; a reverse scan
+    takes the chain before its flip. A producer that something else reads, or that broadcasts, stays out."""
+    (masked,) = groups_of(CASES["masked_cumsum"](), "scan")
+    assert [n.op for n in masked.nodes] == ["mul", "cumsum"]
+    assert [n.name for n in masked.inputs] == ["x", "mask"]
+    (rev,) = groups_of(CASES["masked_reverse_cumsum"](), "scan")
+    assert [n.op for n in rev.nodes] == ["mul", "relu", "mul", "flip", "cumsum", "flip"]
+    assert rev.config[0].reverse
+    (col,) = groups_of(CASES["cumprod_of_exp_columns"](), "scan")
+    assert [n.op for n in col.nodes] == ["mul", "exp", "cumprod"] and col.config[0].layout == "columns"
+    x, b = input_node("x", 0, (6, 10)), input_node("b", 1, (1, 10))
+    shared = make_node("exp", [x])
+    graph = Graph((x, b), (), (make_node("cumsum", [shared], dim=1), make_node("neg", [shared])))
+    (group,) = groups_of(graph, "scan")
+    assert [n.op for n in group.nodes] == ["cumsum"]           # exp is read by neg too: written once
+    biased = make_node("cumsum", [make_node("add", [x, b])], dim=1)
+    (group,) = groups_of(Graph((x, b), (), (biased,)), "scan")
+    assert [n.op for n in group.nodes] == ["cumsum"]           # b broadcasts: not a same-shape operand
+
+
 def test_flip_on_another_dim_is_not_a_reverse_scan():
     x = input_node("x", 0, (6, 10))
     y = make_node("flip", [make_node("cumsum", [make_node("flip", [x], dims=(0,))], dim=1)], dims=(0,))
