@@ -56,6 +56,7 @@ ENV = "KERNELWRIGHT_GPU_LOCK"
 MACHINE_ENV = "KERNELWRIGHT_MACHINE_LOCK"
 LOG_ENV = "KERNELWRIGHT_LOCK_LOG"
 RESERVED_ENV = "KERNELWRIGHT_TIMING_CPUS"
+CPU_ENV = "KERNELWRIGHT_TIMING_CPU"   # the one CPU this process's timings take (judge/timing.py `CpuWatch`)
 
 _held: list[str] = []      # this process's GPU-lock nesting: "shared" / "exclusive"
 _machine: list[str] = []   # this process's machine-lock nesting: a class of EXCLUDES
@@ -99,10 +100,15 @@ def gpu_timing(quiet: bool = False) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _on_a_timing_cpu() -> Iterator[None]:
-    """With reserved timing CPUs, the calling thread runs on one of them while it times (one per GPU lock
-    file, so that two GPUs' timings spread over two reserved CPUs where there are two), then goes back."""
+    """With reserved timing CPUs, the calling thread runs on one of them while it times, then goes back:
+    `$KERNELWRIGHT_TIMING_CPU` where it names one (the bench gives each GPU's tasks a core of their own),
+    else one picked by the GPU lock file."""
     reserved = sorted(reserved_cpus())
-    cpu = reserved[sum((gpu_lock_path() or "").encode()) % len(reserved)] if reserved else None
+    chosen = os.environ.get(CPU_ENV, "").strip()
+    if chosen.isdigit() and int(chosen) in reserved:
+        cpu: int | None = int(chosen)
+    else:
+        cpu = reserved[sum((gpu_lock_path() or "").encode()) % len(reserved)] if reserved else None
     with pinned(cpu):
         yield
 

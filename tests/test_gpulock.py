@@ -367,6 +367,13 @@ def test_reserved_timing_cpus_are_parsed_kept_off_and_picked(monkeypatch, tmp_pa
     with gpulock.gpu_timing():   # any timing (the compiler's too) runs on the reserved CPU, then goes back
         assert os.sched_getaffinity(0) == {reserved}
     assert sorted(os.sched_getaffinity(0)) == allowed
+    # the bench gives each GPU's tasks one reserved CPU of their own ($KERNELWRIGHT_TIMING_CPU)
+    monkeypatch.setenv(gpulock.RESERVED_ENV, f"{allowed[0]},{reserved}")
+    monkeypatch.setenv(gpulock.CPU_ENV, str(allowed[0]))
+    with gpulock.gpu_timing():
+        assert os.sched_getaffinity(0) == {allowed[0]}
+    monkeypatch.setenv(gpulock.RESERVED_ENV, str(reserved))
+    monkeypatch.delenv(gpulock.CPU_ENV)
     # a timer holds the machine's timing class; a process that keeps off its CPU goes ahead with CPU work
     machine = str(tmp_path / "machine.lock")
     monkeypatch.setenv(gpulock.MACHINE_ENV, machine)

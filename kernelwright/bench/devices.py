@@ -145,6 +145,20 @@ def timing_cpus(setting: str, gpus: int, tasks_at_once: int) -> str | None:
     return ",".join(str(cpu) for cpu in sorted(cpus))
 
 
+def timing_cpu_of(gpus: list[str], reserved: str) -> dict[str, str]:
+    """Each GPU's own timing CPU (`$KERNELWRIGHT_TIMING_CPU` for its tasks), so that two GPUs' timings
+    never pick the same CPU at once: the reserved CPUs grouped by core, the k-th core's first CPU for the
+    k-th GPU; {} where there are fewer cores than GPUs (the timings then pick among the reserved CPUs)."""
+    cpus = gpulock.parse_cpus(reserved)
+    cores: list[set[int]] = []
+    for cpu in sorted(cpus):
+        if not any(cpu in core for core in cores):
+            cores.append((_core(cpu) & cpus) | {cpu})
+    if not gpus or len(cores) < len(gpus):
+        return {}
+    return {gpu: str(min(core)) for gpu, core in zip(gpus, cores[:len(gpus)], strict=True)}
+
+
 def _core(cpu: int) -> set[int]:
     """`cpu` and its SMT siblings (sysfs), or just `cpu` where the topology cannot be read."""
     try:

@@ -33,9 +33,9 @@ from kernelwright.bench.locks import LOCKS_FILE
 from kernelwright.bench.plan import BenchTask
 from kernelwright.bench.rows import failure_row, finish, missing_row, out_of_memory, settle
 from kernelwright.bench.store import ResultsStore
+from kernelwright.gpulock import CPU_ENV, RESERVED_ENV
 from kernelwright.gpulock import ENV as GPU_LOCK_ENV
 from kernelwright.gpulock import LOG_ENV as LOCK_LOG_ENV
-from kernelwright.gpulock import RESERVED_ENV
 from kernelwright.judge.judge import REFERENCE_TIMEOUT_S
 from kernelwright.judge.options import JudgeOptions
 
@@ -51,10 +51,11 @@ class SubprocessExecutor:
     backstop: a candidate's hang is ended by the judge first, as that system's `timeout` verdict."""
 
     def __init__(self, store: ResultsStore, options: JudgeOptions, host: HostMemory | None = None,
-                 timing_cpus: str | None = None):
+                 timing_cpus: str | None = None, timing_cpu: dict[str, str] | None = None):
         self.store = store
         self.options = options
         self.timing_cpus = timing_cpus   # the tasks' $KERNELWRIGHT_TIMING_CPUS; None: as in this process
+        self.timing_cpu = timing_cpu or {}   # per GPU, its tasks' $KERNELWRIGHT_TIMING_CPU (devices.py)
         self.host = host or HostMemory()
         self._live: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
@@ -72,6 +73,8 @@ class SubprocessExecutor:
         env.setdefault(LOCK_LOG_ENV, str(self.store.directory.resolve() / LOCKS_FILE))
         if self.timing_cpus is not None:
             env[RESERVED_ENV] = self.timing_cpus
+        if worker.gpu in self.timing_cpu:
+            env.setdefault(CPU_ENV, self.timing_cpu[worker.gpu])
         options = self.options
         optimizes = sum(run.kind == "kernelwright" for run in task.runs)
         timeout = (len(task.runs) * (options.build_timeout_s + options.run_timeout_s)

@@ -26,7 +26,7 @@ from rich.progress import (
 )
 
 from kernelwright.bench.admission import USABLE_FRACTION, Need
-from kernelwright.bench.devices import Worker, gpu_properties, resolve_workers, timing_cpus
+from kernelwright.bench.devices import Worker, gpu_properties, resolve_workers, timing_cpu_of, timing_cpus
 from kernelwright.bench.memory import PeakCache, plan_needs
 from kernelwright.bench.plan import BenchTask, plan_tasks
 from kernelwright.bench.pool import Execute, SubprocessExecutor, run_pool
@@ -83,8 +83,10 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     if not local_cuda and config.timing_cpus.strip().lower() not in ("auto", "off"):
         raise UsageError(f"--timing-cpus {config.timing_cpus}: only for CUDA tasks on this host (not --ray, "
                          "not --device cpu)")
-    reserved = timing_cpus(config.timing_cpus, len({w.gpu for w in workers}), len(workers)) \
-        if local_cuda else None
+    gpus = list(dict.fromkeys(w.gpu for w in workers if w.gpu is not None))
+    reserved = timing_cpus(config.timing_cpus, len(gpus), len(workers)) if local_cuda else None
+    timing_cpu = timing_cpu_of(gpus, os.environ.get(RESERVED_ENV, "") if reserved is None else reserved) \
+        if local_cuda else {}
     device_name = cluster.device_name if cluster else workers[0].device
     out = config.out or default_results_dir("cpu" if config.device == "cpu" else device_name)
     store = open_results(out, config.resume)
@@ -104,7 +106,7 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     console.print(f"bench: {len(problems)} problems × {len(systems)} systems: {runs} to run "
                   f"({len(done)} done) on {escape(devices)}; results in {store.directory}")
     if execute is None and not cluster:
-        executor = SubprocessExecutor(store, options, timing_cpus=reserved)
+        executor = SubprocessExecutor(store, options, timing_cpus=reserved, timing_cpu=timing_cpu)
         execute, stop = executor, executor.stop
     else:
         stop = None

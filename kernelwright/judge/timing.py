@@ -44,7 +44,7 @@ except ImportError:   # not on Linux: no per-thread counters
 
 import torch
 
-from kernelwright.gpulock import gpu_timing, pinned, reserved_cpus
+from kernelwright.gpulock import CPU_ENV, gpu_timing, pinned, reserved_cpus
 
 _synchronize = torch.cuda.synchronize
 _Event = torch.cuda.Event
@@ -95,7 +95,7 @@ LATER_WARM_S, ROUND_WALL_S = 0.02, 0.05
 PLACEMENT_UNIT, PLACEMENT_SLOTS, PLACEMENT_BASE = 512, 4096, 2 * 2**20
 PLACEMENT_TRIES = 32   # pads asked for before one lands at the fresh segment's start (see `placed`)
 TURN_S = 0.01   # a side's turn in lockstep rounds (the series split into about min_time_s / TURN_S turns)
-CPU_ENV = "KERNELWRIGHT_TIMING_CPU"
+
 CPU_WINDOW_S = 0.1  # how long CpuWatch's first pick watches the CPUs (/proc/stat counts in 10 ms ticks)
 
 

@@ -97,6 +97,32 @@ def test_a_task_past_its_limit_is_killed_with_its_children(tmp_path):
     assert not _alive(grandchild)
 
 
+def test_each_gpu_s_tasks_get_the_reserved_cpus_and_a_timing_cpu_of_their_own(tmp_path, monkeypatch):
+    """bench passes `--timing-cpus` to every task ($KERNELWRIGHT_TIMING_CPUS) and gives each GPU's tasks
+    a reserved core of their own ($KERNELWRIGHT_TIMING_CPU), so two GPUs' timings never share a CPU."""
+    from kernelwright import gpulock
+    from kernelwright.bench import devices
+    from kernelwright.bench.devices import Worker, timing_cpu_of
+    from kernelwright.bench.plan import BenchTask, SystemRun
+
+    monkeypatch.setattr(devices, "_core", lambda cpu: {cpu})
+    assert timing_cpu_of(["0", "1"], "14,15") == {"0": "14", "1": "15"}
+    assert timing_cpu_of(["0", "1"], "15") == {}          # fewer cores than GPUs: the timings pick
+    monkeypatch.setattr(devices, "_core", lambda cpu: {cpu % 8, cpu % 8 + 8})
+    assert timing_cpu_of(["0", "1"], "6,7,14,15") == {"0": "6", "1": "7"}
+    monkeypatch.delenv(gpulock.CPU_ENV, raising=False)
+    executor = SubprocessExecutor(ResultsStore(tmp_path), JudgeOptions(device="cpu"), timing_cpus="14,15",
+                                  timing_cpu={"0": "14", "1": "15"})
+    seen = []
+    monkeypatch.setattr(executor, "_run", lambda command, env, timeout, watch=None: (
+        seen.append((env.get("CUDA_VISIBLE_DEVICES"), env[gpulock.RESERVED_ENV], env[gpulock.CPU_ENV])),
+        (0, ""))[1])
+    task = BenchTask("level1/01_X", "x.py", "1", "c", (SystemRun("eager", "reference", None),))
+    for gpu in ("0", "1"):
+        executor(task, Worker(gpu, "GPU"))
+    assert seen == [("0", "14,15", "14"), ("1", "14,15", "15")]
+
+
 def test_stop_ends_running_tasks(tmp_path):
     executor = SubprocessExecutor(ResultsStore(tmp_path), JudgeOptions(device="cpu"))
     result = {}
