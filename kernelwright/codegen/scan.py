@@ -23,7 +23,10 @@ TEMPLATE = source_template("kw_scan_kernel.cu.in")
 def render(group: FusedGroup) -> KernelSource:
     spec: ScanSpec = group.config[0]
     load = load_functor(group)
-    name = "kw_scan_" + hashlib.sha1((repr(spec) + load).encode()).hexdigest()[:10]
+    entry_spec = contiguous_entry("", group.inputs, group.outputs)[1]
+    # everything the kernel and its spec depend on: two scans of one [outer, length, inner] but of other
+    # ranks have other specs, and one name for both would not assemble
+    name = "kw_scan_" + hashlib.sha1((repr(spec) + load + repr(entry_spec)).encode()).hexdigest()[:10]
     kind = ("exclusive " if spec.exclusive else "") + ("reverse " if spec.reverse else "") + spec.op
     kind += " of a pointwise prologue" if _prologue(group)[0] else ""
     params = ", ".join(f"const {c_type(i.dtype)}* in{k}" for k, i in enumerate(group.inputs))

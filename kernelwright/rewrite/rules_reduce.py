@@ -212,7 +212,8 @@ def pick_of_log_softmax(n: Node, ctx: RewriteContext) -> Node | None:
     return result if result.shape == n.shape and result.dtype == n.dtype else None
 
 
-_ROW_READERS = frozenset({"reduction", "softmax", "norm", "scan"})  # kernel families that read float32 only
+# kernel families that read float32 tensors only (a scan also reads bool masks, but of its own shape only)
+_ROW_READERS = frozenset({"reduction", "softmax", "norm", "scan"})
 
 
 @rule("where", summary="where(m, a, b) for a broadcast parameter-only bool m that is no comparison -> "

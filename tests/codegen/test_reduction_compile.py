@@ -9,6 +9,7 @@ import shutil
 import subprocess
 
 import pytest
+import torch
 from reduction_cases import CASES, rolled, x_in
 
 from kernelwright.codegen.assemble import assemble
@@ -74,3 +75,20 @@ def test_members_accumulating_the_same_values_share_one_accumulator():
     fields, cuda = _pass0_fields(Graph((x,), (), (mean, var, total), output_kind="tuple"))
     assert sorted(fields) == ["kw::SumAcc", "kw::WelfordAcc"]
     assert ".mean;" not in cuda.split("struct Pass0")[1].split("// ---- pass 0")[1]
+
+
+def test_scans_of_one_extent_but_other_ranks_or_prologues_get_their_own_kernels():
+    """A scan kernel's name hashes all it depends on: two scans over [6, 4096, 1] of a rank-2 and a rank-3
+    tensor have other specs, two masked scans with a bool and a float mask other loads."""
+    from kernelwright.ir.ops import input_node
+
+    a, b = x_in(6, 4096), input_node("b", 1, (2, 3, 4096))
+    bool_mask, float_mask = input_node("m", 2, (6, 4096), dtype=torch.bool), input_node("f", 3, (6, 4096))
+    outputs = (make_node("cumsum", [a], dim=1), make_node("cumsum", [b], dim=2),
+               make_node("cumsum", [make_node("mul", [a, bool_mask])], dim=1),
+               make_node("cumsum", [make_node("mul", [a, float_mask])], dim=1))
+    groups = [g for g in plan_fusion(Graph((a, b, bool_mask, float_mask), (), outputs)).groups
+              if g.family == "scan"]
+    kernels = [render_group(g) for g in groups]
+    assert len(kernels) == 4 and len({k.name for k in kernels}) == 4
+    assemble(kernels)   # raises on two different kernels of one name

@@ -73,7 +73,8 @@ def run_case(module, group, kernel_name, graph, inputs, params):
     ours = getattr(module, kernel_name)(group_args(graph, group, inputs, params))
     sub = Graph(graph.inputs, graph.params, group.outputs, output_kind="tuple")
     cpu_params = {k: v.double().cpu() for k, v in params.items()}
-    expected, _ = interpret(sub, [x.double().cpu() for x in inputs], cpu_params)
+    expected, _ = interpret(sub, [(x.double() if x.is_floating_point() else x).cpu() for x in inputs],
+                            cpu_params)   # a bool mask stays bool
     return ours, expected
 
 
@@ -179,7 +180,7 @@ def _check_aligned_and_not(module, case_entry, case):
                                   "cumsum_rows", "reverse_cumsum", "batch_norm_train",
                                   "batch_norm_train_nhwc", "group_norm_nhwc", "softmax_cluster2_odd",
                                   "layer_norm_cluster8", "group_norm_1_4mb_rows",
-                                  "batch_norm_train_nhwc_split"])
+                                  "batch_norm_train_nhwc_split", "masked_cumsum", "masked_cumsum_odd"])
 def test_non_contiguous_inputs(built, case):
     module, cases = built
     graph, group, kernel_name = cases[case]
@@ -189,6 +190,18 @@ def test_non_contiguous_inputs(built, case):
     assert not strided[0].is_contiguous()
     ours, expected = run_case(module, group, kernel_name, graph, strided, params)
     assert_close(case, ours, expected, tolerance_kind(case, group))
+
+
+def test_a_masked_scan_reads_misaligned_inputs(built):
+    """A scan's prologue reads x as vectors only where x is 16-byte aligned (its `Load::aligned`), the mask
+    byte by byte anywhere: here x 4 bytes and the mask 1 byte off."""
+    module, cases = built
+    graph, group, kernel_name = cases["masked_cumsum"]
+    (inputs, params), shape = random_inputs(graph, "cuda", seed=3), graph.inputs[0].shape
+    x, mask = (torch.empty(t.numel() + 1, dtype=t.dtype, device="cuda")[1:].view(shape).copy_(t)
+               for t in inputs)
+    ours, expected = run_case(module, group, kernel_name, graph, [x, mask], params)
+    assert_close("masked_cumsum misaligned", ours, expected)
 
 
 def test_misaligned_input_takes_the_scalar_path(built):

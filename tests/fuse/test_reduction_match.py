@@ -287,6 +287,13 @@ def test_a_scan_computes_its_pointwise_prologue_as_it_reads():
     biased = make_node("cumsum", [make_node("add", [x, b])], dim=1)
     (group,) = groups_of(Graph((x, b), (), (biased,)), "scan")
     assert [n.op for n in group.nodes] == ["cumsum"]           # b broadcasts: not a same-shape operand
+    shown = make_node("exp", [x])                              # a graph output itself: written once
+    (group,) = groups_of(Graph((x,), (), (make_node("cumsum", [shown], dim=1), shown)), "scan")
+    assert [n.op for n in group.nodes] == ["cumsum"]
+    product = make_node("mul", [x, x])                         # cumsum(v) - v: v is read twice, exclusive
+    exclusive = make_node("sub", [make_node("cumsum", [product], dim=1), product])
+    (group,) = groups_of(Graph((x,), (), (exclusive,)), "scan")
+    assert [n.op for n in group.nodes] == ["cumsum", "sub"] and group.config[0].exclusive
 
 
 def test_flip_on_another_dim_is_not_a_reverse_scan():
