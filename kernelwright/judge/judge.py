@@ -98,6 +98,7 @@ class Judge:
         self._env: dict | None = None
         self._reference_timings: dict = {}
         self._reference_busy: dict | None = None
+        self._reference_quiet = False   # the cached reference timings were timed quiet (gpulock.py)
         self.reference_peak: int | None = None  # bytes of GPU memory the reference held at most
         # seconds the reference processes spent blocked on other processes' locks, over all their replies
         self.reference_waited_s = 0.0
@@ -248,9 +249,10 @@ class Judge:
         paired ratio to eager over this one (eager bridges the two pairings). A mode that fails to compile
         or to run leaves None and `<mode>_error`. `eager=False` (a candidate's verdict, which has its own
         eager rounds): eager is timed only as the bridge to a compile mode. `quiet`: the rounds with no CPU
-        work on the host (gpulock.py; a launch-bound eager's, where timings share the host)."""
+        work on the host (gpulock.py; a launch-bound eager's, where timings share the host), measured again
+        where the cached ones were not."""
         cached = self._reference_timings
-        if cached and (not eager or "eager" in cached):
+        if cached and (not eager or "eager" in cached) and (self._reference_quiet or not quiet):
             return cached
         timings: dict = {"compile": None}
         sides = ["eager"]
@@ -274,6 +276,7 @@ class Judge:
             reply = self._reference_request({"op": "time_rounds", "sides": sides, "settle": options.settle,
                                              "min_runs": options.min_runs, "min_time_s": options.min_time_s,
                                              "quiet": quiet})
+            self._reference_quiet = quiet
             self._note_reference_peak(reply)
             rounds = reply["rounds"]
             for side, detail in (reply.get("errors") or {}).items():
@@ -287,6 +290,19 @@ class Judge:
 
     def _note_reference_peak(self, reply: dict) -> None:
         self.reference_peak = max(self.reference_peak or 0, reply.get("peak_memory_bytes") or 0) or None
+
+    def quiet_reference_timings(self, eager: bool = True) -> dict:
+        """`reference_timings` of a launch-bound eager: where ordinary timings share the host with builds on
+        other CPUs (gpulock.py `shares_host`), measured again quiet in a fresh reference process, which is
+        closed after, so that a candidate's eager rounds never run in a process that ran torch.compile;
+        elsewhere they were quiet already."""
+        if not shares_host() or self._reference_quiet:
+            return self.reference_timings(eager)
+        self.restart_reference()
+        self._reference_request({"op": "reset"})   # a fresh process builds its Model on this
+        timings = self.reference_timings(eager, quiet=True)
+        self.restart_reference()
+        return timings
 
     def measures_busy(self) -> bool:
         """Whether verdicts get the GPU busy share (judge/busy.py): on CUDA, with timing."""
@@ -312,11 +328,10 @@ class Judge:
         """Eager (and torch.compile) timings of the problem alone: what `evaluate_reference` returns."""
         self._start_reference()
         self._reference_request({"op": "reset"})
-        # where timings share the host with CPU work, eager's busy share first: a launch-bound eager's rounds
-        # are timed quiet (gpulock.py `shares_host`)
-        first = self.reference_busy() if self.measures_busy() and shares_host() else None
-        timings = self.reference_timings(quiet=host_bound(first))
+        timings = self.reference_timings()
         busy = {"launch_bound": launch_bound_section(self.reference_busy())} if self.measures_busy() else {}
+        if self.measures_busy() and host_bound(self.reference_busy()):
+            timings = self.quiet_reference_timings()
         return {
             "status": "reference",
             "detail": "",

@@ -244,12 +244,10 @@ class CandidateSession:
         rounds, busy = self._pair_rounds(deadline, profile=self.judge.measures_busy())
         first_pair_s = time.monotonic() - started
         self._retire_worker()  # its memory is not needed for the torch.compile timing
-        # Where timings share the host with CPU work (gpulock.py `shares_host`), eager's busy share comes
-        # first: a launch-bound eager's rounds beside torch.compile are then timed quiet, as its pairs are.
-        eager_busy = self.judge.reference_busy() if busy is not None and shares_host() else None
-        reference = self.judge.reference_timings(eager=False, quiet=host_bound(eager_busy))
-        if busy is not None and eager_busy is None:
-            eager_busy = self.judge.reference_busy()
+        reference = self.judge.reference_timings(eager=False)
+        eager_busy = self.judge.reference_busy() if busy is not None else None
+        if host_bound(eager_busy):
+            reference = self.judge.quiet_reference_timings(eager=False)
         pairs = [rounds]
         if eager_busy is not None:
             self.verdict["launch_bound"] = launch_bound_section(eager_busy, busy)

@@ -234,6 +234,36 @@ def test_with_reserved_timing_cpus_only_quiet_pairs_count(tmp_path: Path, monkey
     assert "timed in 1 pair(s) of processes, not 3, the first, beside CPU work" in warning
 
 
+def test_a_launch_bound_eager_is_timed_again_quiet_beside_torch_compile(tmp_path: Path, monkeypatch):
+    """Where ordinary timings share the host with builds (reserved timing CPUs), a launch-bound eager's
+    rounds beside torch.compile are measured again quiet, in a fresh reference process that is closed after
+    (a candidate's eager rounds never run where torch.compile ran); elsewhere once, already quiet."""
+    import os
+
+    from kernelwright import gpulock
+
+    problem, _, _ = _logged_files(tmp_path)
+    monkeypatch.setattr(Judge, "measures_busy", lambda self: True)
+    monkeypatch.setattr(Judge, "reference_busy", lambda self: {"gpu_busy_share": 0.05})   # launch-bound
+    asked, real = [], Judge._reference_request
+
+    def request(self, command):
+        reply = real(self, command)
+        if command["op"] == "time_rounds":
+            asked.append((command["quiet"], self._reference.proc.pid))
+        return reply
+
+    monkeypatch.setattr(Judge, "_reference_request", request)
+    for reserved, quiet in ((str(max(os.sched_getaffinity(0))), [False, True]), ("", [False])):
+        monkeypatch.setenv(gpulock.RESERVED_ENV, reserved)
+        asked.clear()
+        with Judge(problem, CPU_OPTIONS) as judge:
+            report = judge.reference_report()
+            assert judge._reference is None or not quiet[1:]   # closed after the quiet rounds
+        assert [q for q, _ in asked] == quiet and report["timings"]["eager"]["rounds"] >= MIN_ROUNDS
+        assert len({pid for _, pid in asked}) == len(asked)      # the quiet rounds in a fresh process
+
+
 # A candidate that computes something else in a process started for a later timing pair (its folder).
 FRESH_CHEAT = """
 import os
