@@ -129,15 +129,8 @@ def timing_cpus(setting: str, gpus: int, tasks_at_once: int) -> str | None:
             return None
         if tasks_at_once < 2 or gpus < 1 or len(allowed) < CPUS_PER_RESERVED * gpus:
             return ""
-        kept: set[int] = set()
-        cores = 0
-        for cpu in reversed(allowed):
-            if cores == gpus:
-                break
-            if cpu not in kept:
-                kept |= _core(cpu) & set(allowed)
-                cores += 1
-        return ",".join(str(cpu) for cpu in sorted(kept))
+        last = sorted(_cores(allowed), key=max)[-gpus:]   # the cores of the highest CPUs
+        return ",".join(str(cpu) for cpu in sorted(set().union(*last)))
     cpus = gpulock.parse_cpus(setting)
     if not cpus or not cpus <= set(allowed) or len(cpus) >= len(allowed):
         raise UsageError(f"--timing-cpus {setting}: give auto, off, or CPUs of this host's {len(allowed)} "
@@ -149,14 +142,19 @@ def timing_cpu_of(gpus: list[str], reserved: str) -> dict[str, str]:
     """Each GPU's own timing CPU (`$KERNELWRIGHT_TIMING_CPU` for its tasks), so that two GPUs' timings
     never pick the same CPU at once: the reserved CPUs grouped by core, the k-th core's first CPU for the
     k-th GPU; {} where there are fewer cores than GPUs (the timings then pick among the reserved CPUs)."""
-    cpus = gpulock.parse_cpus(reserved)
-    cores: list[set[int]] = []
-    for cpu in sorted(cpus):
-        if not any(cpu in core for core in cores):
-            cores.append((_core(cpu) & cpus) | {cpu})
+    cores = _cores(gpulock.parse_cpus(reserved))
     if not gpus or len(cores) < len(gpus):
         return {}
     return {gpu: str(min(core)) for gpu, core in zip(gpus, cores[:len(gpus)], strict=True)}
+
+
+def _cores(cpus) -> list[set[int]]:
+    """`cpus` grouped by core (`_core`, within `cpus`), in order of each core's first CPU."""
+    cores: list[set[int]] = []
+    for cpu in sorted(cpus):
+        if not any(cpu in core for core in cores):
+            cores.append((_core(cpu) & set(cpus)) | {cpu})
+    return cores
 
 
 def _core(cpu: int) -> set[int]:

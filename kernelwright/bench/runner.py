@@ -85,8 +85,9 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
                          "not --device cpu)")
     gpus = list(dict.fromkeys(w.gpu for w in workers if w.gpu is not None))
     reserved = timing_cpus(config.timing_cpus, len(gpus), len(workers)) if local_cuda else None
-    timing_cpu = timing_cpu_of(gpus, os.environ.get(RESERVED_ENV, "") if reserved is None else reserved) \
-        if local_cuda else {}
+    # what the tasks will have (None: this host's CPUs are not theirs)
+    kept = (os.environ.get(RESERVED_ENV, "") if reserved is None else reserved) if local_cuda else None
+    timing_cpu = timing_cpu_of(gpus, kept) if kept is not None else {}
     device_name = cluster.device_name if cluster else workers[0].device
     out = config.out or default_results_dir("cpu" if config.device == "cpu" else device_name)
     store = open_results(out, config.resume)
@@ -96,8 +97,7 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     peaks = None if cluster else _peak_cache(config, workers)
     need, memory = _memory_plan(config, tasks, workers, peaks, console)
     store.add_run({**_run_info(config, options, problems, workers, len(tasks), device_name), "memory": memory,
-                   "timing_cpus": (os.environ.get(RESERVED_ENV, "") if reserved is None else reserved)
-                   if local_cuda else None}
+                   "timing_cpus": kept}
                   | (cluster.run_info() if cluster else {}))
     devices = cluster.description() if cluster else _describe_workers(workers, config.jobs)
     if need and not cluster:

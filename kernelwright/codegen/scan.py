@@ -9,7 +9,7 @@ import hashlib
 
 import torch
 
-from kernelwright.codegen.kernel import KernelSource, cpp_bool, source_template
+from kernelwright.codegen.kernel import KernelSource, cpp_bool, source_template, typed, typed_inputs
 from kernelwright.codegen.pointwise import c_type, emit_statements
 from kernelwright.codegen.reduction_entry import contiguous_entry
 from kernelwright.codegen.reduction_index import index_type
@@ -22,13 +22,14 @@ TEMPLATE = source_template("kw_scan_kernel.cu.in")
 
 def render(group: FusedGroup) -> KernelSource:
     spec: ScanSpec = group.config[0]
-    load = load_functor(group)
-    entry_spec = contiguous_entry("", group.inputs, group.outputs)[1]
-    # everything the kernel and its spec depend on: two scans of one [outer, length, inner] but of other
-    # ranks have other specs, and one name for both would not assemble
-    name = "kw_scan_" + hashlib.sha1((repr(spec) + load + repr(entry_spec)).encode()).hexdigest()[:10]
+    prologue, value = _prologue(group)
+    load = _load_functor(group, prologue, value)
+    # everything the kernel and its spec (contiguous_entry's) depend on: two scans of one [outer, length,
+    # inner] but of other ranks have other specs, and one name for both would not assemble
+    typed_io = repr((typed_inputs(group.inputs, names=False), typed(group.outputs)))
+    name = "kw_scan_" + hashlib.sha1((repr(spec) + load + typed_io).encode()).hexdigest()[:10]
     kind = ("exclusive " if spec.exclusive else "") + ("reverse " if spec.reverse else "") + spec.op
-    kind += " of a pointwise prologue" if _prologue(group)[0] else ""
+    kind += " of a pointwise prologue" if prologue else ""
     params = ", ".join(f"const {c_type(i.dtype)}* in{k}" for k, i in enumerate(group.inputs))
     cuda = TEMPLATE.substitute(
         name=name, summary=f"{kind} over [{spec.outer}, {spec.length}, {spec.inner}] ({spec.layout})",
@@ -57,11 +58,10 @@ def _prologue(group: FusedGroup) -> tuple[list[Node], Node]:
     return [n for n in group.nodes if id(n) not in core], first.inputs[0]
 
 
-def load_functor(group: FusedGroup) -> str:
+def _load_functor(group: FusedGroup, prologue: list[Node], value: Node) -> str:
     """The C++ `Load` of a scan kernel: the group's inputs as typed pointers, `at(i)` the scanned value at
     flat index i, `vec<N>(i)` N consecutive ones (float inputs as one vector load, bool inputs by byte),
-    and the host-side `aligned()` check of its vector loads."""
-    prologue, value = _prologue(group)
+    and the host-side `aligned()` check of its vector loads. `prologue`, `value`: `_prologue`'s."""
     fields = [f"  const {c_type(i.dtype)}* __restrict__ in{k};" for k, i in enumerate(group.inputs)]
     floats = [k for k, i in enumerate(group.inputs) if i.dtype == torch.float32]
 

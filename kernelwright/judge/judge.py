@@ -329,9 +329,10 @@ class Judge:
         self._start_reference()
         self._reference_request({"op": "reset"})
         timings = self.reference_timings()
-        busy = {"launch_bound": launch_bound_section(self.reference_busy())} if self.measures_busy() else {}
-        if self.measures_busy() and host_bound(self.reference_busy()):
+        eager_busy = self.reference_busy() if self.measures_busy() else None
+        if host_bound(eager_busy):
             timings = self.quiet_reference_timings()
+        busy = {"launch_bound": launch_bound_section(eager_busy)} if eager_busy is not None else {}
         return {
             "status": "reference",
             "detail": "",
