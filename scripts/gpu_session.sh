@@ -34,9 +34,15 @@ case "$stage" in
       python3 "$script" "$OUT/$name.json" 2>&1 | tee "$OUT/$name.log" | tail -25
     done ;;
   suite)
-    rm -rf /tmp/kw_suite
+    # SUITE_RESUME=warm: resume from the previous call's folder on this (still warm) machine, so nothing
+    # has to be carried back and forth between calls; else from suite.tgz when there is one.
     resume=()
-    if [ -f suite.tgz ]; then mkdir -p /tmp/kw_suite && tar xzf suite.tgz -C /tmp/kw_suite && resume=(--resume); fi
+    if [ "${SUITE_RESUME:-}" = warm ] && [ -d /tmp/kw_suite/suite ]; then
+      resume=(--resume)
+    else
+      rm -rf /tmp/kw_suite
+      if [ -f suite.tgz ]; then mkdir -p /tmp/kw_suite && tar xzf suite.tgz -C /tmp/kw_suite && resume=(--resume); fi
+    fi
     # SUITE_STOP: seconds after which the bench is interrupted (its finished rows are kept), so that the
     # tarball below is written before the call's limit.
     timeout -s INT -k 30 "${SUITE_STOP:-100000}" kernelwright bench "$@" "${resume[@]}" --out /tmp/kw_suite/suite 2>&1 \
