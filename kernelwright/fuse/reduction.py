@@ -55,6 +55,8 @@ class Device:
 DEVICE = Device()
 # The largest cluster the planner asks for when a smaller one would do (see `plan_launch`).
 PACKED_CLUSTER = 8
+# An unclustered row cache that admits at most this many blocks per SM is also measured persistent.
+FEW_CACHED_BLOCKS = 4
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ class ReductionSpec:
     on an H100, three sibling sums over 16384 rows of 10240 ran 0.460 ms against 0.651 ms with the loop,
     logsumexp over 4093-long rows 0.399 against 0.461 ms, LayerNorm and a plain row sum within 3%
     (bench/kernels/bench_reductions.py, "+rolled" workloads; 2026-11-26).
-    `persistent` (rows cached across a cluster): as many clusters as fit the GPU at once, each walking its
+    `persistent` (cached rows): as many blocks (or clusters) as fit the GPU at once, each walking its
     rows in turn; the last pass over a row refills each chunk's cache slot with the next row's chunk as
     soon as it has read it, so that the next row's loads overlap this row's stores and nothing waits for
     a cluster to exit and the next to start.
@@ -581,6 +583,11 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
       nor did small items (8192 floats, re-read from L2) whose outputs lag one item behind their
       statistics so that no block waits (softmax 11.9 ms, NCHW GroupNorm 1.58 against 0.91: ~15 us of
       dependent round trips per item, 2026-11-28, bench/results/2026-11-28-h100-80gb-hbm3-lag-bsmall/).
+    - rows one block caches, where the cache leaves room for at most `FEW_CACHED_BLOCKS` blocks per SM:
+      the same blocks made persistent. With so few, an SM's blocks often all reduce or store at once while
+      its loads idle (L2-normalizing 12288 rows of 16384, three 64 KB rows per SM, ran at 86% of copy
+      bandwidth on an H200 against torch.compile's 100%, 2026-11-28); a block walking its rows prefetches
+      the next row's chunks as it stores this row's.
     - short rows several to a warp (`ReductionSpec.lanes` 8 or 16): one row per warp."""
     spec = group.config[0] if group.family == "reduction" and group.config else None
     if spec is None or spec.layout != "row":
@@ -592,6 +599,8 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
         if spec.vec == 1 or spec.space.row_length % 4 == 0:
             # (rows of other lengths take shifted chunks, which persistent clusters do not)
             others.append(dataclasses.replace(spec, persistent=True))
+    elif spec.cache and _few_cached_blocks(group, spec):
+        others = [dataclasses.replace(spec, persistent=True)]
     elif spec.lanes < 32:
         # short rows a warp apiece, one 16-byte load a lane at most, as they ran before several shared a warp
         others = [dataclasses.replace(spec, lanes=32)]
@@ -616,6 +625,20 @@ def launch_label(group: FusedGroup) -> str:
     if spec.persistent:
         parts.append("persistent")
     return ", ".join(parts)
+
+
+def _few_cached_blocks(group: FusedGroup, spec: ReductionSpec, device: Device = DEVICE) -> bool:
+    """Whether an unclustered row launch caches so much per block that at most `FEW_CACHED_BLOCKS` blocks
+    fit an SM's shared memory (rows whose length is not a multiple of 4 take shifted chunks, which
+    persistent blocks do not)."""
+    space = spec.space
+    if spec.layout != "row" or spec.split or spec.cluster != 1 or spec.persistent:
+        return False
+    if spec.vec == 4 and space.row_length % 4:
+        return False
+    rows_per_block = spec.threads // (spec.lanes if spec.lanes < 32 else 32 * spec.warps_per_row)
+    block_bytes = rows_per_block * space.row_length * 4 * max(1, len(cached_inputs(group, space)))
+    return (device.smem_per_block - 8 * 1024) // block_bytes <= FEW_CACHED_BLOCKS
 
 
 def _split(rows: int, units: int, least: int, device: Device) -> int:

@@ -1,6 +1,6 @@
 """Every reduction/softmax/norm/scan case renders, and all of their kernels compile together with nvcc
 (compile-only, sm_90a: the cluster variants are real code there), those whose chunk loops the planner unrolled
-whole also with the runtime loop."""
+whole also with the runtime loop, and those offered persistent (clusters or blocks walking rows) so too."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 import torch
-from reduction_cases import CASES, rolled, x_in
+from reduction_cases import CASES, persistent, rolled, x_in
 
 from kernelwright.codegen.assemble import assemble
 from kernelwright.codegen.registry import render_group
@@ -35,8 +35,14 @@ def rolled_kernels():
     return [render_group(g) for g in groups if g is not None]
 
 
+def persistent_kernels():
+    """Every case `launch_alternatives` offers persistent (`ReductionSpec.persistent`), so rendered."""
+    groups = [persistent(g) for build in CASES.values() for g in plan_fusion(build()).groups]
+    return [render_group(g) for g in groups if g is not None]
+
+
 def test_every_case_renders_an_entry_per_kernel():
-    kernels = rendered_kernels() + rolled_kernels()
+    kernels = rendered_kernels() + rolled_kernels() + persistent_kernels()
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     for kernel in kernels:
@@ -46,7 +52,7 @@ def test_every_case_renders_an_entry_per_kernel():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_all_variants_compile_with_nvcc(tmp_path):
-    sources = assemble(rendered_kernels() + rolled_kernels())
+    sources = assemble(rendered_kernels() + rolled_kernels() + persistent_kernels())
     cu = tmp_path / "reductions.cu"
     cu.write_text(sources.cuda_text)
     result = subprocess.run(
