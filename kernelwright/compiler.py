@@ -427,14 +427,15 @@ class _Pipeline:
                 return done
             if any(status in WRONG_VALUES for status, _ in failures[tried:]):
                 rejected.append(variant)
-        # Wrong values under the judge's trials (rescaled inputs ill-condition a softmax after a GEMM, say)
-        # are most likely our GEMMs': they reassociate the K sums on tensor cores (3xTF32's error is about
-        # 1.5x FP32's). The first such plan with ATen's GEMMs gets one more try before the whole-model
-        # fallback.
-        exact = next(filter(None, map(_without_gemms, rejected)), None)
-        if exact is not None:   # the rejection itself is in the kept file's notes or the fallback's reason
-            self.result.notes.append("retried with ATen's GEMMs: the judge found wrong values with ours")
-            done = self.judge_tries(exact, failures, named)
+        # Wrong values under the judge's trials (rescaled inputs ill-condition a softmax after a GEMM, say):
+        # the first such plan is judged again with one kernel family at a time left to ATen, our GEMMs
+        # first (they reassociate the K sums on tensor cores: 3xTF32's error is about 1.5x FP32's), then
+        # the others in plan order, before the whole-model fallback. The rejection itself is in the kept
+        # file's notes or the fallback's reason.
+        for family, retry in _family_retries(rejected[0]) if rejected else ():
+            self.result.notes.append(f"retried with ATen's {FAMILY_NAMES.get(family, family)}: the judge "
+                                     "found wrong values with ours")
+            done = self.judge_tries(retry, failures, named)
             if done is not None:
                 return done
         return self.fallback("; ".join(why for _, why in failures), live[0])
@@ -652,21 +653,37 @@ class _Pipeline:
 WRONG_VALUES = frozenset({"mismatch", "nan"})
 
 
-def _without_gemms(variant: Variant) -> Variant | None:
-    """`variant` with its GEMM groups left to ATen (their kernels stay built, uncalled), or None when it has
-    none, or nothing of ours would be left."""
-    plan, kept, gemms = variant.plan, [], []
+# What a retry's note calls the kernels of a family it left to ATen.
+FAMILY_NAMES = {"gemm": "GEMMs", "conv": "convolutions", "reduction": "reductions and norms",
+                "pointwise": "pointwise ops", "pool": "pooling", "scan": "scans"}
+
+
+def _family_retries(variant: Variant) -> Iterator[tuple[str, Variant]]:
+    """(family, `variant` with that family's groups left to ATen) for each kernel family of its plan, GEMMs
+    first, then in plan order; none where nothing of ours would be left."""
+    families = list(dict.fromkeys(g.family for g in variant.plan.groups))
+    families.sort(key=lambda family: family != "gemm")
+    for family in families:
+        retry = _without_family(variant, family)
+        if retry is not None:
+            yield family, retry
+
+
+def _without_family(variant: Variant, family: str) -> Variant | None:
+    """`variant` with its groups of `family` left to ATen (their kernels stay built, uncalled), or None when
+    it has none, or nothing of ours would be left."""
+    plan, kept, dropped = variant.plan, [], []
     for group, kernel in zip(variant.plan.groups, variant.kernels, strict=True):
-        if group.family == "gemm":
+        if group.family == family:
             plan = plan.without(group)
-            gemms.append(kernel.name)
+            dropped.append(kernel.name)
         else:
             kept.append(kernel)
-    if not gemms or not (kept or plan.derived):
+    if not dropped or not (kept or plan.derived):
         return None
     why = "the judge's trials found wrong values in the file with it"
-    return replace(variant.keep(kept, plan, [f"{name}: {why}" for name in gemms]),
-                   reports=tuple(r for r in variant.reports if r.kernel not in gemms))
+    return replace(variant.keep(kept, plan, [f"{name}: {why}" for name in dropped]),
+                   reports=tuple(r for r in variant.reports if r.kernel not in dropped))
 
 
 def _rewrite(graph: Graph) -> tuple[Graph, Any, list[Node]]:

@@ -211,11 +211,12 @@ def _linear_softmax_variant(pipeline):
     return variant
 
 
-def test_a_mismatch_is_retried_with_atens_gemms_before_the_whole_model_fallback(monkeypatch):
+def test_a_mismatch_is_retried_a_family_at_a_time_with_aten_before_the_whole_model_fallback(monkeypatch):
     """The judge rejects the file with our GEMM (mismatch): the same plan with ATen's GEMM is judged next and
-    emitted, its header naming the dropped GEMM kernel and the rejection; a file without our GEMM that the
-    judge also rejects, or a rejection that is not about values, gives the whole-model fallback. With two
-    variants, the retry is of the one whose values were wrong (the other was merely slower)."""
+    emitted, its header naming the dropped GEMM kernel and the rejection. Where that is rejected too, the
+    plan with ATen's softmax (our GEMM kept) is judged; where every retry is rejected, or the rejection is
+    not about values, the whole-model fallback. With two variants, the retry is of the one whose values
+    were wrong (the other was merely slower)."""
     import threading
     from types import SimpleNamespace
 
@@ -261,8 +262,19 @@ def test_a_mismatch_is_retried_with_atens_gemms_before_the_whole_model_fallback(
     assert any(note.startswith("kept after the judge rejected: ") and "scale1000" in note
                for note in pipeline.result.notes)
 
+    def only_our_gemm_passes(v):
+        return mismatch if any(g.family == "reduction" for g in v.plan.groups) else correct
+
+    pipeline, variant, judged, emitted, result = run(only_our_gemm_passes)
+    assert result is pipeline.result and len(judged) == 3 and emitted == [judged[2]]
+    assert [g.family for g in judged[1].plan.groups] == ["reduction"]
+    assert [g.family for g in emitted[0].plan.groups] == ["gemm"]
+    assert [n for n in pipeline.result.notes if n.startswith("retried")] == [
+        "retried with ATen's GEMMs: the judge found wrong values with ours",
+        "retried with ATen's reductions and norms: the judge found wrong values with ours"]
+
     _, _, judged, emitted, result = run(lambda v: mismatch)
-    assert result[0] == "fallback" and len(judged) == 2 and not emitted and result[1].count("mismatch") == 2
+    assert result[0] == "fallback" and len(judged) == 3 and not emitted and result[1].count("mismatch") == 3
 
     _, _, judged, emitted, result = run(lambda v: {"status": "error", "detail": "CUDA error"})
     assert result[0] == "fallback" and len(judged) == 1 and not emitted

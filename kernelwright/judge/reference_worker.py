@@ -190,6 +190,8 @@ class ReferenceWorker:
                 accepted, note = oracle_check(outputs, exact, result_file.get("outputs"))
                 if accepted:
                     result.update(status="correct", detail=f"accepted by the float64 oracle: {note}")
+                else:
+                    result["detail"] += f"; the float64 re-check: {note}"
             del exact
             _release_cached(self.device)   # the float64 copy's memory: twice the trial's, not kept
         if result["status"] == "correct" and updated:

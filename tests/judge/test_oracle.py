@@ -158,3 +158,23 @@ def test_the_cpu_float64_copy_keeps_what_a_rebuild_would_lose():
     assert torch.equal(copied[1].scratch, torch.full((3,), 7.0, dtype=torch.float64))
     assert copied.tied is copied[0].weight and copied[0].weight is not model[0].weight
     assert model[0].weight.dtype == torch.float32
+
+
+def test_a_rejection_by_the_float64_recheck_says_both_errors(tmp_path):
+    """A candidate off the table and less accurate than eager against float64: the mismatch's detail gives
+    the candidate's and eager FP32's errors, so that a rejected file says by how much it lost."""
+    from kernelwright.judge import evaluate
+    from tests.judge.corpus import CPU_OPTIONS
+
+    problem, candidate = tmp_path / "problem.py", tmp_path / "candidate.py"
+    problem.write_text(_SOFTMAX_PROBLEM)
+    candidate.write_text(_SOFTMAX_PROBLEM + '''
+
+class ModelNew(Model):
+    def forward(self, x):
+        return super().forward(x) * 1.01
+''')
+    verdict = evaluate(problem, candidate, CPU_OPTIONS)
+    assert verdict["status"] == "mismatch"
+    assert "the float64 re-check: output: error vs float64" in verdict["detail"]
+    assert "eager FP32's" in verdict["detail"]
