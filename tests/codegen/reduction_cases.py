@@ -44,6 +44,12 @@ def l2_normalize(shape: tuple[int, ...]) -> Graph:
     return Graph((x,), (), (make_node("div", [x, norm]),))
 
 
+def softmax_of_scaled(shape: tuple[int, ...], divisor: float, op: str = "softmax") -> Graph:
+    """softmax(x / divisor) (attention's scores / sqrt(d)): the division fused ahead of the softmax."""
+    x = x_in(*shape)
+    return Graph((x,), (), (make_node(op, [make_node("div", [x, const_node(divisor)])], dim=-1),))
+
+
 def cosine_similarity_loss(shape: tuple[int, int], eps: float = 1e-8) -> Graph:
     """1 - cos(x, y) per row, as F.cosine_similarity writes it: each input divided by its clamped norm, then
     the dot product. The norm of y reads y through a prologue of its own (y * y), beside the group that
@@ -367,6 +373,8 @@ CASES: dict[str, Callable[[], Graph]] = {
     "rms_norm": lambda: rms_norm((4, 37, 3071)),
     "layer_norm_by_hand": lambda: layer_norm_by_hand((65, 1024)),
     "l2_normalize": lambda: l2_normalize((12, 16384)),
+    "softmax_of_scaled": lambda: softmax_of_scaled((67, 1024), 11.313708498984761),
+    "log_softmax_of_scaled": lambda: softmax_of_scaled((67, 1000), 11.313708498984761, "log_softmax"),
     "cosine_similarity_loss": lambda: cosine_similarity_loss((33, 10241)),
     "smooth_l1_mean": lambda: smooth_l1_mean((129, 4099)),
     "residual_batch_norms": lambda: residual_batch_norms((4, 6, 13, 11)),
