@@ -67,6 +67,7 @@ class _PoolKernel:
             "name": name, "summary": self._summary(), "idx_t": idx_t,
             "is_max": cpp_bool(spec.kind == "max"), "adaptive": cpp_bool(spec.adaptive),
             "warp": cpp_bool(spec.layout == "warp"), "vec": spec.vec, "threads": spec.threads,
+            "rows": spec.rows,
             "planes": _int(spec.planes), "count_pad": cpp_bool(spec.count_include_pad),
             "divisor": spec.divisor_override or 0, "divide_per_dim": cpp_bool(spec.divide_per_dim),
             "fields": "\n".join([f"  const float* in{k};" for k in range(len(group.inputs))]
@@ -225,7 +226,7 @@ class _PoolKernel:
             window = (f"kernel {list(spec.kernel)} stride {list(spec.stride)} padding {list(spec.padding)} "
                       f"dilation {list(spec.dilation)}")
         return (f"{ops}: {spec.planes} planes {list(spec.in_size)} → {list(spec.out_size)}, {window} "
-                f"({spec.layout}, vec {spec.vec})")
+                f"({spec.layout}, vec {spec.vec}" + (f", {spec.rows} rows" if spec.rows > 1 else "") + ")")
 
 
 def _through_unit_reshape(strides: Sequence[int], source: Sequence[int], target: Sequence[int]

@@ -165,3 +165,16 @@ def random_inputs(graph: Graph, seed: int = 0, device: str | torch.device = "cpu
         return torch.randn(node.shape, generator=generator, dtype=torch.float32).to(device)
 
     return [make(n) for n in graph.inputs], {p.name: make(p) for p in graph.params}
+
+
+def with_rows(group, rows: int = 3):
+    """A thread-layout pool group whose windows overlap along H, given `rows` output rows per thread (the
+    planner gives 4 where the work still fills the GPU, which these small cases never do; 3 leaves a
+    partial last tile), or None for other groups: the form the host run and the GPU tests also check."""
+    import dataclasses
+
+    spec = group.config[0] if group.family == "pool" and group.config else None
+    if spec is None or spec.layout != "thread" or spec.adaptive or spec.dilation[1] != 1 \
+            or spec.stride[1] >= spec.kernel[1] or spec.out_size[1] < 2:
+        return None
+    return dataclasses.replace(group, config=(dataclasses.replace(spec, rows=rows),))

@@ -12,7 +12,7 @@ import subprocess
 import numpy as np
 import pytest
 import torch
-from pool_cases import CASES, random_inputs
+from pool_cases import CASES, random_inputs, with_rows
 
 from kernelwright.codegen.assemble import assemble
 from kernelwright.codegen.build import TORCH_NVCC_FLAGS
@@ -26,13 +26,36 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not i
 
 @pytest.fixture(scope="module")
 def planned():
-    """Per case: the graph, its pool group and the rendered kernel."""
+    """Per case: the graph, its pool group and the rendered kernel; cases whose windows overlap along H
+    also as "<case>+rows" with 3 output rows a thread (`pool_cases.with_rows`)."""
     found = {}
     for name, build in CASES.items():
         graph = build()
         (group,) = [g for g in plan_fusion(graph).groups if g.family == "pool"]
         found[name] = (graph, group, render_group(group))
+        rows = with_rows(group)
+        if rows is not None:
+            found[name + "+rows"] = (graph, rows, render_group(rows))
     return found
+
+
+def test_overlapping_windows_take_several_rows_a_thread_where_the_gpu_stays_full(planned):
+    """The planner's rows per thread: 4 for a 3x3 average of stride 1 over a large input, 1 where the
+    work items would no longer fill the GPU, where windows do not overlap along H, or are dilated."""
+    from pool_cases import avg_pool, max_pool
+
+    from kernelwright.fuse.pool import plan_pool
+    from kernelwright.ir.ops import input_node
+
+    def spec(shape, pool, *args, **kwargs):
+        return plan_pool(pool(input_node("x", 0, shape), 2, *args, **kwargs))
+
+    assert spec((24, 128, 256, 256), avg_pool, 3, 1, 1).rows == 4
+    assert spec((24, 128, 256, 256), max_pool, 3, 2, 1).rows == 4      # stride 2 of 3: rows shared
+    assert spec((2, 3, 9, 12), avg_pool, 3, 1, 1).rows == 1            # 12 work items
+    assert spec((24, 128, 256, 256), max_pool, 2, 2).rows == 1         # no overlap
+    assert spec((24, 128, 256, 256), max_pool, 3, 1, 1, dilation=2).rows == 1
+    assert sum(name.endswith("+rows") for name in planned) >= 8
 
 
 def test_every_case_renders_one_kernel_with_its_entry(planned):
@@ -109,7 +132,7 @@ $reads
   } else if constexpr (ADAPTIVE) {
     for (idx_t o = 0; o < OUTPUTS; ++o) thread_output(a, o);
   } else {
-    for (idx_t g = 0; g < OUTPUTS / VEC; ++g) thread_outputs<VEC, WIDE_LOADS>(a, g);
+    for (idx_t g = 0; g < GROUPS; ++g) thread_outputs<VEC, WIDE_LOADS>(a, g);
   }
   write_floats(paths[$n_inputs], out);
 }

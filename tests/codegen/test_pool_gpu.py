@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.nn.functional as F
-from pool_cases import CASES, adaptive, avg_pool, max_pool, random_inputs
+from pool_cases import CASES, adaptive, avg_pool, max_pool, random_inputs, with_rows
 
 from kernelwright.capture import capture
 from kernelwright.codegen.assemble import assemble
@@ -116,6 +116,10 @@ def sweep() -> dict[str, SweepPoint]:
 
 
 SWEEP = sweep()
+BUILDERS = {**CASES, **{name: point.graph for name, point in SWEEP.items()}}
+# the cases and sweep points that `with_rows` gives several output rows a thread
+ROWS_NAMES = sorted(name for name, build in BUILDERS.items()
+                    if any(with_rows(g) is not None for g in plan_fusion(build()).groups))
 
 
 # ------------------------------------------------------------------------------------------------ harness
@@ -123,15 +127,17 @@ SWEEP = sweep()
 @pytest.fixture(scope="module")
 def built():
     """The extension with every case's and sweep point's kernel, and per name (graph, group, kernel
-    name): groups hold the node objects of the graph they were planned from, so tests use that graph."""
-    builders = {**CASES, **{name: point.graph for name, point in SWEEP.items()}}
+    name): groups hold the node objects of the graph they were planned from, so tests use that graph.
+    Those whose windows overlap along H also as "<name>+rows" (3 output rows a thread, `with_rows`)."""
     found, kernels = {}, {}
-    for name, build in builders.items():
+    for name, build in BUILDERS.items():
         graph = build()
         (group,) = [g for g in plan_fusion(graph).groups if g.family == "pool"]
-        kernel = render_group(group)
-        kernels.setdefault(kernel.name, kernel)
-        found[name] = (graph, group, kernel.name)
+        for label, variant in ((name, group), (name + "+rows", with_rows(group))):
+            if variant is not None:
+                kernel = render_group(variant)
+                kernels.setdefault(kernel.name, kernel)
+                found[label] = (graph, variant, kernel.name)
     extension = build_extension(assemble(list(kernels.values())))
     print(f"\nbuilt {len(kernels)} pool kernels in {extension.seconds:.1f} s")
     return extension.module, found
@@ -192,6 +198,20 @@ def test_sweep_matches_torch_functional(built, name):
     else:
         torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
     assert_matches(name, ours, reference(graph, group, [x], {}))
+
+
+@pytest.mark.parametrize("name", ROWS_NAMES)
+def test_several_output_rows_a_thread_match_pytorch(built, name):
+    """3 output rows a thread (a partial last tile where the rows are not a multiple of 3): the float64
+    reference, and for a plain max pool the planner's kernel bit for bit."""
+    module, found = built
+    graph, group, kernel_name = found[name + "+rows"]
+    inputs, params = random_inputs(graph, seed=3, device=DEVICE)
+    ours = run_kernel(module, graph, group, kernel_name, inputs, params)
+    assert_matches(name + "+rows", ours, reference(graph, group, inputs, params))
+    if is_pure_max(group):
+        _, planned, planned_name = found[name]
+        assert torch.equal(ours, run_kernel(module, graph, planned, planned_name, inputs, params)), name
 
 
 MAX_CASES = sorted(name for name in [*CASES, *SWEEP] if "max" in name)
