@@ -42,7 +42,7 @@ import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
@@ -336,17 +336,23 @@ class _Pipeline:
             note.append(f"{len(kernels)} kernel(s)")
         kernels = tuple(kernels)
         return replace(variant, plan=plan, kernels=kernels, built=kernels, dropped=tuple(dropped),
-                       alternatives=tuple(self.alternatives(plan)))
+                       alternatives=tuple(self.alternatives(plan, kernels)))
 
-    def alternatives(self, plan: FusionPlan) -> Iterator[tuple[FusedGroup, FusedGroup, KernelSource]]:
-        """The other launches worth measuring, rendered (a renderer failure costs the alternative only)."""
-        for group in plan.groups:
+    def alternatives(self, plan: FusionPlan, kernels: Sequence[KernelSource]
+                     ) -> Iterator[tuple[FusedGroup, FusedGroup, KernelSource]]:
+        """The other launches worth measuring, rendered (a renderer failure costs the alternative only); one
+        whose code is the planner's launch's but for its name (a form the renderer does not take there) is
+        not built or measured."""
+        for group, kernel in zip(plan.groups, kernels, strict=True):
             for other in launch_alternatives(group):
                 try:
-                    yield group, other, render_group(other)
+                    source = render_group(other)
                 except Exception as exc:  # noqa: BLE001 - the planner's launch stays
                     self.result.notes.append(f"{_group_label(other)}: alternative launch not rendered: "
                                              f"{type(exc).__name__}: {exc}")
+                    continue
+                if source.cuda.replace(source.name, kernel.name) != kernel.cuda:
+                    yield group, other, source
 
     # --------------------------------------------------------------------------------------- without GPU
 
@@ -430,22 +436,23 @@ class _Pipeline:
         # Wrong values under the judge's trials (rescaled inputs ill-condition a softmax after a GEMM, say):
         # the first such plan is judged again with one kernel family at a time left to ATen, our GEMMs
         # first (they reassociate the K sums on tensor cores: 3xTF32's error is about 1.5x FP32's), then
-        # the others in plan order, before the whole-model fallback. The rejection itself is in the kept
-        # file's notes or the fallback's reason.
+        # the others in plan order, before the whole-model fallback; each judged once, step by step (no
+        # replay timing). The rejection itself is in the kept file's notes or the fallback's reason.
         for family, retry in _family_retries(rejected[0]) if rejected else ():
             self.result.notes.append(f"retried with ATen's {FAMILY_NAMES.get(family, family)}: the judge "
                                      "found wrong values with ours")
-            done = self.judge_tries(retry, failures, named)
+            done = self.judge_tries(retry, failures, named, replay=False)
             if done is not None:
                 return done
         return self.fallback("; ".join(why for _, why in failures), live[0])
 
     def judge_tries(self, variant: Variant, failures: list[tuple[str, str]],
-                    named: bool = False) -> OptimizeResult | None:
-        """The emitted result of `variant` when the judge passes it (replayed first where replay is faster,
-        then step by step), else None with the rejections appended to `failures` (`named`: each names the
-        file's layout). A file kept after others were rejected lists those rejections in its header."""
-        tries = [self.replay(variant)]
+                    named: bool = False, replay: bool = True) -> OptimizeResult | None:
+        """The emitted result of `variant` when the judge passes it (replayed first where `replay` and it is
+        faster, then step by step), else None with the rejections appended to `failures` (`named`: each
+        names the file's layout). A file kept after others were rejected lists those rejections in its
+        header."""
+        tries = [self.replay(variant)] if replay else [variant]
         if tries[0].replay:
             tries.append(variant)
         for attempt in tries:

@@ -3,7 +3,9 @@
 # then run the requested stages, logging everything under $OUT so it comes back.
 #   bash scripts/gpu_session.sh tests FILE...    # pytest -m "gpu and not slow" (TEST_MARK=gpu: the slow ones too)
 #   bash scripts/gpu_session.sh kernels          # kernel-family benchmarks (bench/kernels/*.py)
-#   bash scripts/gpu_session.sh suite [ARGS...]  # kernelwright bench on the bundled suite
+#   bash scripts/gpu_session.sh suite [ARGS...]  # kernelwright bench on the bundled suite (over several
+#                                                # calls: pass --time-budget S well under SUITE_STOP, so that
+#                                                # the bench starts no task after S s and none is cut)
 #   bash scripts/gpu_session.sh sh 'COMMANDS'    # any commands, in this environment (installed, PYTHONPATH)
 # The suite stage resumes from suite.tgz in the repo root when there is one (a previous call's result,
 # carried back in), and leaves $OUT/suite.tgz: a run can span several calls on fresh machines.

@@ -197,6 +197,28 @@ def test_a_measured_launch_alternative_replaces_the_planners_launch(monkeypatch)
     assert any(other_kernel.name in note and "fastest" in note for note in pipeline.result.notes)
 
 
+def test_an_alternative_the_renderer_makes_the_planners_kernel_is_not_built(monkeypatch):
+    """An alternative launch whose code is the planner's but for its name (a persistent form of rows the
+    renderer does not walk: shifted, 16383 long) is neither built nor measured; one that differs is."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from kernelwright import compiler
+    from kernelwright.ir.graph import Graph
+    from kernelwright.ir.ops import input_node, make_node
+
+    x = input_node("x", 0, (64, 16383))
+    graph = Graph(inputs=(x,), params=(), outputs=(make_node("softmax", [x], dim=-1),))
+    pipeline = compiler._Pipeline(SimpleNamespace(), compiler.DEFAULT_OPTIONS, None)
+    variant = pipeline.lower(compiler.Variant("nchw", graph))
+    (group,) = variant.plan.groups
+    assert group.config[0].cache and group.config[0].vec == 4
+    walking = dataclasses.replace(group, config=(dataclasses.replace(group.config[0], persistent=True),))
+    rolled = dataclasses.replace(group, config=(dataclasses.replace(group.config[0], full_unroll=False),))
+    monkeypatch.setattr(compiler, "launch_alternatives", lambda g: [walking, rolled])
+    assert [other for _, other, _ in pipeline.alternatives(variant.plan, variant.kernels)] == [rolled]
+
+
 def _linear_softmax_variant(pipeline):
     """A lowered variant with a GEMM group (linear + GELU) and a reduction group (softmax after it)."""
     from kernelwright import compiler

@@ -42,8 +42,8 @@ def accumulation(node: Node, length: int) -> Accumulation:
         return Accumulation("kw::ArgMaxAcc" if op == "argmax" else "kw::ArgMinAcc", True, ("{a}.i",))
     if op == "softmax":
         # one reciprocal per row instead of a division per element (at most 1 ulp more); a row of -inf
-        # only still gives NaN (exp(NaN) * (1 / 0)), as torch does. x - max as the accumulator's exp_shift
-        # takes it (kw_reduce.cuh): from x rounded, never an FMA with the product that computed x
+        # only still gives NaN (exp(-inf - -inf) * (1 / 0)), as torch does. x - max as the accumulator's
+        # exp_shift takes it (kw_reduce.cuh): from x rounded, never an FMA with the product that computed x
         return Accumulation("kw::SoftmaxAcc", False, ("{a}.m", "1.f / {a}.s"),
                             "(kw::exp_shift({x}, {s0}) * {s1})")
     if op == "log_softmax":

@@ -60,8 +60,9 @@ def _prologue(group: FusedGroup) -> tuple[list[Node], Node]:
 
 def _load_functor(group: FusedGroup, prologue: list[Node], value: Node) -> str:
     """The C++ `Load` of a scan kernel: the group's inputs as typed pointers, `at(i)` the scanned value at
-    flat index i, `vec<N>(i)` N consecutive ones (float inputs as one vector load, bool inputs by byte),
-    and the host-side `aligned()` check of its vector loads. `prologue`, `value`: `_prologue`'s."""
+    flat index i, `vec<N>(i)` N consecutive ones (float inputs as one vector load, a mask's four bytes as
+    one 32-bit word), and the host-side `aligned()` check of its vector loads. `prologue`, `value`:
+    `_prologue`'s."""
     fields = [f"  const {c_type(i.dtype)}* __restrict__ in{k};" for k, i in enumerate(group.inputs)]
     floats = [k for k, i in enumerate(group.inputs) if i.dtype == torch.float32]
 
@@ -75,10 +76,17 @@ def _load_functor(group: FusedGroup, prologue: list[Node], value: Node) -> str:
         return f"kw::load(in{k} + i)"
 
     def lane(k: int) -> str:
-        return f"r{k}.v[j]" if k in floats else f"kw::load(in{k} + i + j)"
+        if k in floats:
+            return f"r{k}.v[j]"
+        # a mask's four bytes as one 32-bit load where N is 4 (else one byte at a time)
+        return f"(N == 4 ? ((w{k} >> (8 * j)) & 0xffu) != 0u : kw::load(in{k} + i + j))"
 
+    masks = [k for k, i in enumerate(group.inputs) if i.dtype == torch.bool]
     vector_loads = [f"    const kw::Vec<float, N> r{k} = kw::load_vec<float, N>(in{k} + i);" for k in floats]
-    aligned = " && ".join(f"kw::is_aligned<float4>(in{k})" for k in floats) or "true"
+    vector_loads += [f"    const unsigned w{k} = N == 4 ? "
+                     f"kw::load(reinterpret_cast<const unsigned*>(in{k} + i)) : 0u;" for k in masks]
+    aligned = " && ".join([f"kw::is_aligned<float4>(in{k})" for k in floats]
+                          + [f"kw::is_aligned<unsigned>(in{k})" for k in masks]) or "true"
     return "\n".join([
         "struct Load {", *fields,
         "  __device__ __forceinline__ float at(idx_t i) const {",

@@ -599,13 +599,14 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
         if spec.vec == 1 or spec.space.row_length % 4 == 0:
             # (rows of other lengths take shifted chunks, which persistent clusters do not)
             others.append(dataclasses.replace(spec, persistent=True))
-    elif spec.cache and _few_cached_blocks(group, spec):
-        others = [dataclasses.replace(spec, persistent=True)]
-    elif spec.lanes < 32:
-        # short rows a warp apiece, one 16-byte load a lane at most, as they ran before several shared a warp
-        others = [dataclasses.replace(spec, lanes=32)]
     else:
         others = []
+        if spec.cache and _few_cached_blocks(group, spec):
+            others.append(dataclasses.replace(spec, persistent=True))
+        if spec.lanes < 32:
+            # short rows a warp apiece, one 16-byte load a lane at most, as they ran before several shared
+            # a warp
+            others.append(dataclasses.replace(spec, lanes=32))
     return [dataclasses.replace(group, config=(other,)) for other in others if other != spec]
 
 

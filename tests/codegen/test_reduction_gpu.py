@@ -128,16 +128,16 @@ PERSISTENT_CASES = changed_cases(persistent)
 
 @pytest.fixture(scope="module")
 def built_persistent():
-    """The cases whose rows a cluster caches, with persistent clusters (each walks several of the rows,
-    prefetching the next into the slots its final pass has read)."""
+    """The cases whose rows a cluster (or one block, at few blocks an SM) caches, made persistent (each
+    walks several of the rows, prefetching the next into the slots its final pass has read)."""
     return build_changed(PERSISTENT_CASES, persistent)
 
 
 @pytest.mark.parametrize("case", PERSISTENT_CASES)
 def test_persistent_clusters_match_pytorch(built_persistent, case):
-    """Persistent cached clusters, on aligned and misaligned inputs, twice in a row (the prefetch state of
-    one launch must not leak into the next)."""
-    if torch.cuda.get_device_capability()[0] < 9:
+    """Persistent cached clusters and blocks, on aligned and misaligned inputs, twice in a row (the
+    prefetch state of one launch must not leak into the next)."""
+    if built_persistent[1][case][1].config[0].cluster > 1 and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("thread-block clusters need sm_90")
     for _ in range(2):
         _check_aligned_and_not(built_persistent[0], built_persistent[1][case], case)
@@ -192,16 +192,18 @@ def test_non_contiguous_inputs(built, case):
     assert_close(case, ours, expected, tolerance_kind(case, group))
 
 
-def test_a_masked_scan_reads_misaligned_inputs(built):
-    """A scan's prologue reads x as vectors only where x is 16-byte aligned (its `Load::aligned`), the mask
-    byte by byte anywhere: here x 4 bytes and the mask 1 byte off."""
+@pytest.mark.parametrize("offsets", [(1, 1), (0, 1)])
+def test_a_masked_scan_reads_misaligned_inputs(built, offsets):
+    """A scan's prologue reads x as 16-byte vectors and a mask's four bytes as one 32-bit word only where
+    both are so aligned (its `Load::aligned`), else one element at a time: here x 4 bytes and the mask 1
+    byte off, then x aligned and the mask alone 1 byte off."""
     module, cases = built
     graph, group, kernel_name = cases["masked_cumsum"]
     (inputs, params), shape = random_inputs(graph, "cuda", seed=3), graph.inputs[0].shape
-    x, mask = (torch.empty(t.numel() + 1, dtype=t.dtype, device="cuda")[1:].view(shape).copy_(t)
-               for t in inputs)
+    x, mask = (torch.empty(t.numel() + 1, dtype=t.dtype, device="cuda")[k:k + t.numel()].view(shape).copy_(t)
+               for t, k in zip(inputs, offsets, strict=True))
     ours, expected = run_case(module, group, kernel_name, graph, [x, mask], params)
-    assert_close("masked_cumsum misaligned", ours, expected)
+    assert_close(f"masked_cumsum misaligned {offsets}", ours, expected)
 
 
 def test_misaligned_input_takes_the_scalar_path(built):
@@ -323,8 +325,8 @@ def _two_streams_and_a_graph(module, cases, case):
 
 def test_softmax_keeps_nan_and_all_minus_inf_rows(built):
     """The per-vector online softmax update (16-byte path, cluster, row cache): a NaN anywhere makes its
-    row NaN, a row of -inf only is NaN (0 / 0, as torch), and a NaN in a vector after only -inf values is
-    not dropped by the vector's max."""
+    row NaN, a row of -inf only is NaN (0 / 0, as torch), a NaN in a vector after only -inf values is
+    not dropped by the vector's max, and a +inf makes its row NaN throughout (exp(inf - inf), as torch)."""
     module, cases = built
     graph, group, kernel_name = cases["softmax_vec_cluster"]
     spec = group.config[0]
@@ -335,7 +337,9 @@ def test_softmax_keeps_nan_and_all_minus_inf_rows(built):
     x[2, :8] = -float("inf")
     x[2, 5] = float("nan")
     x[3, ::3] = -float("inf")
+    x[4, 777] = float("inf")
     (ours,) = getattr(module, kernel_name)([x])
+    assert torch.isnan(ours[4]).all()
     want = torch.softmax(x.double(), dim=1).float()
     torch.testing.assert_close(ours, want, rtol=1e-4, atol=1e-6, equal_nan=True)
 
