@@ -413,8 +413,10 @@ class _RowKernel:
             if env.loads or env.stores else []
         loads = [f"const kw::Vec<float, 1> x{a} = kw::load_vec<float, 1>({self._address(a)});"
                  for a in env.loads]
+        # an edge element may come before the chunks' (the row's head): the general arg update
         lines = ["const idx_t p0 = t < shift ? t : ROW_CHUNKS * VEC + t;   // an edge element of the row",
-                 "(void)p0;", *coords, *loads, *(re.sub(r"\bVEC\b", "1", line) for line in body)]
+                 "(void)p0;", *coords, *loads,
+                 *(re.sub(r"\bVEC\b", "1", line).replace(".update_next(", ".update(") for line in body)]
         edge = ["    if (SHIFTED && VEC > 1 && rank == 0 && t < edges) {"]
         return edge + ["      " + line for line in lines] + ["    }"]
 
@@ -526,7 +528,9 @@ class _RowKernel:
             i = self.index[id(node)]
             field = f"acc{p}.a{i}"
             if accumulation(node, self.spec.space.row_length).indexed:
-                inner.append(f"{field}.update({x}, p0 + j);")
+                # a thread takes its chunks in row order: each index past those it has (`_edges` takes
+                # the row's edges with the general update)
+                inner.append(f"{field}.update_next({x}, p0 + j);")
             else:
                 # the chunk's values, folded in together after the element loop
                 decls.append(f"float u{i}[VEC];")
