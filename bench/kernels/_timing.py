@@ -3,11 +3,18 @@ benchmark script runs; not a benchmark itself)."""
 
 from __future__ import annotations
 
+import argparse
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 import torch
 
+from kernelwright.codegen.assemble import assemble
+from kernelwright.codegen.build import build_extension
+from kernelwright.codegen.registry import render_group
+from kernelwright.fuse.plan import FusedGroup
+from kernelwright.ir.graph import Graph
 from kernelwright.problem import Problem, load_problem
 
 
@@ -26,6 +33,46 @@ def time_ms(fn: Callable[[], object], flush: torch.Tensor, runs: int = 30) -> fl
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+def copy_bandwidth(flush: torch.Tensor) -> float:
+    """GB/s of a 2 GiB device-to-device copy (read + write counted)."""
+    src = torch.empty(2**29, device="cuda")
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src), flush)
+    return 2 * src.numel() * 4 / ms / 1e6
+
+
+def start(description: str, workloads: Iterable[str]
+          ) -> tuple[argparse.Namespace, torch.Tensor, dict, list[str]]:
+    """A workload benchmark's start: its command line (OUT.json, --only NAME..., --no-compile), an L2 flush
+    buffer, the results it fills (device, torch, the copy bandwidth, which it prints) and the workloads to
+    run, in order."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--only", nargs="*", default=None)
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile timings")
+    args = parser.parse_args()
+    flush = torch.empty(64 * 2**20, dtype=torch.int8, device="cuda")     # larger than the 50 MB L2
+    copy_gbs = copy_bandwidth(flush)
+    print(f"{torch.cuda.get_device_name()}: device-to-device copy {copy_gbs:.0f} GB/s", flush=True)
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_gbs": copy_gbs,
+               "workloads": {}}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    return args, flush, results, [n for n in workloads if not args.only or n in args.only]
+
+
+def build_groups(graphs: dict[str, Graph], pick: Callable[[str, Graph], FusedGroup]) -> dict[str, tuple]:
+    """One extension holding the kernel of each workload's group (`pick(name, graph)`: the group, its launch
+    forced as the workload's name says); per workload (kernel function, group)."""
+    groups, kernels = {}, {}
+    for name, graph in graphs.items():
+        group = pick(name, graph)
+        kernel = render_group(group)
+        kernels.setdefault(kernel.name, kernel)
+        groups[name] = (kernel.name, group)
+    module = build_extension(assemble(list(kernels.values()))).module
+    return {name: (getattr(module, kernel_name), group) for name, (kernel_name, group) in groups.items()}
 
 
 def l2_flush() -> torch.Tensor:

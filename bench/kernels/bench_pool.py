@@ -9,7 +9,6 @@ the planner gives several (`PoolSpec.rows`: each input row the thread's windows 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -20,12 +19,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "codegen"))
-from _timing import time_ms  # noqa: E402
+from _timing import build_groups, start, time_ms  # noqa: E402
 from pool_cases import avg_pool, max_pool  # noqa: E402
 
-from kernelwright.codegen.assemble import assemble  # noqa: E402
-from kernelwright.codegen.build import build_extension  # noqa: E402
-from kernelwright.codegen.registry import render_group  # noqa: E402
 from kernelwright.fuse import plan_fusion  # noqa: E402
 from kernelwright.ir.graph import Graph  # noqa: E402
 from kernelwright.ir.ops import input_node  # noqa: E402
@@ -59,43 +55,18 @@ WORKLOADS.update({name + suffix: (WORKLOADS[name][0], None)
                   for suffix, names in FORCED.items() for name in names})
 
 
-def copy_bandwidth(flush: torch.Tensor) -> float:
-    """GB/s of a 2 GiB device-to-device copy (read + write counted)."""
-    src = torch.empty(2**29, device="cuda")
-    dst = torch.empty_like(src)
-    ms = time_ms(lambda: dst.copy_(src), flush)
-    return 2 * src.numel() * 4 / ms / 1e6
-
-
-def build(graphs: dict[str, Graph]) -> dict:
-    """One extension holding every workload's kernel; per workload (kernel function, group)."""
-    groups, kernels = {}, {}
-    for name, graph in graphs.items():
-        (group,) = [g for g in plan_fusion(graph).groups if g.family == "pool"]
-        if name.endswith("+rows1"):
-            group = dataclasses.replace(group, config=(dataclasses.replace(group.config[0], rows=1),))
-        kernel = render_group(group)
-        kernels.setdefault(kernel.name, kernel)
-        groups[name] = (kernel.name, group)
-    module = build_extension(assemble(list(kernels.values()))).module
-    return {name: (getattr(module, kernel_name), group) for name, (kernel_name, group) in groups.items()}
+def pool_group(name: str, graph: Graph):
+    """The workload's pool group, at one output row a thread for "+rows1"."""
+    (group,) = [g for g in plan_fusion(graph).groups if g.family == "pool"]
+    if name.endswith("+rows1"):
+        group = dataclasses.replace(group, config=(dataclasses.replace(group.config[0], rows=1),))
+    return group
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--only", nargs="*", default=None)
-    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile timings")
-    args = parser.parse_args()
-    flush = torch.empty(64 * 2**20, dtype=torch.int8, device="cuda")     # larger than the 50 MB L2
-    copy_gbs = copy_bandwidth(flush)
-    print(f"{torch.cuda.get_device_name()}: device-to-device copy {copy_gbs:.0f} GB/s", flush=True)
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_gbs": copy_gbs,
-               "workloads": {}}
-    names = [n for n in WORKLOADS if not args.only or n in args.only]
+    args, flush, results, names = start(__doc__.splitlines()[0], WORKLOADS)
     graphs = {name: WORKLOADS[name][0]() for name in names}
-    built = build(graphs)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    built = build_groups(graphs, pool_group)
     for name in names:
         kernel, group = built[name]
         eager = WORKLOADS[name][1]
@@ -107,7 +78,7 @@ def main() -> None:
         spec = group.config[0]
         row = {"ours_ms": ours_ms, "bytes": moved, "ours_gbs": moved / ours_ms / 1e6,
                "planned": f"{spec.layout} vec{spec.vec} rows{spec.rows}"}
-        row["of_copy"] = row["ours_gbs"] / copy_gbs
+        row["of_copy"] = row["ours_gbs"] / results["copy_gbs"]
         if eager is not None:
             reference = eager(x)
             row["max_abs_err"] = float((ours - reference).abs().max())

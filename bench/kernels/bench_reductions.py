@@ -14,7 +14,6 @@ an interrupted run keeps what it measured.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -26,7 +25,7 @@ import torch
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "codegen"))
 
-from _timing import time_ms  # noqa: E402
+from _timing import build_groups, start, time_ms  # noqa: E402
 from kernel_variants import launched_variants  # noqa: E402
 from reduction_cases import (  # noqa: E402
     batch_norm_train,
@@ -44,9 +43,6 @@ from reduction_cases import (  # noqa: E402
     rolled,
 )
 
-from kernelwright.codegen.assemble import assemble  # noqa: E402
-from kernelwright.codegen.build import build_extension  # noqa: E402
-from kernelwright.codegen.registry import render_group  # noqa: E402
 from kernelwright.fuse import plan_fusion  # noqa: E402
 from kernelwright.ir.graph import Graph  # noqa: E402
 from kernelwright.ir.ops import input_node, make_node, param_node  # noqa: E402
@@ -248,46 +244,19 @@ FORCINGS = {"+split": forced_split, "+rolled": rolled, "+uncached": forced_uncac
             "+w1": lambda group: forced(group, threads=256, warps_per_row=1)}
 
 
-def copy_bandwidth(flush: torch.Tensor) -> float:
-    """GB/s of a 2 GiB device-to-device copy (read + write counted)."""
-    src = torch.empty(2**29, device="cuda")
-    dst = torch.empty_like(src)
-    ms = time_ms(lambda: dst.copy_(src), flush)
-    return 2 * src.numel() * 4 / ms / 1e6
-
-
-def build(graphs: dict[str, Graph]):
-    """One extension holding every workload's kernel; returns, per workload, (kernel function, group)."""
-    groups, kernels = {}, []
-    for name, graph in graphs.items():
-        plan = plan_fusion(graph)
-        (group,) = [g for g in plan.groups if g.family in ("reduction", "scan", "pointwise")]
-        for suffix, force in FORCINGS.items():
-            if name.endswith(suffix):
-                group = force(group)
-        kernel = render_group(group)
-        groups[name] = (kernel.name, group)
-        if all(k.name != kernel.name for k in kernels):
-            kernels.append(kernel)
-    module = build_extension(assemble(kernels)).module
-    return {name: (getattr(module, kernel_name), group) for name, (kernel_name, group) in groups.items()}
+def workload_group(name: str, graph: Graph):
+    """The workload's reduction, scan or pointwise group, its launch forced as the name's suffix says."""
+    (group,) = [g for g in plan_fusion(graph).groups if g.family in ("reduction", "scan", "pointwise")]
+    for suffix, force in FORCINGS.items():
+        if name.endswith(suffix):
+            group = force(group)
+    return group
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--only", nargs="*", default=None)
-    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile timings")
-    args = parser.parse_args()
-    flush = torch.empty(64 * 2**20, dtype=torch.int8, device="cuda")     # larger than the 50 MB L2
-    copy_gbs = copy_bandwidth(flush)
-    print(f"{torch.cuda.get_device_name()}: device-to-device copy {copy_gbs:.0f} GB/s", flush=True)
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_gbs": copy_gbs,
-               "workloads": {}}
-    names = [n for n in WORKLOADS if not args.only or n in args.only]
+    args, flush, results, names = start(__doc__.splitlines()[0], WORKLOADS)
     graphs = {name: WORKLOADS[name][0]() for name in names}
-    built = build(graphs)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    built = build_groups(graphs, workload_group)
     for name in names:
         graph, eager = graphs[name], WORKLOADS[name][1]
         kernel, group = built[name]
@@ -302,7 +271,7 @@ def main() -> None:
             o.numel * (8 if o.dtype == torch.int64 else 4) for o in group.outputs)
         ours_ms = time_ms(lambda k=kernel, a=args_in: k(a), flush)
         row = {"ours_ms": ours_ms, "bytes": moved, "ours_gbs": moved / ours_ms / 1e6}
-        row["of_copy"] = row["ours_gbs"] / copy_gbs
+        row["of_copy"] = row["ours_gbs"] / results["copy_gbs"]
         if group.family == "reduction":
             spec = group.config[0]
             cache = "cached" if spec.cache else "uncached"

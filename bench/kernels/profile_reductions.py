@@ -16,13 +16,14 @@ import torch
 
 sys.path.insert(0, "tests/codegen")
 sys.path.insert(0, "bench/kernels")
-from bench_reductions import build  # noqa: E402
+from _timing import build_groups  # noqa: E402
+from bench_reductions import workload_group  # noqa: E402
 
 
 def run(graphs: dict, describe: Callable = lambda spec: (spec.cluster,)) -> None:
     """Each of `graphs` (name -> Graph, a bench_reductions forcing suffix allowed) built as one extension,
     then profiled or timed; `describe(spec)` adds launch fields to the timed line."""
-    built = build(graphs)
+    built = build_groups(graphs, workload_group)
     for name, graph in graphs.items():
         kernel, group = built[name]
         gen = torch.Generator(device="cuda").manual_seed(0)
