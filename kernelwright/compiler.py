@@ -437,22 +437,21 @@ class _Pipeline:
         # the first such plan is judged again with one kernel family at a time left to ATen, our GEMMs
         # first (they reassociate the K sums on tensor cores: 3xTF32's error is about 1.5x FP32's), then
         # the others in plan order, before the whole-model fallback; each judged once, step by step (no
-        # replay timing). The rejection itself is in the kept file's notes or the fallback's reason.
-        for family, retry in _family_retries(rejected[0]) if rejected else ():
-            self.result.notes.append(f"retried with ATen's {FAMILY_NAMES.get(family, family)}: the judge "
-                                     "found wrong values with ours")
-            done = self.judge_tries(retry, failures, named, replay=False)
+        # replay timing). The rejections are in the kept file's notes or the fallback's reason.
+        for family, retried in _family_retries(rejected[0]) if rejected else ():
+            done = self.judge_tries(retried, failures, named, f"ATen's {FAMILY_NAMES.get(family, family)}")
             if done is not None:
                 return done
         return self.fallback("; ".join(why for _, why in failures), live[0])
 
     def judge_tries(self, variant: Variant, failures: list[tuple[str, str]],
-                    named: bool = False, replay: bool = True) -> OptimizeResult | None:
-        """The emitted result of `variant` when the judge passes it (replayed first where `replay` and it is
-        faster, then step by step), else None with the rejections appended to `failures` (`named`: each
-        names the file's layout). A file kept after others were rejected lists those rejections in its
-        header."""
-        tries = [self.replay(variant)] if replay else [variant]
+                    named: bool = False, retry: str = "") -> OptimizeResult | None:
+        """The emitted result of `variant` when the judge passes it (replayed first where that is faster,
+        then step by step), else None with the rejections appended to `failures` (`named`: each names the
+        file's layout). A file kept after others were rejected lists those rejections in its header.
+        `retry`: what the variant has in place of kernels of ours the judge found wrong ("ATen's GEMMs"):
+        judged once, step by step, and named so in its rejection or its header."""
+        tries = [self.replay(variant)] if not retry else [variant]
         if tries[0].replay:
             tries.append(variant)
         for attempt in tries:
@@ -461,6 +460,7 @@ class _Pipeline:
                 return self.result
             speedup = verdict.get("speedup_vs_eager")
             file = f"the compiled {variant.name} file" if named else "the compiled file"
+            file += f" with {retry}" if retry else ""
             file += " (CUDA graph replay)" if attempt.replay else ""
             if verdict["status"] != "correct":
                 failures.append((verdict["status"], f"the judge found {file} {verdict['status']}: "
@@ -469,6 +469,8 @@ class _Pipeline:
             if speedup is not None and speedup < 1 / (1 + SPEED_NOISE):
                 failures.append(("slower", f"{file} was slower than eager: {_speed_text(verdict)}"))
                 break
+            if retry:
+                self.result.notes.append(f"retried with {retry}: the judge found wrong values with ours")
             if failures:
                 rejections = "; ".join(why for _, why in failures)
                 self.result.notes.append(f"kept after the judge rejected: {rejections}")

@@ -291,12 +291,17 @@ def test_a_mismatch_is_retried_a_family_at_a_time_with_aten_before_the_whole_mod
     assert result is pipeline.result and len(judged) == 3 and emitted == [judged[2]]
     assert [g.family for g in judged[1].plan.groups] == ["reduction"]
     assert [g.family for g in emitted[0].plan.groups] == ["gemm"]
+    # the kept file's header says what it retried with, and names each rejected file
     assert [n for n in pipeline.result.notes if n.startswith("retried")] == [
-        "retried with ATen's GEMMs: the judge found wrong values with ours",
         "retried with ATen's reductions and norms: the judge found wrong values with ours"]
+    (kept_after,) = [n for n in pipeline.result.notes if n.startswith("kept after the judge rejected: ")]
+    assert "the judge found the compiled file mismatch" in kept_after
+    assert "the judge found the compiled file with ATen's GEMMs mismatch" in kept_after
 
-    _, _, judged, emitted, result = run(lambda v: mismatch)
+    pipeline, _, judged, emitted, result = run(lambda v: mismatch)
     assert result[0] == "fallback" and len(judged) == 3 and not emitted and result[1].count("mismatch") == 3
+    assert "with ATen's reductions and norms mismatch" in result[1]
+    assert not any(n.startswith("retried") for n in pipeline.result.notes)
 
     _, _, judged, emitted, result = run(lambda v: {"status": "error", "detail": "CUDA error"})
     assert result[0] == "fallback" and len(judged) == 1 and not emitted
