@@ -42,12 +42,13 @@ def accumulation(node: Node, length: int) -> Accumulation:
         return Accumulation("kw::ArgMaxAcc" if op == "argmax" else "kw::ArgMinAcc", True, ("{a}.i",))
     if op == "softmax":
         # one reciprocal per row instead of a division per element (at most 1 ulp more); a row of -inf
-        # only still gives NaN (exp(-inf - -inf) * (1 / 0)), as torch does. x - max as the accumulator's
-        # exp_shift takes it (kw_reduce.cuh): from x rounded, never an FMA with the product that computed x
-        return Accumulation("kw::SoftmaxAcc", False, ("{a}.m", "1.f / {a}.s"),
-                            "(kw::exp_shift({x}, {s0}) * {s1})")
+        # only still gives NaN (exp(-inf - -inf) * (1 / 0)), and a row holding +inf NaN throughout
+        # (kw::softmax_shift), as torch does. x - max from x rounded (__fsub_rn, as kw::exp_shift in the
+        # accumulator), never an FMA with the product that computed x
+        return Accumulation("kw::SoftmaxAcc", False, ("kw::softmax_shift({a})", "1.f / {a}.s"),
+                            "(expf(__fsub_rn({x}, {s0})) * {s1})")
     if op == "log_softmax":
-        return Accumulation("kw::SoftmaxAcc", False, ("{a}.m", "logf({a}.s)"),
+        return Accumulation("kw::SoftmaxAcc", False, ("kw::softmax_shift({a})", "logf({a}.s)"),
                             "(__fsub_rn({x}, {s0}) - {s1})")
     if op in ("layer_norm", "group_norm", "batch_norm"):
         eps = c_literal(float(node.attr("eps")), torch.float32)

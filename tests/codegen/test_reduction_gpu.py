@@ -360,6 +360,20 @@ def test_a_scaled_softmax_of_large_logits_is_eagers(built, case):
     torch.testing.assert_close(ours, want, rtol=1e-5, atol=1e-6)
 
 
+def test_logsumexp_of_infinite_maxima_is_eagers(built):
+    """The accumulator keeps equal infinite maxima apart (exp of inf - inf counts 1): logsumexp over a row
+    holding +inf twice is inf, as torch's, while a softmax over such a row is NaN (the test above)."""
+    module, cases = built
+    graph, group, kernel_name = cases["logsumexp"]
+    x = torch.randn(graph.inputs[0].shape, device="cuda")
+    x[0, :2] = float("inf")
+    x[1, 3] = float("inf")
+    ours, _ = run_case(module, group, kernel_name, graph, [x], {})
+    want = torch.logsumexp(x, dim=-1, keepdim=ours[0].dim() == x.dim())
+    torch.testing.assert_close(ours[0], want, rtol=1e-5, atol=1e-5)
+    assert torch.isinf(ours[0].flatten()[:2]).all()
+
+
 @pytest.mark.parametrize("case", ["argmax_middle", "argmin_last", "argmax_flat"])
 def test_arg_reductions_pick_the_first_of_ties(built, case):
     module, cases = built
