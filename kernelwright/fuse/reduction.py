@@ -629,12 +629,10 @@ def launch_label(group: FusedGroup) -> str:
 
 
 def _few_cached_blocks(group: FusedGroup, spec: ReductionSpec, device: Device = DEVICE) -> bool:
-    """Whether an unclustered row launch caches so much per block that at most `FEW_CACHED_BLOCKS` blocks
-    fit an SM's shared memory (rows whose length is not a multiple of 4 take shifted chunks, which
-    persistent blocks do not)."""
+    """Whether an unclustered, unsplit row launch (`launch_alternatives` asks for no other) caches so much
+    per block that at most `FEW_CACHED_BLOCKS` blocks fit an SM's shared memory (rows whose length is not a
+    multiple of 4 take shifted chunks, which persistent blocks do not)."""
     space = spec.space
-    if spec.layout != "row" or spec.split or spec.cluster != 1 or spec.persistent:
-        return False
     if spec.vec == 4 and space.row_length % 4:
         return False
     rows_per_block = spec.threads // (spec.lanes if spec.lanes < 32 else 32 * spec.warps_per_row)

@@ -95,7 +95,6 @@ LATER_WARM_S, ROUND_WALL_S = 0.02, 0.05
 PLACEMENT_UNIT, PLACEMENT_SLOTS, PLACEMENT_BASE = 512, 4096, 2 * 2**20
 PLACEMENT_TRIES = 32   # pads asked for before one lands at the fresh segment's start (see `placed`)
 TURN_S = 0.01   # a side's turn in lockstep rounds (the series split into about min_time_s / TURN_S turns)
-
 CPU_WINDOW_S = 0.1  # how long CpuWatch's first pick watches the CPUs (/proc/stat counts in 10 ms ticks)
 
 
