@@ -3,8 +3,8 @@
     python bench/kernels/bench_pool.py OUT.json [--only NAME ...] [--no-compile]
 
 Workloads at KernelBench-like sizes (hundreds of MB): overlapping windows (3x3 stride 1 and stride 2, a 3D
-pool of stride 2), and non-overlapping ones as the control. "+rows1" forces one output row a thread where
-the planner gives several (`PoolSpec.rows`: each input row the thread's windows span loaded once for all).
+pool of stride 2), and non-overlapping ones as the control. "+rowsN" forces N output rows a thread against
+the planner's choice (`PoolSpec.rows`: each input row the thread's windows span loaded once for all).
 """
 
 from __future__ import annotations
@@ -49,17 +49,18 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable | None]] = {
     "max1d_k5_s2_p2_64x128x24576": (_pool((64, 128, 24576), lambda x: max_pool(x, 1, 5, 2, 2)),
                                     lambda x: F.max_pool1d(x, 5, 2, 2)),
 }
-FORCED = {"+rows1": ("avg2d_k3_s1_p1_24x128x256x256", "max2d_k3_s2_p1_32x128x224x224",
-                     "avg3d_k3_s2_p1_16x32x64x64x64")}
+FORCED = {"+rows1": ("avg2d_k3_s1_p1_24x128x256x256",),
+          "+rows4": ("max2d_k3_s2_p1_32x128x224x224", "avg3d_k3_s2_p1_16x32x64x64x64")}
 WORKLOADS.update({name + suffix: (WORKLOADS[name][0], None)
                   for suffix, names in FORCED.items() for name in names})
 
 
 def pool_group(name: str, graph: Graph):
-    """The workload's pool group, at one output row a thread for "+rows1"."""
+    """The workload's pool group, at N output rows a thread for "+rowsN"."""
     (group,) = [g for g in plan_fusion(graph).groups if g.family == "pool"]
-    if name.endswith("+rows1"):
-        group = dataclasses.replace(group, config=(dataclasses.replace(group.config[0], rows=1),))
+    _, forced, rows = name.rpartition("+rows")
+    if forced:
+        group = dataclasses.replace(group, config=(dataclasses.replace(group.config[0], rows=int(rows)),))
     return group
 
 

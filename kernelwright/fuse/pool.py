@@ -37,8 +37,10 @@ THREADS = 256
 WARP_MIN_WINDOW = 128
 # Registers one thread holds for a row of its `vec` windows (see `plan_pool`).
 MAX_SPAN = 32
-# Output rows one thread takes where windows overlap along H (`PoolSpec.rows`), and the fewest work items
-# (threads) that leaves: the GPU's resident threads (132 SMs x 2048), so that no SM idles for it.
+# Output rows one thread takes where neighbouring windows along H start one row apart (`PoolSpec.rows`), and
+# the fewest work items (threads) that leaves: the GPU's resident threads (132 SMs x 2048), so that no SM
+# idles for it. Measured on an H200 (bench/results/2026-11-28-h200-s39): a 3x3 average of stride 1 gained 2%
+# at 4 rows; a 3x3 max of stride 2 lost 7% and a 3x3x3 average of stride 2 lost 23% (one row of three shared).
 ROWS_PER_THREAD = 4
 MIN_ITEMS = 132 * 2048
 
@@ -50,9 +52,9 @@ class PoolSpec:
     padding 0, dilation 1). `slots[s]`: the IR dim of the pool's input that slot s stands for (None for
     padding); `lead`: the sizes of the dims before the spatial ones, one plane per position. `layout`
     "thread" (one thread per `vec` neighbouring outputs in each of `rows` output rows) or "warp" (one warp
-    per output). `rows` > 1 where windows overlap along H (stride below the kernel, no dilation): each input
-    row the thread's windows span is loaded once for all of them (a 3x3 average of stride 1: 6 rows of
-    loads for 4 output rows instead of 12; it ran at 2.4 TB/s on an H200, 57% of copy, at one row)."""
+    per output). `rows` > 1 where windows along H overlap at stride 1 (no dilation): each input row the
+    thread's windows span is loaded once for all of them (a 3x3 average: 6 rows of loads for 4 output rows
+    instead of 12)."""
 
     kind: str                         # "max" or "avg"
     adaptive: bool
@@ -240,9 +242,10 @@ def plan_pool(pool: Node) -> PoolSpec:
 
 
 def _rows_per_thread(spec: PoolSpec, vec: int) -> int:
-    """Output rows per thread: ROWS_PER_THREAD where neighbouring windows share input rows (stride along H
-    below the kernel, no dilation) and the work items left still fill the GPU, else 1."""
-    if spec.adaptive or spec.dilation[1] != 1 or spec.stride[1] >= spec.kernel[1] or spec.out_size[1] < 2:
+    """Output rows per thread: ROWS_PER_THREAD where neighbouring windows along H share all but one input
+    row (stride 1 below the kernel, no dilation) and the work items left still fill the GPU, else 1."""
+    if (spec.adaptive or spec.dilation[1] != 1 or spec.stride[1] != 1 or spec.kernel[1] < 2
+            or spec.out_size[1] < 2):
         return 1
     rows = min(ROWS_PER_THREAD, spec.out_size[1])
     items = spec.planes * spec.out_size[0] * -(-spec.out_size[1] // rows) * (spec.out_size[2] // vec)

@@ -51,7 +51,7 @@ def test_overlapping_windows_take_several_rows_a_thread_where_the_gpu_stays_full
         return plan_pool(pool(input_node("x", 0, shape), 2, *args, **kwargs))
 
     assert spec((24, 128, 256, 256), avg_pool, 3, 1, 1).rows == 4
-    assert spec((24, 128, 256, 256), max_pool, 3, 2, 1).rows == 4      # stride 2 of 3: rows shared
+    assert spec((24, 128, 256, 256), max_pool, 3, 2, 1).rows == 1      # stride 2: measured slower
     assert spec((2, 3, 9, 12), avg_pool, 3, 1, 1).rows == 1            # 12 work items
     assert spec((24, 128, 256, 256), max_pool, 2, 2).rows == 1         # no overlap
     assert spec((24, 128, 256, 256), max_pool, 3, 1, 1, dilation=2).rows == 1
