@@ -55,8 +55,6 @@ class Device:
 DEVICE = Device()
 # The largest cluster the planner asks for when a smaller one would do (see `plan_launch`).
 PACKED_CLUSTER = 8
-# An unclustered row cache that admits at most this many blocks per SM is also measured persistent.
-FEW_CACHED_BLOCKS = 4
 
 
 @dataclass(frozen=True)
@@ -583,11 +581,9 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
       nor did small items (8192 floats, re-read from L2) whose outputs lag one item behind their
       statistics so that no block waits (softmax 11.9 ms, NCHW GroupNorm 1.58 against 0.91: ~15 us of
       dependent round trips per item, 2026-11-28, bench/results/2026-11-28-h100-80gb-hbm3-lag-bsmall/).
-    - rows one block caches, where the cache leaves room for at most `FEW_CACHED_BLOCKS` blocks per SM:
-      the same blocks made persistent. With so few, an SM's blocks often all reduce or store at once while
-      its loads idle (L2-normalizing 12288 rows of 16384, three 64 KB rows per SM, ran at 86% of copy
-      bandwidth on an H200 against torch.compile's 100%, 2026-11-28); a block walking its rows prefetches
-      the next row's chunks as it stores this row's.
+    Rows one block caches are not offered persistent: L2-normalizing 12288 rows of 16384 (three 64 KB rows an
+    SM) ran 0.474 ms persistent against 0.476, softmax over 16384 x 12288 0.471 against 0.405 (H200,
+    2026-11-28, bench/results/2026-11-28-h200-s39/; `bench_reductions.py` keeps the "+persist" workloads).
     - short rows several to a warp (`ReductionSpec.lanes` 8 or 16): one row per warp."""
     spec = group.config[0] if group.family == "reduction" and group.config else None
     if spec is None or spec.layout != "row":
@@ -601,8 +597,6 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
             others.append(dataclasses.replace(spec, persistent=True))
     else:
         others = []
-        if spec.cache and _few_cached_blocks(group, spec):
-            others.append(dataclasses.replace(spec, persistent=True))
         if spec.lanes < 32:
             # short rows a warp apiece, one 16-byte load a lane at most, as they ran before several shared
             # a warp
@@ -626,18 +620,6 @@ def launch_label(group: FusedGroup) -> str:
     if spec.persistent:
         parts.append("persistent")
     return ", ".join(parts)
-
-
-def _few_cached_blocks(group: FusedGroup, spec: ReductionSpec, device: Device = DEVICE) -> bool:
-    """Whether an unclustered, unsplit row launch (`launch_alternatives` asks for no other) caches so much
-    per block that at most `FEW_CACHED_BLOCKS` blocks fit an SM's shared memory (rows whose length is not a
-    multiple of 4 take shifted chunks, which persistent blocks do not)."""
-    space = spec.space
-    if spec.vec == 4 and space.row_length % 4:
-        return False
-    rows_per_block = spec.threads // (spec.lanes if spec.lanes < 32 else 32 * spec.warps_per_row)
-    block_bytes = rows_per_block * space.row_length * 4 * max(1, len(cached_inputs(group, space)))
-    return (device.smem_per_block - 8 * 1024) // block_bytes <= FEW_CACHED_BLOCKS
 
 
 def _split(rows: int, units: int, least: int, device: Device) -> int:
