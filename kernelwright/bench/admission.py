@@ -4,7 +4,8 @@
 - A task starts on a GPU when its need fits in the memory not yet promised to the tasks running there
   (USABLE_FRACTION of the GPU's total: the driver, other users and fragmentation take the rest), or when
   the GPU runs no bench task at all: a task bigger than the GPU, or of unknown need, runs alone.
-- Suite order is kept as far as memory allows: a free slot takes the first pending task that fits.
+- The bench's order (plan.longest_first) is kept as far as memory allows: a free slot takes the first
+  pending task that fits.
 - No starvation: a task that does not fit may be overtaken by MAX_OVERTAKES later tasks; then it claims
   the GPU with the most memory free, where nothing else starts until it has started. That GPU drains,
   and an idle GPU admits anything.
@@ -42,7 +43,7 @@ class Lease:
 
 
 class Admission:
-    """The pending tasks, in suite order, and what runs on each GPU; thread-safe."""
+    """The pending tasks, in the bench's order, and what runs on each GPU; thread-safe."""
 
     def __init__(self, tasks: list[BenchTask], workers: list[Worker], need: Need | None = None,
                  max_overtakes: int = MAX_OVERTAKES):

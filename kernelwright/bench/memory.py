@@ -77,7 +77,8 @@ def task_need(task: BenchTask, reference: int, candidates: dict[str, int]) -> in
 
 class PeakCache:
     """Measured peaks per problem (keyed by its source's hash, so an edited problem is measured again),
-    one JSON file each under `root/<judge layout>/<gpu model>/torch-<version>/`. Only the bench's main
+    one JSON file each under `root/<judge layout>/<gpu model>/torch-<version>/`, and the seconds each
+    system's run took (plan.longest_first orders the next run's tasks by them). Only the bench's main
     thread writes; a write is atomic (a concurrent bench on the same host loses at most its own update)."""
 
     def __init__(self, root: Path, device_name: str, torch_version: str):
@@ -88,17 +89,27 @@ class PeakCache:
         return self.directory / f"{_slug(problem_id)}-{digest}.json"
 
     def peaks(self, problem_id: str, problem_path: str) -> dict:
-        """{"reference_peak_bytes": int, "candidate_peak_bytes": {system: int}}, or {} when never measured."""
+        """{"reference_peak_bytes": int, "candidate_peak_bytes": {system: int}, "seconds": {system: float}},
+        or {} when never measured."""
         try:
             return json.loads(self._path(problem_id, problem_path).read_text())
         except (OSError, json.JSONDecodeError):
             return {}
 
+    def task_seconds(self, task: BenchTask) -> float | None:
+        """How long `task` took when its systems last ran here (None when one of them never did)."""
+        seconds = self.peaks(task.problem_id, task.problem_path).get("seconds", {})
+        known = [seconds.get(system) for system in task.systems]
+        return None if None in known else sum(known)
+
     def record(self, task: BenchTask, rows: Iterable[dict]) -> None:
-        """Fold the peaks measured by `rows` (the judge's `memory` block) into the problem's entry."""
+        """Fold the peaks measured by `rows` (the judge's `memory` block) and their seconds into the
+        problem's entry."""
         entry = self.peaks(task.problem_id, task.problem_path)
         before = json.dumps(entry, sort_keys=True)
         for row in rows:
+            if row.get("seconds") is not None:
+                entry.setdefault("seconds", {})[row["system"]] = row["seconds"]
             memory = row.get("memory") or {}
             if memory.get("reference_peak_bytes"):
                 entry["reference_peak_bytes"] = memory["reference_peak_bytes"]

@@ -28,7 +28,7 @@ from rich.progress import (
 from kernelwright.bench.admission import USABLE_FRACTION, Need
 from kernelwright.bench.devices import Worker, gpu_properties, resolve_workers, timing_cpu_of, timing_cpus
 from kernelwright.bench.memory import PeakCache, plan_needs
-from kernelwright.bench.plan import BenchTask, plan_tasks
+from kernelwright.bench.plan import BenchTask, longest_first, plan_tasks
 from kernelwright.bench.pool import Execute, SubprocessExecutor, run_pool
 from kernelwright.bench.report import fmt_ms, fmt_speedup
 from kernelwright.bench.store import ResultsStore, default_results_dir, open_results
@@ -93,8 +93,9 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     store = open_results(out, config.resume)
     options = dataclasses.replace(config.options, device=config.device)
     done = store.done_keys() if config.resume else set()
-    tasks = plan_tasks(problems, systems, done, str(store.candidates_dir().resolve()))
     peaks = None if cluster else _peak_cache(config, workers)
+    tasks = longest_first(plan_tasks(problems, systems, done, str(store.candidates_dir().resolve())),
+                          peaks.task_seconds if peaks else lambda task: None)
     need, memory = _memory_plan(config, tasks, workers, peaks, console)
     store.add_run({**_run_info(config, options, problems, workers, len(tasks), device_name), "memory": memory,
                    "timing_cpus": kept}

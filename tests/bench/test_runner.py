@@ -232,3 +232,24 @@ def test_a_task_out_of_gpu_memory_beside_others_runs_again_alone():
     assert not left and attempts.count("level1/2_X") == 2 and alone == [True]
     assert sorted(r["problem"] for r in finished) == [f"level1/{i}_X" for i in range(4)]
     assert all(r["status"] == "correct" for r in finished)
+
+
+def test_tasks_start_longest_first_by_their_measured_seconds_else_by_level():
+    """Measured tasks by their seconds, the longest first; never-measured ones before them, higher levels
+    first; ties in suite order."""
+    from kernelwright.bench.plan import longest_first
+
+    def task(problem_id: str) -> BenchTask:
+        level = problem_id.split("/")[0].removeprefix("level")
+        return BenchTask(problem_id, f"/{problem_id}.py", level, "c", (SystemRun("eager", "reference"),))
+
+    tasks = [task(p) for p in ("level1/a", "level1/b", "level2/c", "level3/d", "level1/e", "level3/f")]
+    measured = {"level1/a": 10.0, "level1/b": 50.0, "level3/d": 20.0}
+    order = longest_first(tasks, lambda t: measured.get(t.problem_id))
+    assert [t.problem_id for t in order] == ["level3/f", "level2/c", "level1/e", "level1/b", "level3/d",
+                                             "level1/a"]
+    # nothing measured, one level: suite order
+    assert longest_first(tasks[:2] + tasks[4:5], lambda t: None) == tasks[:2] + tasks[4:5]
+    # a folder that is not named by a number ranks as level 0, after numbered ones
+    flat = BenchTask("x", "/x.py", "misc", "c", ())
+    assert longest_first([flat, tasks[0]], lambda t: None) == [tasks[0], flat]
