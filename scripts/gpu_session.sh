@@ -6,10 +6,17 @@
 #   bash scripts/gpu_session.sh suite [ARGS...]  # kernelwright bench on the bundled suite (over several
 #                                                # calls: pass --time-budget S well under SUITE_STOP, so that
 #                                                # the bench starts no task after S s and none is cut)
+#   bash scripts/gpu_session.sh suite-start [ARGS...]  # the bench on the bundled suite in one piece, across
+#   bash scripts/gpu_session.sh suite-wait             # calls: started in its own process session, which
+#                                                # outlives the call while the machine stays held; each call
+#                                                # waits up to SUITE_WAIT s (default 540) and brings back the
+#                                                # rows so far. Issue the next call at once (the machine goes
+#                                                # back after idle_release_s), until "suite finished"
 #   bash scripts/gpu_session.sh sh 'COMMANDS'    # any commands, in this environment (installed, PYTHONPATH)
 # The suite stage resumes from suite.tgz in the repo root when there is one (a previous call's result,
 # carried back in), and leaves $OUT/suite.tgz: a run can span several calls on fresh machines.
 set -uo pipefail
+call_started=$(date +%s)
 export PYTHONUNBUFFERED=1 OUT="${OUT:-/tmp/kw_out}"
 mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
@@ -50,6 +57,30 @@ case "$stage" in
     timeout -s INT -k 30 "${SUITE_STOP:-100000}" kernelwright bench "$@" "${resume[@]}" --out /tmp/kw_suite/suite 2>&1 \
       | tee "$OUT/suite.log" | tail -60
     tar czf "$OUT/suite.tgz" -C /tmp/kw_suite suite ;;
+  suite-start|suite-wait)
+    dir=/tmp/kw_detached
+    if [ "$stage" = suite-start ]; then
+      rm -rf "$dir" && mkdir -p "$dir"
+      date +%s > "$dir/started"
+      # setsid: a process session of its own, so the bench is not ended with this call
+      setsid bash -c 'kernelwright bench "$@" --out '"$dir"'/suite > '"$dir"'/bench.log 2>&1; rc=$?; date +%s > '"$dir"'/ended; echo $rc > '"$dir"'/rc' \
+        bench "$@" < /dev/null &
+    elif [ ! -f "$dir/started" ]; then
+      echo "no suite started on this machine (a fresh one: run suite-start)"; exit 1
+    fi
+    until [ -f "$dir/rc" ] || [ $(( $(date +%s) - call_started )) -ge "${SUITE_WAIT:-540}" ]; do sleep 5; done
+    elapsed=$(( $(cat "$dir/ended" 2>/dev/null || date +%s) - $(cat "$dir/started") ))
+    for f in results.jsonl run.json report.md report.json locks.jsonl; do
+      [ -f "$dir/suite/$f" ] && cp "$dir/suite/$f" "$OUT/"
+    done
+    [ -f "$OUT/locks.jsonl" ] && gzip -f "$OUT/locks.jsonl"
+    cp "$dir/bench.log" "$OUT/suite.log"
+    tail -c 3000 "$dir/bench.log"
+    if [ -f "$dir/rc" ]; then
+      echo "suite finished in ${elapsed} s (exit $(cat "$dir/rc"))"
+    else
+      echo "suite running for ${elapsed} s: $(wc -l < "$dir/suite/results.jsonl" 2>/dev/null || echo 0) rows so far"
+    fi ;;
   sh)
     bash -c "$1" ;;
   *)
