@@ -42,6 +42,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
@@ -107,6 +108,7 @@ class OptimizeResult:
     verdict: dict | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)
     layout: str = "nchw"                # the convolutions' layout in the emitted file
+    replay: bool = False                # the emitted forward replays a CUDA graph
     notes: list[str] = field(default_factory=list)         # decisions worth a line in the header
 
     @property
@@ -119,9 +121,16 @@ class OptimizeResult:
         return None
 
     def profile(self) -> dict:
-        """Where the time went: seconds per stage, the build's steps, the judge's phases."""
+        """Where the time went: seconds per stage, the build's steps, the judge's phases; and what came out
+        (`outcome`: the layout, replay, the kernels by family, what fell back to ATen and why, the header's
+        notes), so that a bench row tells a slow file's plan without the file."""
+        kept = self.plan.groups if self.plan and not self.fallback_reason else ()
+        families = Counter(g.family for g in kept)
+        outcome = {"layout": self.layout, "replay": self.replay, "fallback": self.fallback_reason,
+                   "kernels": dict(sorted(families.items())), "dropped": list(self.dropped),
+                   "notes": list(self.notes)}
         return {"stages": dict(self.stage_seconds), "build_steps": dict(self.build_steps),
-                "judge": dict((self.verdict or {}).get("profile") or {})}
+                "judge": dict((self.verdict or {}).get("profile") or {}), "outcome": outcome}
 
 
 @dataclass(frozen=True)
@@ -622,7 +631,7 @@ class _Pipeline:
     def emit(self, variant: Variant, verification: str) -> OptimizeResult:
         result = self.result
         result.plan, result.layout, result.verification = variant.plan, variant.layout, verification
-        result.graph = variant.graph
+        result.graph, result.replay = variant.graph, variant.replay
         result.dropped, result.group_reports = list(variant.dropped), list(variant.reports)
         result.compile_check = variant.compile_check
         if variant.build:

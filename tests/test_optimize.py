@@ -47,6 +47,24 @@ def test_optimize_cli_without_gpu(tmp_path, capsys):
     assert "NOT verified" in source and "class ModelNew(Model):" in source
 
 
+def test_the_profile_tells_what_came_out(tmp_path):
+    """`--profile`'s outcome: the layout, replay, the kernels by family, what fell back and the notes; a
+    whole-model fallback has no kernels and says why."""
+    import json
+
+    profile = tmp_path / "profile.json"
+    assert main(["optimize", "level1/01_ReLU", "-o", str(tmp_path / "relu_new.py"), "--profile",
+                 str(profile)]) == 0
+    outcome = json.loads(profile.read_text())["outcome"]
+    assert outcome["layout"] == "nchw" and outcome["replay"] is False and outcome["fallback"] is None
+    assert outcome["kernels"] == {"pointwise": 1} and outcome["dropped"] == []
+    assert isinstance(outcome["notes"], list)
+    path = tmp_path / "branchy.py"
+    path.write_text(UNCAPTURABLE)
+    outcome = optimize(load_problem(path)).profile()["outcome"]
+    assert outcome["fallback"].startswith("capture failed") and outcome["kernels"] == {}
+
+
 def test_capture_failure_gives_the_whole_model_fallback(tmp_path):
     path = tmp_path / "branchy.py"
     path.write_text(UNCAPTURABLE)

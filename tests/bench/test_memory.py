@@ -164,7 +164,8 @@ def test_static_estimates_need_no_gpu_and_measured_peaks_replace_them(tiny_suite
 
     measured = {"reference_peak_bytes": 5 * 2**30, "candidate_peak_bytes": 2**30}
     cache.record(relu, [{"system": "eager", "status": "correct", "memory": measured, "seconds": 12.5}])
-    cache.record(softmax, [{"system": "kernelwright", "status": "correct", "memory": measured, "seconds": 30}])
+    cache.record(softmax, [{"system": "kernelwright", "status": "correct", "memory": measured,
+                            "seconds": 30}])
     # the seconds each system's run took: a task's whole when all of its systems ran
     assert cache.task_seconds(relu) == 12.5 and cache.task_seconds(softmax) is None
     cache.record(softmax, [{"system": "eager", "status": "correct", "memory": None, "seconds": 5}])
