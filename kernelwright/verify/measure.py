@@ -14,14 +14,17 @@ import torch
 
 from kernelwright.codegen.kernel import KernelSource
 from kernelwright.fuse import launch_label
-from kernelwright.fuse.plan import FusedGroup, FusionPlan
+from kernelwright.fuse.plan import VIEW_OPS, FusedGroup, FusionPlan
 from kernelwright.gpulock import gpu_timing, gpu_work
 from kernelwright.judge.compare import compare_outputs, oracle_check
 from kernelwright.problem import Problem
 from kernelwright.verify.execute import execute_plan, run_group_with_aten
 
-# A kernel within this fraction of ATen's time counts as a tie and is kept (one launch instead of several
-# also saves host time that per-kernel timing does not see).
+# A kernel within this fraction of ATen's time counts as a tie and is kept where it replaces several ATen
+# launches (one launch instead of several also saves host time that per-kernel timing does not see). One
+# that replaces a single ATen op saves nothing by running: it must be no slower (lone tanh, sigmoid and
+# GELU-tanh kernels kept 1.4-1.7% behind ATen made their files 0.983-0.986x eager on an H200, 2026-11-28,
+# where an A/A of the same ops holds within 0.2%).
 NOISE = 0.03
 
 
@@ -38,10 +41,11 @@ class GroupReport:
     aten_ms: float | None = None
     choice: int = 0
     tried: tuple[tuple[str, float | None], ...] = ()
+    tie: float = NOISE     # the fraction of ATen's time by which the kernel may be slower and still kept
 
     @property
     def keep(self) -> bool:
-        return self.correct and self.kernel_ms is not None and self.kernel_ms <= self.aten_ms * (1 + NOISE)
+        return self.correct and self.kernel_ms is not None and self.kernel_ms <= self.aten_ms * (1 + self.tie)
 
     @property
     def speedup(self) -> float | None:
@@ -139,7 +143,13 @@ def _report(candidates: list[Candidate], failures: list[str | None], times: list
         f"{name}{label} {'incorrect' if ms is None else f'{ms:.3f} ms'}"
         for (name, ms), label in zip(tried, labels, strict=True))
     return GroupReport(names[best], True, detail, times[best], aten_ms, choice=best,
-                       tried=tried if len(names) > 1 else ())
+                       tried=tried if len(names) > 1 else (), tie=tie_allowance(candidates[0][0]))
+
+
+def tie_allowance(group: FusedGroup) -> float:
+    """How much slower than ATen `group`'s kernel may be and still be kept: NOISE where ATen runs several
+    ops for it (views are free), none where it runs one."""
+    return NOISE if sum(node.op not in VIEW_OPS for node in group.nodes) > 1 else 0.0
 
 
 def time_pairs(pairs: dict[object, tuple[Callable[[], object], Callable[[], object] | None]]

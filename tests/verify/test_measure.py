@@ -118,3 +118,23 @@ def test_the_fastest_correct_launch_of_a_group_is_kept():
     assert not failed.correct and failed.kernel == "one" and failed.detail == "seed 1: nan"
     alone = _report(launches[:1], [None], [1.0], 2.0)
     assert alone.choice == 0 and alone.tried == () and alone.detail == ""
+
+
+def test_a_kernel_for_one_aten_op_must_not_be_slower_but_one_for_several_may_tie():
+    """A group that ATen runs as one op (views aside) is kept only when its kernel is no slower; one that
+    replaces several ATen ops may be up to NOISE slower (the launches it saves)."""
+    from types import SimpleNamespace
+
+    from kernelwright.verify.measure import NOISE, _report
+
+    x = input_node("x", 0, (64, 64))
+    view = make_node("reshape", [x], shape=[4096])
+    tanh = make_node("tanh", [view])
+    lone = FusedGroup(family="pointwise", nodes=(view, tanh), inputs=(x,), outputs=(tanh,))
+    scaled = make_node("sigmoid", [tanh])
+    chain = FusedGroup(family="pointwise", nodes=(view, tanh, scaled), inputs=(x,), outputs=(scaled,))
+    slightly_slower = 1.0 * (1 + NOISE / 2)
+    for group, kept in ((lone, False), (chain, True)):
+        report = _report([(group, SimpleNamespace(name="k"))], [None], [slightly_slower], 1.0)
+        assert report.keep is kept
+        assert _report([(group, SimpleNamespace(name="k"))], [None], [1.0], 1.0).keep
