@@ -10,7 +10,8 @@ from kernelwright.fuse import conv, gemm, pointwise, pool, reduction, scan
 from kernelwright.fuse.plan import AtenStep, FusedGroup, FusionPlan, Partition, make_group, plan_fusion
 
 # Family -> other launches of one of its groups, which the GPU measures against the planner's own.
-ALTERNATIVES = {"reduction": reduction.launch_alternatives, "gemm": gemm.launch_alternatives}
+ALTERNATIVES = {"reduction": reduction.launch_alternatives, "gemm": gemm.launch_alternatives,
+                "pointwise": pointwise.launch_alternatives}
 
 
 def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
@@ -19,7 +20,7 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     return find(group) if find else []
 
 
-LABELS = {"reduction": reduction.launch_label, "gemm": gemm.launch_label}
+LABELS = {"reduction": reduction.launch_label, "gemm": gemm.launch_label, "pointwise": pointwise.launch_label}
 
 
 def launch_label(group: FusedGroup) -> str:

@@ -10,6 +10,8 @@ become strided indexing.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from kernelwright.fuse.plan import VIEW_OPS, FusedGroup, Matching, make_group
@@ -91,3 +93,28 @@ def _producers(members: list[Node], ids: set[int], taken: set[int]) -> list[Node
             if id(inp) not in ids and id(inp) not in taken and (is_pointwise(inp) or _is_view(inp)):
                 found.setdefault(id(inp), inp)
     return list(found.values())
+
+
+# Elements from which a group's flat kernel is also measured with more vectors a thread in flight
+# (`launch_alternatives`): bandwidth-bound work of several waves, where how many loads each thread keeps in
+# flight decides how close to copy bandwidth it runs.
+ALTERNATIVE_MIN_ELEMENTS = 1 << 22
+# The flat kernel's knob (codegen/pointwise.py, PointwiseConfig.unroll: vectors per operand a thread loads
+# before any math) and the values tried beside its default of 1.
+UNROLLS = (2, 4)
+
+
+def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
+    """The same group with 2 and 4 vectors per operand a thread, for large domains. The default (one vector
+    a thread, one pass) ran at copy bandwidth on an H100 (bench/results/2026-11-25-h100-80gb-hbm3-
+    pointwise/), yet lone tanh, sigmoid and GELU-tanh ran 1.4-1.7% behind ATen's on an H200 (4.3 TB/s: more
+    bytes must be in flight), where an A/A of the same ops holds within 0.2% (2026-11-28). The measure stage
+    keeps the fastest."""
+    if group.config or max((o.numel for o in group.outputs), default=0) < ALTERNATIVE_MIN_ELEMENTS:
+        return []
+    return [dataclasses.replace(group, config=(("unroll", unroll),)) for unroll in UNROLLS]
+
+
+def launch_label(group: FusedGroup) -> str:
+    """The launch's knobs where they are not the defaults ("" for the planner's)."""
+    return ", ".join(f"{key} {value}" for key, value in group.config)

@@ -442,6 +442,24 @@ def test_default_config_keeps_kernel_names_and_others_change_them():
         PointwiseConfig(grid="sometimes")
 
 
+def test_large_groups_are_also_measured_with_more_vectors_a_thread():
+    """fuse.launch_alternatives of a large flat group: unroll 2 and 4, each rendering its own kernel (the
+    codegen's PointwiseConfig takes the knob as given); a small group, or one already configured, gets
+    none."""
+    from kernelwright.fuse import launch_alternatives, launch_label
+
+    def tanh_of(x):
+        return Graph((x,), (), (make_node("tanh", [x]),))
+
+    (group,) = plan_fusion(tanh_of(_x((2048, 4096)))).groups
+    others = launch_alternatives(group)
+    assert [PointwiseConfig.from_tuple(o.config).unroll for o in others] == [2, 4]
+    assert [launch_label(o) for o in others] == ["unroll 2", "unroll 4"] and launch_label(group) == ""
+    assert len({render(g).cuda for g in (group, *others)}) == 3
+    assert launch_alternatives(others[0]) == []
+    assert launch_alternatives(plan_fusion(tanh_of(_x((64, 4096)))).groups[0]) == []
+
+
 # Non-default knobs: odd unroll and block, both grids, every cache policy, broadcast operands flat.
 KNOB_CONFIGS = [PointwiseConfig(block=128, unroll=3, grid="one_pass", cache="streaming", broadcast=True),
                 PointwiseConfig(block=512, unroll=2, grid="persistent", cache="no_allocate", broadcast=True),
