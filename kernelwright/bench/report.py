@@ -60,6 +60,7 @@ def render_markdown(report: dict, plots: list[str] = PLOT_FILES) -> str:
     lines += _not_credited(report["summary"])
     lines += _aa_section(report.get("aa_check") or [], rows)
     lines += _optimize_time_section(rows)
+    lines += _outcome_section(rows)
     lines += _judge_time_section(rows)
     lines += render_lines(report.get("locks") or {})
     if plots:
@@ -197,6 +198,32 @@ def _optimize_time_section(rows: list[dict]) -> list[str]:
     lines += ["", f"Median {seconds[len(seconds) // 2]:.1f} s, slowest {seconds[-1]:.1f} s over "
               f"{len(seconds)} problems.", ""]
     return lines
+
+
+def _outcome_section(rows: list[dict]) -> list[str]:
+    """What optimize made of the files that lost to torch.compile or eager, or fell back whole (the
+    `outcome` of its --profile): the plan's layout, replay, kernels by family and what fell back to ATen."""
+    def behind(row: dict) -> bool:
+        outcome = (row.get("optimize_profile") or {}).get("outcome")
+        return bool(outcome) and (outcome.get("fallback") is not None or any(
+            (row.get(key) or 1.0) < 1.0 for key in ("speedup_vs_eager", "speedup_vs_compile")))
+
+    shown = sorted((r for r in rows if behind(r)), key=lambda r: r.get("speedup_vs_compile") or 0.0)
+    if not shown:
+        return []
+    head = ["problem", "×eager", "×compile", "layout", "replay", "kernels", "fell back to ATen"]
+    lines = ["## What optimize made of the files behind eager or torch.compile", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in shown:
+        outcome = row["optimize_profile"]["outcome"]
+        kernels = ", ".join(f"{n} {family}" for family, n in outcome.get("kernels", {}).items()) or "none"
+        dropped = outcome.get("fallback") or "; ".join(outcome.get("dropped") or []) or "-"
+        cells = [row["problem"], fmt_speedup(row.get("speedup_vs_eager")),
+                 fmt_speedup(row.get("speedup_vs_compile")), outcome.get("layout", "-"),
+                 "yes" if outcome.get("replay") else "no", kernels,
+                 _cell("whole model: " + dropped if outcome.get("fallback") else dropped)[:NOTE_CHARS]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 # The judge's phases a reader compares (verdict profile keys); the report adds the timed series and the

@@ -260,3 +260,30 @@ def test_the_judge_time_section_sums_each_system_s_phases_and_waits():
                       "build s": "9", "trials s": "40", "timing s": "60", "timed series s": "9",
                       "waiting for other tasks s": "30"}]
     assert _judge_time_section(rows[2:]) == []
+
+
+def test_the_outcome_section_shows_the_plans_of_files_behind_eager_or_compile():
+    """Files behind torch.compile or eager, or fallen back whole, with what optimize made of them (their
+    --profile's outcome), slowest against compile first; files ahead of both are left out."""
+    from kernelwright.bench.report import _outcome_section
+
+    def row(problem, eager, compile_, **outcome):
+        outcome = {"layout": "nchw", "replay": False, "fallback": None, "kernels": {}, "dropped": [],
+                   "notes": [], **outcome}
+        return {"problem": problem, "system": "kernelwright", "speedup_vs_eager": eager,
+                "speedup_vs_compile": compile_, "optimize_profile": {"outcome": outcome}}
+
+    rows = [row("level1/01", 2.0, 1.5, kernels={"pointwise": 1}),
+            row("level2/02", 1.6, 0.92, layout="channels_last", replay=True,
+                kernels={"pointwise": 1, "reduction": 1}),
+            row("level1/04", 0.98, 0.97, kernels={"pointwise": 1}, dropped=["kw_a: slower than ATen"]),
+            row("level1/44", 1.0, 1.0, fallback="no kernel survived"),
+            {"problem": "level1/01", "system": "eager", "speedup_vs_eager": 1.0, "speedup_vs_compile": 0.5}]
+    table = markdown_table("\n".join(_outcome_section(rows)), "problem")
+    assert [r["problem"] for r in table] == ["level2/02", "level1/04", "level1/44"]
+    assert table[0]["layout"] == "channels_last" and table[0]["replay"] == "yes"
+    assert table[0]["kernels"] == "1 pointwise, 1 reduction" and table[0]["fell back to ATen"] == "-"
+    assert table[1]["fell back to ATen"] == "kw_a: slower than ATen"
+    assert table[2]["kernels"] == "none"
+    assert table[2]["fell back to ATen"] == "whole model: no kernel survived"
+    assert _outcome_section(rows[:1]) == []
