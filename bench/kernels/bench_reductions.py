@@ -30,6 +30,7 @@ from kernel_variants import launched_variants  # noqa: E402
 from reduction_cases import (  # noqa: E402
     batch_norm_train,
     blocks_per_row,
+    column_unrolled,
     cosine_by_three_sums,
     group_norm,
     l2_normalize,
@@ -162,8 +163,10 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
 # partials in one cooperative launch and re-read their share from L2 (`ReductionSpec.one_launch`);
 # "+vec1": rows whose length is not a multiple of 4 with 4-byte loads, against the planner's 16-byte chunks
 # from each row's first aligned element. "+warp": short rows one to a warp, against the planner's several
-# (`ReductionSpec.lanes`).
-FORCED = {"+rolled": ("sum_last_16384x10240", "sum_last_20480x16384", "rows_three_sums_16384x10240",
+# (`ReductionSpec.lanes`). "+unroll": column launches with their chunk loops unrolled by 8, not 4
+# (`ReductionSpec.unroll`, as `launch_alternatives` offers them).
+FORCED = {"+unroll": ("batchnorm_train_nhwc_32x128x128x128", "sum_dim0_20480x16384"),
+          "+rolled": ("sum_last_16384x10240", "sum_last_20480x16384", "rows_three_sums_16384x10240",
                         "logsumexp_32768x4093", "rows_kl_sums_8192x81920", "softmax_4096x393216",
                         "layernorm_4096x65536"),
           "+uncached": ("rows_kl_sums_8192x81920",),
@@ -236,8 +239,9 @@ def forced_warps(group, warps: int):
 
 
 # workload name suffix -> the launch it forces
-FORCINGS = {"+split": forced_split, "+rolled": rolled, "+uncached": forced_uncached, "+persist": persistent,
-            "+one": one_launch, "+one256": forced_small_one_launch,
+FORCINGS = {"+unroll": column_unrolled, "+split": forced_split, "+rolled": rolled,
+            "+uncached": forced_uncached, "+persist": persistent, "+one": one_launch,
+            "+one256": forced_small_one_launch,
             "+vec1": lambda group: forced(group, vec=1), "+warp": lambda group: forced(group, lanes=32),
             "+w8": lambda group: forced_warps(group, 8), "+w16": lambda group: forced_warps(group, 16),
             "+w32": lambda group: forced_warps(group, 32),

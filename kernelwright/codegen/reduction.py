@@ -423,16 +423,17 @@ class _RowKernel:
     def _chunk_loop(self, head: list[str], wait: list[str], coords: list[str], loads: list[tuple[str, str]],
                     rest: list[str]) -> list[str]:
         """For each chunk `c` this thread takes: `head`, `wait`, `coords` (the chunk's coordinates), the
-        `loads` (name, value), `rest`; indented inside `if (live)`. A runtime loop unrolled by 4, so that
-        several independent 16-byte loads per thread are in flight (the accumulator chain is serial, the
-        loads are not). With `spec.full_unroll` (row layout), when a thread's share of loaded values fits
-        FULL_UNROLL_FLOATS registers: two loops over the compile-time trip count, the first issuing every
-        load of the share (each chunk predicated), the second computing; the runtime loop's remainder (a
-        thread taking fewer chunks than the unroll, e.g. 2.5 on average) has one load in flight at a time."""
+        `loads` (name, value), `rest`; indented inside `if (live)`. A runtime loop unrolled by `spec.unroll`
+        (4 unless measured otherwise), so that several independent loads per thread are in flight (the
+        accumulator chain is serial, the loads are not). With `spec.full_unroll` (row layout), when a
+        thread's share of loaded values fits FULL_UNROLL_FLOATS registers: two loops over the compile-time
+        trip count, the first issuing every load of the share (each chunk predicated), the second computing;
+        the runtime loop's remainder (a thread taking fewer chunks than the unroll, e.g. 2.5 on average) has
+        one load in flight at a time."""
         vec = "kw::Vec<float, VEC>"
         body = head + wait + coords + [f"const {vec} {name} = {value};" for name, value in loads] + rest
-        runtime = ["#pragma unroll 4", "for (idx_t c = c_begin + t; c < c_end; c += STEP) {",
-                   *("  " + line for line in body), "}"]
+        loop = "for (idx_t c = c_begin + t; c < c_end; c += STEP) {"
+        runtime = [f"#pragma unroll {self.spec.unroll}", loop, *("  " + line for line in body), "}"]
         if not (self.spec.full_unroll and self.spec.layout == "row"):
             return ["    " + line for line in runtime]
 

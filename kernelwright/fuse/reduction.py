@@ -55,6 +55,8 @@ class Device:
 DEVICE = Device()
 # The largest cluster the planner asks for when a smaller one would do (see `plan_launch`).
 PACKED_CLUSTER = 8
+# A column launch is also measured with its chunk loops unrolled this far (`launch_alternatives`).
+COLUMN_UNROLL = 8
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,9 @@ class ReductionSpec:
     launcher falls back to the two launches where a cooperative launch is refused.
     `lanes` (row layout, one warp per row, no cluster, unsplit): 8 or 16 when a warp holds several short
     rows, each walked by that many lanes (32: a warp or more per row). A 128-long row on 32 lanes is one
-    16-byte load a lane; on 8 lanes, four, all in flight at once, and a warp reduces four rows."""
+    16-byte load a lane; on 8 lanes, four, all in flight at once, and a warp reduces four rows.
+    `unroll`: how far the runtime chunk loop is unrolled, so how many of a thread's loads are in flight at
+    once where the loop runs (a column tile's lane loads 4 bytes at a time: `launch_alternatives`)."""
 
     space: Space
     levels: tuple[str, ...]      # per group node: "elem", "row" (keepdim form) or "rowsq" (squeezed form)
@@ -134,6 +138,7 @@ class ReductionSpec:
     persistent: bool = False
     one_launch: bool = False
     lanes: int = 32
+    unroll: int = 4
 
 
 def space_of(node: Node) -> Space | None:
@@ -581,13 +586,18 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
       nor did small items (8192 floats, re-read from L2) whose outputs lag one item behind their
       statistics so that no block waits (softmax 11.9 ms, NCHW GroupNorm 1.58 against 0.91: ~15 us of
       dependent round trips per item, 2026-11-28, bench/results/2026-11-28-h100-80gb-hbm3-lag-bsmall/).
+    - short rows several to a warp (`ReductionSpec.lanes` 8 or 16): one row per warp.
+    - column tiles: the chunk loops unrolled by COLUMN_UNROLL (`ReductionSpec.unroll`): a lane loads one
+      float a position, so four loads in flight are 16 bytes a thread (a channels-last training BatchNorm's
+      split phases ran at 73% of their three-pass bound on an H100, 2026-11-26; not yet measured).
     Rows one block caches are not offered persistent: L2-normalizing 12288 rows of 16384 (three 64 KB rows an
     SM) ran 0.474 ms persistent against 0.476, softmax over 16384 x 12288 0.471 against 0.405 (H200,
-    2026-11-28, bench/results/2026-11-28-h200-s39/; `bench_reductions.py` keeps the "+persist" workloads).
-    - short rows several to a warp (`ReductionSpec.lanes` 8 or 16): one row per warp."""
+    2026-11-28, bench/results/2026-11-28-h200-s39/; `bench_reductions.py` keeps the "+persist" workloads)."""
     spec = group.config[0] if group.family == "reduction" and group.config else None
-    if spec is None or spec.layout != "row":
+    if spec is None:
         return []
+    if spec.layout == "column":
+        return [dataclasses.replace(group, config=(dataclasses.replace(spec, unroll=COLUMN_UNROLL),))]
     if spec.split:
         others = [dataclasses.replace(spec, one_launch=True)] if has_elem_output(group, spec.levels) else []
     elif spec.cache and spec.cluster > 1:
@@ -619,6 +629,8 @@ def launch_label(group: FusedGroup) -> str:
     parts.append("cached" if spec.cache else "uncached")
     if spec.persistent:
         parts.append("persistent")
+    if spec.unroll != 4:
+        parts.append(f"unrolled by {spec.unroll}")
     return ", ".join(parts)
 
 

@@ -429,12 +429,22 @@ def rolled(group: FusedGroup) -> FusedGroup | None:
 
 
 def persistent(group: FusedGroup) -> FusedGroup | None:
-    """A reduction group whose rows a cluster (or one block, at few blocks an SM) caches, made persistent
-    (`ReductionSpec.persistent`: clusters or blocks walking rows, the final pass prefetching the next row)
-    as `launch_alternatives` offers it, or None."""
+    """A reduction group whose rows a cluster caches, made persistent (`ReductionSpec.persistent`: clusters
+    walking rows, the final pass prefetching the next row) as `launch_alternatives` offers it, or None."""
     from kernelwright.fuse import launch_alternatives
 
     return next((g for g in launch_alternatives(group) if g.config[0].persistent), None)
+
+
+def column_unrolled(group: FusedGroup) -> FusedGroup | None:
+    """A column launch with its chunk loops unrolled further (`ReductionSpec.unroll`) as
+    `launch_alternatives` offers it, or None."""
+    from kernelwright.fuse import launch_alternatives
+
+    spec = group.config[0] if group.family == "reduction" and group.config else None
+    if spec is None or spec.layout != "column":
+        return None
+    return next(g for g in launch_alternatives(group) if g.config[0].unroll != spec.unroll)
 
 
 def one_launch(group: FusedGroup) -> FusedGroup | None:

@@ -1,6 +1,7 @@
 """Every reduction/softmax/norm/scan case renders, and all of their kernels compile together with nvcc
 (compile-only, sm_90a: the cluster variants are real code there), those whose chunk loops the planner unrolled
-whole also with the runtime loop, and those offered persistent (clusters or blocks walking rows) so too."""
+whole also with the runtime loop, those offered persistent (clusters or blocks walking rows) so too, and the
+column launches unrolled further."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import subprocess
 
 import pytest
 import torch
-from reduction_cases import CASES, persistent, rolled, x_in
+from reduction_cases import CASES, column_unrolled, persistent, rolled, x_in
 
 from kernelwright.codegen.assemble import assemble
 from kernelwright.codegen.registry import render_group
@@ -41,8 +42,20 @@ def persistent_kernels():
     return [render_group(g) for g in groups if g is not None]
 
 
+def column_unrolled_kernels():
+    """Every column launch as `launch_alternatives` offers it unrolled by COLUMN_UNROLL."""
+    from kernelwright.fuse.reduction import COLUMN_UNROLL
+
+    groups = [column_unrolled(g) for build in CASES.values() for g in plan_fusion(build()).groups]
+    groups = [g for g in groups if g is not None]
+    assert groups and all(g.config[0].unroll == COLUMN_UNROLL for g in groups)
+    kernels = [render_group(g) for g in groups]
+    assert all(f"#pragma unroll {COLUMN_UNROLL}\n" in k.cuda for k in kernels)
+    return kernels
+
+
 def test_every_case_renders_an_entry_per_kernel():
-    kernels = rendered_kernels() + rolled_kernels() + persistent_kernels()
+    kernels = rendered_kernels() + rolled_kernels() + persistent_kernels() + column_unrolled_kernels()
     names = [k.name for k in kernels]
     assert len(set(names)) == len(names)
     for kernel in kernels:
@@ -52,7 +65,8 @@ def test_every_case_renders_an_entry_per_kernel():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_all_variants_compile_with_nvcc(tmp_path):
-    sources = assemble(rendered_kernels() + rolled_kernels() + persistent_kernels())
+    sources = assemble(rendered_kernels() + rolled_kernels() + persistent_kernels()
+                       + column_unrolled_kernels())
     cu = tmp_path / "reductions.cu"
     cu.write_text(sources.cuda_text)
     result = subprocess.run(

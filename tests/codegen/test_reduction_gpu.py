@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 from kernel_variants import launched_variants
-from reduction_cases import CASES, one, one_launch, persistent, random_inputs, rolled
+from reduction_cases import CASES, column_unrolled, one, one_launch, persistent, random_inputs, rolled
 from side_streams import alternate_on_side_streams
 
 from kernelwright.codegen.assemble import assemble
@@ -141,6 +141,20 @@ def test_persistent_clusters_match_pytorch(built_persistent, case):
         pytest.skip("thread-block clusters need sm_90")
     for _ in range(2):
         _check_aligned_and_not(built_persistent[0], built_persistent[1][case], case)
+
+
+COLUMN_UNROLLED_CASES = changed_cases(column_unrolled)
+
+
+@pytest.fixture(scope="module")
+def built_column_unrolled():
+    """The column launches with their chunk loops unrolled further, as `launch_alternatives` offers them."""
+    return build_changed(COLUMN_UNROLLED_CASES, column_unrolled)
+
+
+@pytest.mark.parametrize("case", COLUMN_UNROLLED_CASES)
+def test_column_launches_unrolled_further_match_pytorch(built_column_unrolled, case):
+    _check_aligned_and_not(built_column_unrolled[0], built_column_unrolled[1][case], case)
 
 
 ONE_LAUNCH_CASES = changed_cases(one_launch)
