@@ -109,6 +109,7 @@ class OptimizeResult:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     layout: str = "nchw"                # the convolutions' layout in the emitted file
     replay: bool = False                # the emitted forward replays a CUDA graph
+    kernel_families: dict[str, int] = field(default_factory=dict)   # the emitted file's kernels by family
     notes: list[str] = field(default_factory=list)         # decisions worth a line in the header
 
     @property
@@ -124,10 +125,8 @@ class OptimizeResult:
         """Where the time went: seconds per stage, the build's steps, the judge's phases; and what came out
         (`outcome`: the layout, replay, the kernels by family, what fell back to ATen and why, the header's
         notes), so that a bench row tells a slow file's plan without the file."""
-        kept = self.plan.groups if self.plan and not self.fallback_reason else ()
-        families = Counter(g.family for g in kept)
         outcome = {"layout": self.layout, "replay": self.replay, "fallback": self.fallback_reason,
-                   "kernels": dict(sorted(families.items())), "dropped": list(self.dropped),
+                   "kernels": dict(self.kernel_families), "dropped": list(self.dropped),
                    "notes": list(self.notes)}
         return {"stages": dict(self.stage_seconds), "build_steps": dict(self.build_steps),
                 "judge": dict((self.verdict or {}).get("profile") or {}), "outcome": outcome}
@@ -231,7 +230,7 @@ def optimize(problem: Problem, options: OptimizeOptions = DEFAULT_OPTIONS,
 
 # What a cached result keeps (plain data); the graph, plan and reports are not stored.
 CACHED_FIELDS = ("source", "verification", "fallback_reason", "build_seconds", "build_steps", "dropped",
-                 "verdict", "stage_seconds", "layout", "notes")
+                 "verdict", "stage_seconds", "layout", "replay", "kernel_families", "notes")
 
 
 def _result_key(problem: Problem, options: OptimizeOptions) -> str:
@@ -632,6 +631,7 @@ class _Pipeline:
         result = self.result
         result.plan, result.layout, result.verification = variant.plan, variant.layout, verification
         result.graph, result.replay = variant.graph, variant.replay
+        result.kernel_families = dict(sorted(Counter(g.family for g in variant.plan.groups).items()))
         result.dropped, result.group_reports = list(variant.dropped), list(variant.reports)
         result.compile_check = variant.compile_check
         if variant.build:
@@ -648,6 +648,8 @@ class _Pipeline:
         result = self.result
         result.fallback_reason = reason
         result.verification = "not needed: ModelNew is Model"
+        # what an attempt before it set is not this file's (ModelNew is Model: no kernel, no replay)
+        result.replay, result.kernel_families, result.layout = False, {}, "nchw"
         if variant is not None:
             result.plan, result.dropped = variant.plan, list(variant.dropped)
             result.group_reports = list(variant.reports)

@@ -8,10 +8,12 @@
 #                                                # the bench starts no task after S s and none is cut)
 #   bash scripts/gpu_session.sh suite-start [ARGS...]  # the bench on the bundled suite in one piece, across
 #   bash scripts/gpu_session.sh suite-wait             # calls: started in its own process session, which
-#                                                # outlives the call while the machine stays held; each call
-#                                                # waits up to SUITE_WAIT s (default 540) and brings back the
-#                                                # rows so far. Issue the next call at once (the machine goes
-#                                                # back after idle_release_s), until "suite finished"
+#                                                # outlives the call while the machine stays held, on a copy
+#                                                # of this tree; each call waits up to SUITE_WAIT s (default
+#                                                # 540) and brings back the rows so far (suite-wait does no
+#                                                # setup: nothing of it runs beside the bench's timings).
+#                                                # Issue the next call at once (the machine goes back after
+#                                                # idle_release_s), until "suite finished"
 #   bash scripts/gpu_session.sh sh 'COMMANDS'    # any commands, in this environment (installed, PYTHONPATH)
 # The suite stage resumes from suite.tgz in the repo root when there is one (a previous call's result,
 # carried back in), and leaves $OUT/suite.tgz: a run can span several calls on fresh machines.
@@ -19,6 +21,32 @@ set -uo pipefail
 call_started=$(date +%s)
 export PYTHONUNBUFFERED=1 OUT="${OUT:-/tmp/kw_out}"
 mkdir -p "$OUT"
+detached=/tmp/kw_detached
+
+# Wait for the detached bench (suite-start) up to SUITE_WAIT s from this call's start, bring back what it has
+# written so far, and exit with its status once it has ended (else 0).
+wait_for_suite() {
+  until [ -f "$detached/rc" ] || [ $(( $(date +%s) - call_started )) -ge "${SUITE_WAIT:-540}" ]; do sleep 5; done
+  local elapsed=$(( $(cat "$detached/ended" 2>/dev/null || date +%s) - $(cat "$detached/started") ))
+  for f in results.jsonl run.json report.md report.json locks.jsonl; do
+    [ -f "$detached/suite/$f" ] && cp "$detached/suite/$f" "$OUT/"
+  done
+  [ -f "$OUT/locks.jsonl" ] && gzip -f "$OUT/locks.jsonl"
+  [ -d "$detached/suite/logs" ] && tar czf "$OUT/logs.tgz" -C "$detached/suite" logs
+  cp "$detached/bench.log" "$OUT/suite.log"
+  tail -c 3000 "$detached/bench.log"
+  if [ -f "$detached/rc" ]; then
+    echo "suite finished in ${elapsed} s (exit $(cat "$detached/rc"))"
+    exit "$(cat "$detached/rc")"
+  fi
+  echo "suite running for ${elapsed} s: $(wc -l < "$detached/suite/results.jsonl" 2>/dev/null || echo 0) rows so far"
+  exit 0
+}
+
+if [ "${1:-}" = suite-wait ]; then
+  [ -f "$detached/started" ] || { echo "no suite started on this machine (a fresh one: run suite-start)"; exit 1; }
+  wait_for_suite
+fi
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
@@ -57,30 +85,22 @@ case "$stage" in
     timeout -s INT -k 30 "${SUITE_STOP:-100000}" kernelwright bench "$@" "${resume[@]}" --out /tmp/kw_suite/suite 2>&1 \
       | tee "$OUT/suite.log" | tail -60
     tar czf "$OUT/suite.tgz" -C /tmp/kw_suite suite ;;
-  suite-start|suite-wait)
-    dir=/tmp/kw_detached
-    if [ "$stage" = suite-start ]; then
-      rm -rf "$dir" && mkdir -p "$dir"
-      date +%s > "$dir/started"
-      # setsid: a process session of its own, so the bench is not ended with this call
-      setsid bash -c 'kernelwright bench "$@" --out '"$dir"'/suite > '"$dir"'/bench.log 2>&1; rc=$?; date +%s > '"$dir"'/ended; echo $rc > '"$dir"'/rc' \
-        bench "$@" < /dev/null &
-    elif [ ! -f "$dir/started" ]; then
-      echo "no suite started on this machine (a fresh one: run suite-start)"; exit 1
+  suite-start)
+    if [ -f "$detached/pid" ] && kill -0 "$(cat "$detached/pid")" 2>/dev/null; then
+      echo "a suite is still running on this machine (pid $(cat "$detached/pid")): suite-wait"; exit 1
     fi
-    until [ -f "$dir/rc" ] || [ $(( $(date +%s) - call_started )) -ge "${SUITE_WAIT:-540}" ]; do sleep 5; done
-    elapsed=$(( $(cat "$dir/ended" 2>/dev/null || date +%s) - $(cat "$dir/started") ))
-    for f in results.jsonl run.json report.md report.json locks.jsonl; do
-      [ -f "$dir/suite/$f" ] && cp "$dir/suite/$f" "$OUT/"
-    done
-    [ -f "$OUT/locks.jsonl" ] && gzip -f "$OUT/locks.jsonl"
-    cp "$dir/bench.log" "$OUT/suite.log"
-    tail -c 3000 "$dir/bench.log"
-    if [ -f "$dir/rc" ]; then
-      echo "suite finished in ${elapsed} s (exit $(cat "$dir/rc"))"
-    else
-      echo "suite running for ${elapsed} s: $(wc -l < "$dir/suite/results.jsonl" 2>/dev/null || echo 0) rows so far"
-    fi ;;
+    rm -rf "$detached" && mkdir -p "$detached/tree"
+    # the bench imports this copy (PYTHONPATH comes before the editable install), so that a later call's
+    # tree, copied over this one, changes nothing under the running bench
+    tar cf - --exclude=./.git --exclude=./.whl . | tar xf - -C "$detached/tree"
+    date +%s > "$detached/started"
+    # setsid: a process session of its own, so the bench is not ended with this call; its output goes to
+    # bench.log, and nothing of it holds this call's output open
+    PYTHONPATH="$detached/tree${PYTHONPATH:+:$PYTHONPATH}" setsid bash -c \
+      'kernelwright bench "$@" --out '"$detached"'/suite > '"$detached"'/bench.log 2>&1; rc=$?
+       date +%s > '"$detached"'/ended; echo $rc > '"$detached"'/rc' bench "$@" < /dev/null > /dev/null 2>&1 &
+    echo $! > "$detached/pid"
+    wait_for_suite ;;
   sh)
     bash -c "$1" ;;
   *)

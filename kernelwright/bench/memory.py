@@ -103,12 +103,14 @@ class PeakCache:
         return None if None in known else sum(known)
 
     def record(self, task: BenchTask, rows: Iterable[dict]) -> None:
-        """Fold the peaks measured by `rows` (the judge's `memory` block) and their seconds into the
-        problem's entry."""
+        """Fold the peaks measured by `rows` (the judge's `memory` block) and the seconds of the correct
+        ones into the problem's entry."""
         entry = self.peaks(task.problem_id, task.problem_path)
         before = json.dumps(entry, sort_keys=True)
         for row in rows:
-            if row.get("seconds") is not None:
+            # a correct row's seconds only: a failure can end early (an optimize error in seconds) and
+            # would put a long task last next time
+            if row.get("seconds") is not None and row.get("status") == "correct":
                 entry.setdefault("seconds", {})[row["system"]] = row["seconds"]
             memory = row.get("memory") or {}
             if memory.get("reference_peak_bytes"):

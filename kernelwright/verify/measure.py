@@ -22,10 +22,11 @@ from kernelwright.verify.execute import execute_plan, run_group_with_aten
 
 # A kernel within this fraction of ATen's time counts as a tie and is kept where it replaces several ATen
 # launches (one launch instead of several also saves host time that per-kernel timing does not see). One
-# that replaces a single ATen op saves nothing by running: it must be no slower (lone tanh, sigmoid and
-# GELU-tanh kernels kept 1.4-1.7% behind ATen made their files 0.983-0.986x eager on an H200, 2026-11-28,
-# where an A/A of the same ops holds within 0.2%).
+# that replaces a single ATen op saves nothing by running: it may be slower by no more than the timing's
+# own noise, SINGLE_OP_NOISE (lone tanh, sigmoid and GELU-tanh kernels kept 1.4-1.7% behind ATen made their
+# files 0.983-0.986x eager on an H200, 2026-11-28, where an A/A of the same ops holds within 0.2%).
 NOISE = 0.03
+SINGLE_OP_NOISE = 0.005
 
 
 @dataclass(frozen=True)
@@ -148,8 +149,8 @@ def _report(candidates: list[Candidate], failures: list[str | None], times: list
 
 def tie_allowance(group: FusedGroup) -> float:
     """How much slower than ATen `group`'s kernel may be and still be kept: NOISE where ATen runs several
-    ops for it (views are free), none where it runs one."""
-    return NOISE if sum(node.op not in VIEW_OPS for node in group.nodes) > 1 else 0.0
+    ops for it (views are free), SINGLE_OP_NOISE where it runs one."""
+    return NOISE if sum(node.op not in VIEW_OPS for node in group.nodes) > 1 else SINGLE_OP_NOISE
 
 
 def time_pairs(pairs: dict[object, tuple[Callable[[], object], Callable[[], object] | None]]

@@ -170,6 +170,9 @@ def test_static_estimates_need_no_gpu_and_measured_peaks_replace_them(tiny_suite
     assert cache.task_seconds(relu) == 12.5 and cache.task_seconds(softmax) is None
     cache.record(softmax, [{"system": "eager", "status": "correct", "memory": None, "seconds": 5}])
     assert cache.task_seconds(softmax) == 35
+    # a failure's seconds are not its task's length (it may have ended early)
+    cache.record(softmax, [{"system": "eager", "status": "optimize_error", "memory": None, "seconds": 1}])
+    assert cache.task_seconds(softmax) == 35
     needs, sources = plan_needs([relu, softmax], cache, static=lambda paths: pytest.fail("not needed"))
     assert sources == {"level1/01_ReLU": "measured", "level1/23_Softmax": "measured"}
     assert needs["level1/23_Softmax"] == task_need(softmax, 5 * 2**30, {"kernelwright": 2**30})

@@ -121,11 +121,12 @@ def test_the_fastest_correct_launch_of_a_group_is_kept():
 
 
 def test_a_kernel_for_one_aten_op_must_not_be_slower_but_one_for_several_may_tie():
-    """A group that ATen runs as one op (views aside) is kept only when its kernel is no slower; one that
-    replaces several ATen ops may be up to NOISE slower (the launches it saves)."""
+    """A group that ATen runs as one op (views aside) is kept only when its kernel is no slower than the
+    timing's noise (SINGLE_OP_NOISE); one that replaces several ATen ops may be up to NOISE slower (the
+    launches it saves)."""
     from types import SimpleNamespace
 
-    from kernelwright.verify.measure import NOISE, _report
+    from kernelwright.verify.measure import NOISE, SINGLE_OP_NOISE, _report
 
     x = input_node("x", 0, (64, 64))
     view = make_node("reshape", [x], shape=[4096])
@@ -137,4 +138,5 @@ def test_a_kernel_for_one_aten_op_must_not_be_slower_but_one_for_several_may_tie
     for group, kept in ((lone, False), (chain, True)):
         report = _report([(group, SimpleNamespace(name="k"))], [None], [slightly_slower], 1.0)
         assert report.keep is kept
-        assert _report([(group, SimpleNamespace(name="k"))], [None], [1.0], 1.0).keep
+        within_noise = 1.0 + SINGLE_OP_NOISE / 2
+        assert _report([(group, SimpleNamespace(name="k"))], [None], [within_noise], 1.0).keep
