@@ -149,7 +149,7 @@ def test_execute_plan_hides_group_internals():
 EMULATED = ["level1/28_BatchNorm2dTrain",
             "level1/36_CrossEntropyLoss", "level2/16_LinearSwishScaleClamp", "level2/18_LinearBatchNormReLU",
             "level3/02_ResidualConvBlock", "level3/08_SqueezeExcitationBlock",
-            "level3/11_CausalSelfAttention"]
+            "level3/11_CausalSelfAttention", "level3/13_ResNetTinyBatch2"]
 
 
 @pytest.mark.parametrize("problem_id", EMULATED)
@@ -219,3 +219,24 @@ def test_derived_roots_must_keep_the_hoisting_contract():
     with pytest.raises(ValueError, match="graph output"):
         plan_fusion(graph, derived=[out])
     assert plan_fusion(graph, derived=[scaled, doubled]).derived_steps
+
+
+def test_tiny_groups_reading_only_leaves_are_one_kernel():
+    """A training-mode BatchNorm's batch count (`num_batches_tracked + 1`) in each of three BatchNorms: one
+    pointwise group for the three, its own outputs the three counts; a large group that reads only leaves
+    stays apart; at most MERGED_AT_MOST are joined in one."""
+    counts = [param_node(f"bn{i}.num_batches_tracked", (), dtype=torch.int64) for i in range(3)]
+    x = x_input()
+    adds = [make_node("add", [c, const_node(1)]) for c in counts]
+    large = make_node("relu", [x])
+    graph = Graph((x,), tuple(counts), (*adds, large))
+    plan = plan_fusion(graph)
+    merged = [g for g in plan.groups if g.family == "pointwise" and len(g.outputs) == 3]
+    assert len(merged) == 1 and set(map(id, merged[0].outputs)) == set(map(id, adds))
+    assert set(map(id, merged[0].inputs)) == set(map(id, counts))
+    others = [g for g in plan.groups if g.family == "pointwise" and g is not merged[0]]
+    assert [g.outputs[0].op for g in others] == ["relu"]
+    many = [param_node(f"bn{i}.num_batches_tracked", (), dtype=torch.int64)
+            for i in range(pointwise.MERGED_AT_MOST + 1)]
+    graph = Graph((), tuple(many), tuple(make_node("add", [c, const_node(1)]) for c in many))
+    assert sorted(len(g.outputs) for g in plan_fusion(graph).groups) == [1, pointwise.MERGED_AT_MOST]
