@@ -149,7 +149,8 @@ def test_execute_plan_hides_group_internals():
 EMULATED = ["level1/28_BatchNorm2dTrain",
             "level1/36_CrossEntropyLoss", "level2/16_LinearSwishScaleClamp", "level2/18_LinearBatchNormReLU",
             "level3/02_ResidualConvBlock", "level3/08_SqueezeExcitationBlock",
-            "level3/11_CausalSelfAttention", "level3/13_ResNetTinyBatch2"]
+            "level3/11_CausalSelfAttention", "level3/13_ResNetTinyBatch2",
+            "level3/14_InvertedResidualNetBatch1"]
 
 
 @pytest.mark.parametrize("problem_id", EMULATED)
