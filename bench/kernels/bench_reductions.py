@@ -113,7 +113,7 @@ WORKLOADS: dict[str, tuple[Callable[[], Graph], Callable]] = {
                             lambda x, p: torch.softmax(x, dim=1)),
     "rows_three_sums_16384x10240": (lambda: cosine_by_three_sums((16384, 10240)), None),
     # a 64 KB row one block caches, three blocks per SM (level1/31 ran at 86% of copy against
-    # torch.compile's 100% on an H200, 2026-11-28); "+persist": the blocks walk their rows, prefetching
+    # torch.compile's 100% on an H200, 2026-11-28)
     "l2_normalize_12288x16384": (lambda: l2_normalize((12288, 16384)),
                                  lambda x, p: x / x.norm(p=2, dim=1, keepdim=True)),
     # rows that start off 16-byte boundaries (4093 floats: cross entropy's logsumexp) against aligned ones
@@ -171,8 +171,7 @@ FORCED = {"+unroll": ("batchnorm_train_nhwc_32x128x128x128", "sum_dim0_20480x163
                         "layernorm_4096x65536"),
           "+uncached": ("rows_kl_sums_8192x81920",),
           "+persist": ("softmax_4096x393216", "softmax_768x262144", "layernorm_4096x65536",
-                       "rmsnorm_4096x65536", "rows_kl_sums_8192x81920", "l2_normalize_12288x16384",
-                       "softmax_16384x12288"),
+                       "rmsnorm_4096x65536", "rows_kl_sums_8192x81920"),
           "+vec1": ("logsumexp_32768x4093", "rmsnorm_16x4096x3071"),
           "+one256": ("softmax_4096x393216", "layernorm_4096x65536", "batchnorm_train_32x128x112x112"),
           "+one": ("softmax_4096x393216", "softmax_768x262144", "layernorm_4096x65536", "rmsnorm_4096x65536",

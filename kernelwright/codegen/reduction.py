@@ -97,10 +97,10 @@ class _RowKernel:
         self.cached = [k for k in cached_inputs(group, space) if len(self.readers[k]) > 1
                        and sum(key[0] == k for key in self.access_keys) == 1] if spec.cache else []
         self.shares = self._shared_accumulators()
-        # persistent: blocks (clusters) walk their rows, the final pass refilling the cache with the next
-        # row's chunks (not SHIFTED: the next row's chunks start elsewhere than this row's)
+        # persistent: clusters walk their rows, the final pass refilling the cache with the next row's chunks
+        # (not SHIFTED: the next row's chunks start elsewhere than this row's)
         self.persistent = bool(spec.persistent and self.cached and spec.layout == "row" and not spec.split
-                               and self.anchor is None)
+                               and spec.cluster > 1 and self.anchor is None)
         self.final_pass = self.reduction_passes if self.elem_outputs else self.reduction_passes - 1
         # one launch: split rows whose blocks wait for each other's partials (row layout, elementwise outputs)
         self.one_launch = bool(spec.one_launch and spec.split and self.elem_outputs and spec.layout == "row")
@@ -753,10 +753,10 @@ _ENTRY = source_template("kw_row_entry.cu.in", fragment=True)
 _SPLIT_ENTRY = source_template("kw_row_split_entry.cu.in", fragment=True)
 
 
-# Persistent rows: each block (cluster) walks rows block_row, block_row + row_step, ... (the launcher starts
-# as many as fit at once); a launch without the cache (a fallback) takes each row once.
+# Persistent rows: each cluster walks rows block_row, block_row + row_step, ... (the launcher starts as many
+# clusters as fit at once); a launch without a cluster or cache (the fallbacks) takes each row once.
 _PERSISTENT_ROWS = """\
-  constexpr bool PERSIST = CACHE;
+  constexpr bool PERSIST = CACHE && CL > 1;
   const int rank = static_cast<int>(blockIdx.x % CL);
   const idx_t row_step = PERSIST ? static_cast<idx_t>(gridDim.x / CL) : ROW_BLOCKS;
   int fill_pending = 0;      // cp.async groups this thread committed, one per chunk

@@ -590,9 +590,10 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     - column tiles: the chunk loops unrolled by COLUMN_UNROLL (`ReductionSpec.unroll`): a lane loads one
       float a position, so four loads in flight are 16 bytes a thread (a channels-last training BatchNorm's
       split phases ran at 73% of their three-pass bound on an H100, 2026-11-26; not yet measured).
-    Rows one block caches are not offered persistent: L2-normalizing 12288 rows of 16384 (three 64 KB rows an
-    SM) ran 0.474 ms persistent against 0.476, softmax over 16384 x 12288 0.471 against 0.405 (H200,
-    2026-11-28, bench/results/2026-11-28-h200-s39/; `bench_reductions.py` keeps the "+persist" workloads)."""
+    Rows one block caches have no persistent form: blocks walking their rows measured no faster
+    (L2-normalizing 12288 rows of 16384, three 64 KB rows an SM, 0.474 ms against 0.476; softmax over
+    16384 x 12288 0.471 against 0.405; H200, 2026-11-28, bench/results/2026-11-28-h200-s39/), so the
+    launcher sizes persistent grids for clusters only."""
     spec = group.config[0] if group.family == "reduction" and group.config else None
     if spec is None:
         return []

@@ -387,8 +387,8 @@ CASES: dict[str, Callable[[], Graph]] = {
     # outputs; two cached inputs and a final pass that reduces)
     "softmax_many_cluster_rows": lambda: one("softmax", (300, 65536), dim=1),
     "kl_rows_many_cluster_rows": lambda: log_softmax_divergence((300, 70000), row_sums=True),
-    # more rows than blocks fit at once, each block caching a row (at most 4 to an SM): persistent blocks
-    # walk and prefetch rows (one pass then the output pass; a norm with affine weights, not cached)
+    # more rows than blocks fit at once, each block caching a row (at most 4 to an SM; one pass then the
+    # output pass, and a norm with affine weights, not cached)
     "l2_normalize_many_rows": lambda: l2_normalize((1100, 16384)),
     "layer_norm_many_rows": lambda: layer_norm((700, 12288), 1, True),
     "mean_center_dim0": lambda: mean_center((300, 41), (0,)),

@@ -1,6 +1,6 @@
 """Every reduction/softmax/norm/scan case renders, and all of their kernels compile together with nvcc
 (compile-only, sm_90a: the cluster variants are real code there), those whose chunk loops the planner unrolled
-whole also with the runtime loop, those offered persistent (clusters or blocks walking rows) so too, and the
+whole also with the runtime loop, those offered persistent (clusters walking rows) so too, and the
 column launches unrolled further."""
 
 from __future__ import annotations

@@ -128,14 +128,14 @@ PERSISTENT_CASES = changed_cases(persistent)
 
 @pytest.fixture(scope="module")
 def built_persistent():
-    """The cases whose rows a cluster (or one block, at few blocks an SM) caches, made persistent (each
-    walks several of the rows, prefetching the next into the slots its final pass has read)."""
+    """The cases whose rows a cluster caches, made persistent (each walks several of the rows, prefetching
+    the next into the slots its final pass has read)."""
     return build_changed(PERSISTENT_CASES, persistent)
 
 
 @pytest.mark.parametrize("case", PERSISTENT_CASES)
 def test_persistent_clusters_match_pytorch(built_persistent, case):
-    """Persistent cached clusters and blocks, on aligned and misaligned inputs, twice in a row (the
+    """Persistent cached clusters, on aligned and misaligned inputs, twice in a row (the
     prefetch state of one launch must not leak into the next)."""
     if built_persistent[1][case][1].config[0].cluster > 1 and torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("thread-block clusters need sm_90")
