@@ -77,16 +77,18 @@ def _merge_leaf_fed(graph: Graph, groups: list[FusedGroup], users: dict[int, lis
     launch-bound). Such groups depend on nothing the plan computes, so the merged one can run anywhere."""
     tiny: dict[tuple[int, ...], list[FusedGroup]] = {}
     for group in groups:
-        shape = group.nodes[-1].shape
-        if group.nodes[-1].numel <= TINY_ELEMENTS and all(i.is_leaf for i in group.inputs):
-            tiny.setdefault(tuple(shape), []).append(group)
+        seed = group.nodes[-1]
+        if seed.numel <= TINY_ELEMENTS and all(i.is_leaf for i in group.inputs):
+            tiny.setdefault(tuple(seed.shape), []).append(group)
     merged = {id(group) for same in tiny.values() if len(same) > 1 for group in same}
     result = [group for group in groups if id(group) not in merged]
     for same in tiny.values():
-        for start in range(0, len(same), MERGED_AT_MOST) if len(same) > 1 else ():
+        if len(same) < 2:
+            continue                        # kept in place above
+        for start in range(0, len(same), MERGED_AT_MOST):
             part = same[start:start + MERGED_AT_MOST]
-            result.append(make_group(graph, "pointwise", [n for g in part for n in g.nodes], users=users)
-                          if len(part) > 1 else part[0])
+            result.append(part[0] if len(part) == 1 else
+                          make_group(graph, "pointwise", [n for g in part for n in g.nodes], users=users))
     return result
 
 
