@@ -17,6 +17,7 @@ from kernelwright.fuse import launch_label
 from kernelwright.fuse.plan import VIEW_OPS, FusedGroup, FusionPlan
 from kernelwright.gpulock import gpu_timing, gpu_work
 from kernelwright.judge.compare import compare_outputs, oracle_check
+from kernelwright.judge.timing import l2_flush_buffer
 from kernelwright.problem import Problem
 from kernelwright.verify.execute import execute_plan, run_group_with_aten
 
@@ -27,6 +28,8 @@ from kernelwright.verify.execute import execute_plan, run_group_with_aten
 # files 0.983-0.986x eager on an H200, 2026-11-28, where an A/A of the same ops holds within 0.2%).
 NOISE = 0.03
 SINGLE_OP_NOISE = 0.005
+# `time_pairs`: rounds, and runs of each callable per round (30 runs in all, as `time_ms`)
+PAIR_ROUNDS, PAIR_RUNS = 3, 10
 
 
 @dataclass(frozen=True)
@@ -158,12 +161,22 @@ def time_pairs(pairs: dict[object, tuple[Callable[[], object], Callable[[], obje
     """(ours ms, ATen ms; None where no ATen call is given) per key, all timed under ONE hold of the
     exclusive GPU lock: each acquisition first waits for every other process's GPU work in flight (a judge
     trial can take seconds), so a lock per group made a 30-group network wait 30 times under
-    `bench --jobs N`."""
+    `bench --jobs N`. Every callable is timed in PAIR_ROUNDS short series, the keys and each key's two
+    sides in alternating order from round to round, so that a drift of the GPU's clocks or the host's speed
+    over the timing falls on both sides of a comparison alike; each time is the median of all its runs."""
     if not pairs:
         return {}
+    keys = list(pairs)
+    samples: dict[object, tuple[list[float], list[float]]] = {key: ([], []) for key in keys}
     with torch.no_grad(), gpu_timing():
-        return {key: (time_ms(ours), None if aten is None else time_ms(aten))
-                for key, (ours, aten) in pairs.items()}
+        flush = l2_flush_buffer("cuda")
+        for index in range(PAIR_ROUNDS):
+            for key in keys if index % 2 == 0 else keys[::-1]:
+                sides = [(side, fn) for side, fn in enumerate(pairs[key]) if fn is not None]
+                for side, fn in sides if index % 2 == 0 else sides[::-1]:
+                    samples[key][side].extend(series_ms(fn, PAIR_RUNS, 1, flush))
+    return {key: (statistics.median(ours), statistics.median(aten) if aten else None)
+            for key, (ours, aten) in samples.items()}
 
 
 def _as_kernels_write(groups: Sequence[FusedGroup], values: dict[int, object]) -> None:
@@ -196,16 +209,31 @@ def group_verdict(group: FusedGroup, args: Sequence, reference: list, result: li
 
 
 def time_ms(fn: Callable[[], object], runs: int = 30, warmup: int = 3) -> float:
-    """Median time of one call on the current stream (CUDA events around each call)."""
+    """Median time of one call, timed as the judge times a forward (judge/timing.py): `series_ms`."""
+    return statistics.median(series_ms(fn, runs, warmup, l2_flush_buffer("cuda")))
+
+
+def series_ms(fn: Callable[[], object], runs: int, warmup: int, flush: torch.Tensor | None) -> list[float]:
+    """The times of `runs` calls of `fn` (after `warmup` untimed ones), queued back to back on the current
+    stream, each after writing `flush` (an L2 flush, as the judge's series does) and between two CUDA
+    events. A call's host time shows only where the GPU waits for it, as in the emitted forward.
+    Synchronizing before each call (as this did until 2026-11-28) added each call's Python time to its
+    GPU time. That favoured a kernel's direct binding over ATen, which runs through the plan interpreter,
+    by a few percent at 0.4 ms: lone sigmoid, tanh, ELU, SELU and GELU-tanh kernels were kept 1-2.5%
+    behind ATen, and their files measured 0.973-0.981x eager (H200, bench/results/
+    2026-11-28-h200-suite-onepiece)."""
     for _ in range(warmup):
+        if flush is not None:
+            flush.zero_()
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    for start, end in zip(starts, ends, strict=True):
+        if flush is not None:
+            flush.zero_()
         start.record()
         fn()
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in zip(starts, ends, strict=True)]
