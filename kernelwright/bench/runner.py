@@ -30,6 +30,7 @@ from kernelwright.bench.devices import Worker, gpu_properties, resolve_workers, 
 from kernelwright.bench.memory import PeakCache, plan_needs
 from kernelwright.bench.plan import BenchTask, longest_first, plan_tasks
 from kernelwright.bench.pool import Execute, SubprocessExecutor, run_pool
+from kernelwright.bench.prior import read_prior, with_prior
 from kernelwright.bench.report import fmt_ms, fmt_speedup
 from kernelwright.bench.store import ResultsStore, default_results_dir, open_results
 from kernelwright.bench.suite import discover_suite
@@ -95,7 +96,7 @@ def run_bench(config: BenchConfig, execute: Execute | None = None,
     done = store.done_keys() if config.resume else set()
     peaks = None if cluster else _peak_cache(config, workers)
     tasks = longest_first(plan_tasks(problems, systems, done, str(store.candidates_dir().resolve())),
-                          peaks.task_seconds if peaks else lambda task: None)
+                          with_prior(peaks.task_seconds if peaks else None, read_prior()))
     need, memory = _memory_plan(config, tasks, workers, peaks, console)
     store.add_run({**_run_info(config, options, problems, workers, len(tasks), device_name), "memory": memory,
                    "timing_cpus": kept}

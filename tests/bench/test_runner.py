@@ -253,3 +253,43 @@ def test_tasks_start_longest_first_by_their_measured_seconds_else_by_level():
     # a folder that is not named by a number ranks as level 0, after numbered ones
     flat = BenchTask("x", "/x.py", "misc", "c", ())
     assert longest_first([flat, tasks[0]], lambda t: None) == [tasks[0], flat]
+
+
+def test_a_fresh_machine_orders_bundled_tasks_by_the_committed_prior(tmp_path):
+    """Where the local cache knows no task (a fresh GPU machine), the bundled problems' committed seconds
+    order them; the cache wins where it knows the task, a copy of a bundled problem elsewhere and a system
+    the prior lacks get no prior, and the committed file covers every bundled problem."""
+    from kernelwright.bench.prior import PRIOR_FILE, prior_from_results, read_prior, render, with_prior
+    from kernelwright.problem_files import BUNDLED_DIR, bundled_problem_ids
+
+    def task(problem_id: str, systems=("eager", "kernelwright"), path: str | None = None) -> BenchTask:
+        runs = tuple(SystemRun(s, "reference" if s == "eager" else "kernelwright") for s in systems)
+        return BenchTask(problem_id, path or str(BUNDLED_DIR / f"{problem_id}.py"), "1", "c", runs)
+
+    prior = {"level1/01_ReLU": {"eager": 10.0, "kernelwright": 20.0}}
+    seconds = with_prior(None, prior)
+    assert seconds(task("level1/01_ReLU")) == 30.0
+    assert seconds(task("level1/01_ReLU", systems=("eager", "mine"))) is None
+    copy = tmp_path / "01_ReLU.py"
+    copy.write_text((BUNDLED_DIR / "level1/01_ReLU.py").read_text())
+    assert seconds(task("level1/01_ReLU", path=str(copy))) is None
+    assert with_prior(lambda t: 5.0, prior)(task("level1/01_ReLU")) == 5.0
+    assert with_prior(lambda t: None, prior)(task("level1/01_ReLU")) == 30.0
+
+    committed = read_prior()
+    assert set(committed) == set(bundled_problem_ids())
+    assert all({"eager", "compile", "kernelwright"} <= set(entry) for entry in committed.values())
+    assert read_prior(tmp_path / "missing.json") == {}
+
+    # the writer: correct rows only, later files win, and the text reads back
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text('{"problem": "p", "system": "eager", "status": "correct", "seconds": 3.0}\n'
+                     '{"problem": "q", "system": "eager", "status": "failed", "seconds": 1.0}\n')
+    second.write_text('{"problem": "p", "system": "eager", "status": "correct", "seconds": 4.04,'
+                      ' "device": "GPU X"}\n')
+    content = prior_from_results([first, second])
+    assert content["seconds"] == {"p": {"eager": 4.0}} and content["gpus"] == ["GPU X"]
+    out = tmp_path / "prior.json"
+    out.write_text(render(content))
+    assert read_prior(out) == {"p": {"eager": 4.0}}
+    assert PRIOR_FILE.parent == BUNDLED_DIR
