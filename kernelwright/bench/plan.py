@@ -78,8 +78,8 @@ def longest_first(tasks: list[BenchTask], seconds: Callable[[BenchTask], float |
     suite order's last task ended ~9% after the longest-first order's in a replay of their measured
     seconds, 2026-11-28). A task's length is `seconds(task)`, its systems' measured seconds from an
     earlier run (memory.PeakCache, else the bundled suite's committed run: bench/prior.py); tasks never
-    measured come first (they may be the longest), higher
-    levels before lower ones (networks before single operators). Ties keep suite order."""
+    measured come first (they may be the longest), higher levels before lower ones (networks before single
+    operators). Ties keep suite order."""
     def key(item: tuple[int, BenchTask]) -> tuple:
         index, task = item
         known = seconds(task)
