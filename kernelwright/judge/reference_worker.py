@@ -17,11 +17,12 @@ from kernelwright.environment import collect_environment
 from kernelwright.gpulock import cpu_work, gpu_timing
 from kernelwright.judge import tensorfile
 from kernelwright.judge.busy import model_busy_share
-from kernelwright.judge.compare import compare_buffers, compare_outputs, oracle_check
+from kernelwright.judge.compare import compare_buffers, compare_outputs, float_errors, oracle_check
 from kernelwright.judge.inputs import PERTURBED_PARAMS, Trial, apply_distribution, plan_trials
 from kernelwright.judge.outputs import aliases, flatten, map_leaves
 from kernelwright.judge.perturb import perturbed_state_dict
 from kernelwright.judge.timing import NOISY_ROUNDS_S, alternating_rounds, measure, per_round, round_settings
+from kernelwright.judge.tolerance import ENVELOPE_RUNS
 from kernelwright.problem import load_problem
 
 
@@ -187,7 +188,16 @@ class ReferenceWorker:
                 # Never the problem's fault: the stricter rule (the tolerance table against eager) stands.
                 result["detail"] += f"; no float64 re-check: {why}"
             else:
-                accepted, note = oracle_check(outputs, exact, result_file.get("outputs"))
+                candidate = result_file.get("outputs")
+                accepted, note = oracle_check(outputs, exact, candidate)
+                if not accepted:
+                    # ill-conditioned here? then FP32 rounding alone moves the output: measured by eager runs
+                    # one ulp away, the candidate is held to that (judged as before where eager is random)
+                    envelope, why = self.fp32_envelope(trial, model, outputs, exact)
+                    if envelope is not None:
+                        accepted, note = oracle_check(outputs, exact, candidate, envelope)
+                    else:
+                        note += f" ({why})"
                 if accepted:
                     result.update(status="correct", detail=f"accepted by the float64 oracle: {note}")
                 else:
@@ -220,6 +230,40 @@ class ReferenceWorker:
             # e.g. a forward that makes CUDA tensors: whether it runs in float64 on the GPU is unknown
             raise torch.OutOfMemoryError(f"the float64 re-check fits neither the GPU ({on_gpu}) nor the "
                                          f"CPU ({type(exc).__name__}: {_first_line(exc)})") from None
+
+    def fp32_envelope(self, trial: Trial, model: torch.nn.Module, outputs: object,
+                      exact: object) -> tuple[list[float] | None, str]:
+        """How far FP32 rounding alone moves this trial's outputs from float64: for each floating output,
+        the largest error against `exact` of ENVELOPE_RUNS eager FP32 runs, each on a copy of `model` and
+        the trial's inputs with every floating value moved one ulp in a random direction (seeded by the
+        trial). An FP32 kernel that sums in another order perturbs its results by about that much, so where
+        the output amplifies such differences (a softmax of large logits), its error is judged against
+        this envelope, not against eager's one draw: a GEMM with K in two halves, as exact as eager's,
+        measured 2.9x eager's error on such an output and failed the oracle (tests/judge/test_oracle.py).
+        (None, why) where eager FP32 does not repeat itself bit for bit on the same inputs (a forward with
+        state of its own, a nondeterministic kernel: its spread is not rounding's; torch's generator is
+        reseeded with the inputs, so dropout repeats). Out of memory is raised: the machine's state, never a
+        verdict."""
+        with torch.no_grad():
+            again = copy.deepcopy(model)(*self.trial_inputs(trial))
+            repeats = _identical(again, outputs)
+            del again
+            if not repeats:
+                return None, "no FP32 envelope: eager does not repeat itself on the same inputs"
+            generator = torch.Generator(device=self.device).manual_seed(trial.seed)
+            envelope: list[float] | None = None
+            for _ in range(ENVELOPE_RUNS):
+                replica = copy.deepcopy(model)
+                for parameter in replica.parameters():
+                    if parameter.is_floating_point():
+                        parameter.copy_(one_ulp_away(parameter, generator))
+                inputs = [one_ulp_away(t, generator) if isinstance(t, torch.Tensor) and t.is_floating_point()
+                          else t for t in self.trial_inputs(trial)]
+                errors = float_errors(replica(*inputs), exact)
+                del replica, inputs
+                envelope = errors if envelope is None else [max(a, b) for a, b in zip(envelope, errors,
+                                                                                       strict=True)]
+        return envelope, ""
 
     def _float64_run(self, trial: Trial, model: torch.nn.Module, on_cpu: bool) -> object:
         """`model` in float64 on the trial's inputs (drawn where the trial drew them: the same values), on
@@ -332,6 +376,37 @@ def _all_finite(outputs) -> bool:
         for _, leaf in flatten(outputs)
         if isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or leaf.is_complex())
     )
+
+
+def one_ulp_away(t: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """`t` with every element moved to its next float up or down, at random (`generator`, on t's device);
+    infinities and NaNs stay."""
+    up = torch.rand(t.shape, generator=generator, device=t.device) < 0.5
+    toward = torch.where(up, torch.tensor(float("inf"), dtype=t.dtype, device=t.device),
+                         torch.tensor(float("-inf"), dtype=t.dtype, device=t.device))
+    del up
+    moved = torch.nextafter(t, toward)
+    return torch.where(torch.isfinite(t), moved, t)
+
+
+def _identical(a: object, b: object) -> bool:
+    """Whether two outputs are the same bit for bit (NaN where NaN), leaf by leaf."""
+    left, right = flatten(a), flatten(b)
+    if len(left) != len(right):
+        return False
+    for (_, x), (_, y) in zip(left, right, strict=True):
+        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+            if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor) or x != y:
+                return False
+            continue
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        same = x == y
+        if x.is_floating_point():
+            same |= x.isnan() & y.isnan()
+        if not bool(same.all()):
+            return False
+    return True
 
 
 def _first_line(exc: BaseException) -> str:

@@ -178,3 +178,90 @@ class ModelNew(Model):
     assert verdict["status"] == "mismatch"
     assert "the float64 re-check: output: error vs float64" in verdict["detail"]
     assert "eager FP32's" in verdict["detail"]
+
+
+def _chaotic_softmax(seed: int = 2):
+    """A softmax of large logits where eager FP32's error against float64 fell low by chance: a GEMM with K
+    summed in two halves (as exact an FP32 GEMM as eager's) is 2.9x as far from float64 on seed 2."""
+    torch.manual_seed(seed)
+    a, w = torch.randn(256, 512, dtype=torch.float64) * 30, torch.randn(512, 256, dtype=torch.float64)
+    af, wf = a.float(), w.float()
+    split = torch.softmax(af[:, :256] @ wf[:256] + af[:, 256:] @ wf[256:], dim=1)
+    return torch.softmax(a @ w, dim=1), torch.softmax(af @ wf, dim=1), split, af, wf
+
+
+def _envelope(af, wf, exact, runs: int = 4, seed: int = 2) -> list[float]:
+    """What the reference worker's fp32_envelope measures, for `softmax(a @ w)`."""
+    from kernelwright.judge.compare import float_errors
+    from kernelwright.judge.reference_worker import one_ulp_away
+
+    generator = torch.Generator().manual_seed(seed)
+    errors = [float_errors(torch.softmax(one_ulp_away(af, generator) @ one_ulp_away(wf, generator), dim=1),
+                           exact) for _ in range(runs)]
+    return [max(e[0] for e in errors)]
+
+
+def test_an_fp32_sum_in_another_order_is_held_to_fp32s_envelope_not_eagers_one_draw():
+    exact, fp32, split, af, wf = _chaotic_softmax()
+    accepted, note = oracle_check(fp32, exact, split)
+    assert not accepted   # eager's draw alone: the one-draw rule rejected an exact FP32 GEMM
+    envelope = _envelope(af, wf, exact)
+    accepted, note = oracle_check(fp32, exact, split, envelope)
+    assert accepted and "one ulp away" in note
+
+
+def test_tf32_rounding_still_fails_against_the_envelope():
+    exact, fp32, _, af, wf = _chaotic_softmax()
+
+    def to_tf32(t):
+        return (t.view(torch.int32) & ~0x1FFF).view(torch.float32)
+
+    candidate = torch.softmax(to_tf32(af) @ to_tf32(wf), dim=1)
+    envelope = _envelope(af, wf, exact)
+    accepted, note = oracle_check(fp32, exact, candidate, envelope)
+    assert not accepted and "one ulp away" in note
+    # far outside: two orders of magnitude and more
+    assert (candidate.double() - exact).abs().max() > 100 * envelope[0]
+
+
+def test_an_envelope_that_is_not_finite_opens_nothing():
+    exact, fp32, _, _, _ = _chaotic_softmax()
+    candidate = fp32 * 1.01
+    assert not oracle_check(fp32, exact, candidate, [float("inf")])[0]
+    assert not oracle_check(fp32, exact, candidate, [float("nan")])[0]
+
+
+def test_one_ulp_away_moves_every_finite_value_to_a_neighbour():
+    from kernelwright.judge.reference_worker import one_ulp_away
+
+    t = torch.tensor([0.0, 1.0, -2.5, 1e30, float("inf"), float("nan"), 3e-40])
+    moved = one_ulp_away(t, torch.Generator().manual_seed(0))
+    finite = torch.isfinite(t)
+    up, down = torch.nextafter(t, torch.tensor(float("inf"))), torch.nextafter(t, torch.tensor(float("-inf")))
+    assert bool(((moved == up) | (moved == down))[finite].all()) and bool((moved != t)[finite].all())
+    assert moved[4] == float("inf") and moved[5].isnan()
+
+
+# a forward whose result depends on how often it ran (the worker's inputs reseed torch's generator, so
+# dropout repeats itself there)
+_COUNTING_PROBLEM = _SOFTMAX_PROBLEM.replace("return torch.softmax(x * self.w, dim=-1)",
+                                             "self.calls = getattr(self, 'calls', 0) + 1\n"
+                                             "        return torch.softmax(x * self.w, dim=-1) + self.calls")
+
+
+def test_the_worker_measures_the_envelope_only_where_eager_repeats_itself(tmp_path):
+    worker = _worker_on(_SOFTMAX_PROBLEM, tmp_path)
+    trial = worker.plan[0]
+    with torch.no_grad():
+        outputs = worker.model(*worker.trial_inputs(trial))
+    exact, _ = worker.float64_outputs(trial, worker.model)
+    envelope, why = worker.fp32_envelope(trial, worker.model, outputs, exact)
+    assert why == "" and len(envelope) == 1 and 0 < envelope[0] < 1e-5
+    (tmp_path / "random").mkdir()
+    random = _worker_on(_COUNTING_PROBLEM, tmp_path / "random")
+    trial = random.plan[0]
+    with torch.no_grad():
+        outputs = random.model(*random.trial_inputs(trial))
+    exact, _ = random.float64_outputs(trial, random.model)
+    envelope, why = random.fp32_envelope(trial, random.model, outputs, exact)
+    assert envelope is None and "does not repeat itself" in why
