@@ -52,6 +52,7 @@ def with_prior(known: Seconds | None, prior: dict[str, dict[str, float]]) -> Sec
 
 
 def _is_bundled(task: BenchTask) -> bool:
+    """Whether the task's problem file is the bundled one of its id (a copy elsewhere may be edited)."""
     path = Path(task.problem_path).resolve()
     return path == (BUNDLED_DIR / f"{task.problem_id}.py").resolve()
 
@@ -87,8 +88,9 @@ def render(content: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
+    """Rewrite PRIOR_FILE from the results files in `argv`; 2 with a one-line message on bad input."""
     if not argv:
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+        print("usage: " + __doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
         return 2
     paths = [Path(arg) for arg in argv]
     missing = [str(p) for p in paths if not p.is_file()]

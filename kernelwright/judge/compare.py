@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from kernelwright.judge.outputs import flatten, structure
-from kernelwright.judge.tolerance import ORACLE_FACTOR, effective_atol, tolerance_for
+from kernelwright.judge.tolerance import ENVELOPE_CAP, ORACLE_FACTOR, effective_atol, tolerance_for
 
 CHUNK = 1 << 25  # elements per comparison chunk: bounds the temporaries to a few hundred MB
 
@@ -135,25 +135,41 @@ def oracle_check(reference: Any, oracle: Any, candidate: Any,
     """Whether the candidate is, output by output, at most ORACLE_FACTOR times less accurate than the
     FP32 reference, both measured by max abs error against the float64 `oracle` (see tolerance.py).
     `envelope`: per floating output (in `float_errors` order), the largest error against the oracle of
-    eager FP32 runs whose inputs and parameters were moved one ulp (reference_worker.fp32_envelope): where
-    it exceeds eager's own, FP32 rounding alone moves this output that far, and that is the measure."""
+    eager FP32 runs whose float32 inputs and parameters were moved one ulp (reference_worker.fp32_envelope):
+    where it exceeds eager's own, FP32 rounding alone moves this output that far, and that is the measure,
+    up to ENVELOPE_CAP times eager's error (a mask or a cast of a moved value can jump by anything: with
+    eager exact there, nothing widens). Where eager's own error is not finite, the oracle cannot vouch."""
     notes = []
-    leaves = zip(flatten(reference), flatten(oracle), flatten(candidate), strict=True)
-    index = 0
-    for (path, ref), (_, exact), (_, cand) in leaves:
-        if not (isinstance(ref, torch.Tensor) and ref.is_floating_point()):
-            continue
-        ref_err = _max_abs_diff(ref, exact)   # `exact` may be on the CPU: moved a chunk at a time
-        cand_err = _max_abs_diff(cand.to(ref.device), exact)
+    for index, (path, cand_err, ref_err) in enumerate(oracle_errors(reference, oracle, candidate)):
+        if not math.isfinite(ref_err):
+            return False, f"{path}: eager FP32 is not finite where float64 is (no measure of accuracy)"
         spread = envelope[index] if envelope is not None else None
-        spread = spread if spread is not None and math.isfinite(spread) else None   # never an open door
-        index += 1
-        baseline = max(ref_err, spread) if spread is not None else ref_err
+        spread = spread if spread is not None and math.isfinite(spread) else None
+        baseline = ref_err if spread is None else max(ref_err, min(spread, ENVELOPE_CAP * ref_err))
         eager = f"eager FP32's {ref_err:.3g}" + (f", {spread:.3g} one ulp away" if spread is not None else "")
         if not cand_err <= ORACLE_FACTOR * baseline:
             return False, f"{path}: error vs float64 {cand_err:.3g}, {eager}"
         notes.append(f"{path}: error vs float64 {cand_err:.3g} ({eager})")
     return True, "; ".join(notes)
+
+
+def oracle_errors(reference: Any, oracle: Any, candidate: Any) -> list[tuple[str, float, float]]:
+    """(path, the candidate's max abs error against the float64 `oracle`, eager FP32's) per floating
+    output."""
+    errors = []
+    leaves = zip(flatten(reference), flatten(oracle), flatten(candidate), strict=True)
+    for (path, ref), (_, exact), (_, cand) in leaves:
+        if isinstance(ref, torch.Tensor) and ref.is_floating_point():
+            # `exact` may be on the CPU: moved a chunk at a time
+            errors.append((path, _max_abs_diff(cand.to(ref.device), exact), _max_abs_diff(ref, exact)))
+    return errors
+
+
+def within_envelope_reach(reference: Any, oracle: Any, candidate: Any) -> bool:
+    """Whether an envelope could still accept the candidate: every output's error within ORACLE_FACTOR *
+    ENVELOPE_CAP times eager's (finite). A clearly wrong candidate costs no envelope runs."""
+    return all(math.isfinite(ref) and cand <= ORACLE_FACTOR * ENVELOPE_CAP * ref
+               for _, cand, ref in oracle_errors(reference, oracle, candidate))
 
 
 def float_errors(outputs: Any, oracle: Any) -> list[float]:

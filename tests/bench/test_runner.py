@@ -276,8 +276,8 @@ def test_a_fresh_machine_orders_bundled_tasks_by_the_committed_prior(tmp_path):
     assert with_prior(lambda t: 5.0, prior)(task("level1/01_ReLU")) == 5.0
     assert with_prior(lambda t: None, prior)(task("level1/01_ReLU")) == 30.0
 
-    committed = read_prior()
-    assert set(committed) == set(bundled_problem_ids())
+    committed = read_prior()   # a problem added since the last GPU run is unknown there: it starts first
+    assert committed and set(committed) <= set(bundled_problem_ids())
     assert all({"eager", "compile", "kernelwright"} <= set(entry) for entry in committed.values())
     assert read_prior(tmp_path / "missing.json") == {}
 

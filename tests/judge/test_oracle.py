@@ -193,12 +193,16 @@ def _chaotic_softmax(seed: int = 2):
 def _envelope(af, wf, exact, runs: int = 4, seed: int = 2) -> list[float]:
     """What the reference worker's fp32_envelope measures, for `softmax(a @ w)`."""
     from kernelwright.judge.compare import float_errors
-    from kernelwright.judge.reference_worker import one_ulp_away
+    from kernelwright.judge.reference_worker import nudge_one_ulp_
 
     generator = torch.Generator().manual_seed(seed)
-    errors = [float_errors(torch.softmax(one_ulp_away(af, generator) @ one_ulp_away(wf, generator), dim=1),
-                           exact) for _ in range(runs)]
-    return [max(e[0] for e in errors)]
+    errors = []
+    for _ in range(runs):
+        a, w = af.clone(), wf.clone()
+        nudge_one_ulp_(a, generator)
+        nudge_one_ulp_(w, generator)
+        errors.append(float_errors(torch.softmax(a @ w, dim=1), exact)[0])
+    return [max(errors)]
 
 
 def test_an_fp32_sum_in_another_order_is_held_to_fp32s_envelope_not_eagers_one_draw():
@@ -231,15 +235,51 @@ def test_an_envelope_that_is_not_finite_opens_nothing():
     assert not oracle_check(fp32, exact, candidate, [float("nan")])[0]
 
 
-def test_one_ulp_away_moves_every_finite_value_to_a_neighbour():
-    from kernelwright.judge.reference_worker import one_ulp_away
+def test_one_ulp_moves_every_finite_value_to_a_neighbour_in_place(monkeypatch):
+    from kernelwright.judge import reference_worker
+    from kernelwright.judge.reference_worker import nudge_one_ulp_
 
     t = torch.tensor([0.0, 1.0, -2.5, 1e30, float("inf"), float("nan"), 3e-40])
-    moved = one_ulp_away(t, torch.Generator().manual_seed(0))
-    finite = torch.isfinite(t)
-    up, down = torch.nextafter(t, torch.tensor(float("inf"))), torch.nextafter(t, torch.tensor(float("-inf")))
-    assert bool(((moved == up) | (moved == down))[finite].all()) and bool((moved != t)[finite].all())
-    assert moved[4] == float("inf") and moved[5].isnan()
+    for chunk in (1 << 24, 2):   # whole, and a chunk at a time
+        monkeypatch.setattr(reference_worker, "ULP_CHUNK", chunk)
+        moved = t.clone()
+        nudge_one_ulp_(moved, torch.Generator().manual_seed(0))
+        finite = torch.isfinite(t)
+        up = torch.nextafter(t, torch.tensor(float("inf")))
+        down = torch.nextafter(t, torch.tensor(float("-inf")))
+        assert bool(((moved == up) | (moved == down))[finite].all()) and bool((moved != t)[finite].all())
+        assert moved[4] == float("inf") and moved[5].isnan()
+    strided = torch.randn(6, 4).t()   # the noncontiguous trial's layout is kept
+    before = strided.clone()
+    nudge_one_ulp_(strided, torch.Generator().manual_seed(0))
+    assert strided.stride() == (1, 4) and bool((strided != before).all())
+
+
+def test_the_envelope_widens_at_most_envelope_cap_times_eagers_error():
+    """A mask of a moved value can jump by anything: where eager is exact (a mask of exact zeros), nothing
+    widens, and elsewhere the envelope counts for at most ENVELOPE_CAP times eager's error."""
+    from kernelwright.judge.compare import within_envelope_reach
+    from kernelwright.judge.tolerance import ENVELOPE_CAP, ORACLE_FACTOR
+
+    torch.manual_seed(0)
+    x = torch.randn(64, dtype=torch.float64)
+    m = torch.relu(torch.randn(64, dtype=torch.float64))
+    exact, fp32 = x * (m > 0), x.float() * (m.float() > 0)
+    ignores_mask = x.float()   # wrong: the mask left out
+    assert not oracle_check(fp32, exact, ignores_mask, [3.0])[0]     # eager exact: no widening
+    assert not within_envelope_reach(fp32, exact, ignores_mask)      # and no envelope runs for it
+    exact, fp32, split, _, _ = _chaotic_softmax()
+    eager = (fp32.double() - exact).abs().max().item()
+    far = (exact + 3 * ORACLE_FACTOR * ENVELOPE_CAP * eager * torch.sign(exact - 0.5)).float()
+    assert not oracle_check(fp32, exact, far, [1e9])[0]   # a huge envelope counts only up to the cap
+
+
+def test_eager_not_finite_where_float64_is_vouches_for_nothing():
+    exact = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    fp32 = torch.tensor([float("inf"), 2.0])
+    candidate = torch.tensor([12345.0, 2.0])
+    accepted, note = oracle_check(fp32, exact, candidate)
+    assert not accepted and "not finite" in note
 
 
 # a forward whose result depends on how often it ran (the worker's inputs reseed torch's generator, so
@@ -249,7 +289,9 @@ _COUNTING_PROBLEM = _SOFTMAX_PROBLEM.replace("return torch.softmax(x * self.w, d
                                              "        return torch.softmax(x * self.w, dim=-1) + self.calls")
 
 
-def test_the_worker_measures_the_envelope_only_where_eager_repeats_itself(tmp_path):
+def test_the_worker_measures_the_envelope_only_where_eager_repeats_itself(tmp_path, monkeypatch):
+    """Four runs one ulp away on a deterministic model; none where eager does not repeat itself, nor where
+    a parameter cannot be moved in place (then the verdict is the oracle's without an envelope)."""
     worker = _worker_on(_SOFTMAX_PROBLEM, tmp_path)
     trial = worker.plan[0]
     with torch.no_grad():
@@ -265,3 +307,29 @@ def test_the_worker_measures_the_envelope_only_where_eager_repeats_itself(tmp_pa
     exact, _ = random.float64_outputs(trial, random.model)
     envelope, why = random.fp32_envelope(trial, random.model, outputs, exact)
     assert envelope is None and "does not repeat itself" in why
+    from kernelwright.judge import reference_worker
+
+    def unwritable(t, generator):
+        raise RuntimeError("unsupported operation: more than one element refers to a single memory location")
+
+    trial = worker.plan[0]
+    with torch.no_grad():
+        outputs = worker.model(*worker.trial_inputs(trial))
+    exact, _ = worker.float64_outputs(trial, worker.model)
+    monkeypatch.setattr(reference_worker, "nudge_one_ulp_", unwritable)
+    envelope, why = worker.fp32_envelope(trial, worker.model, outputs, exact)
+    assert envelope is None and "no FP32 envelope: RuntimeError" in why
+
+
+def test_half_precision_values_are_not_moved(tmp_path):
+    """One ulp of bfloat16 measures the storage format, not the sums: such a model's envelope is eager's
+    own error (nothing moved), so a candidate summing in bfloat16 is not let through."""
+    half = _SOFTMAX_PROBLEM.replace("torch.randn(8) * scale", "(torch.randn(8) * scale).bfloat16()").replace(
+        "[torch.randn(4, 8)]", "[torch.randn(4, 8).bfloat16()]")
+    worker = _worker_on(half, tmp_path)
+    trial = worker.plan[0]
+    with torch.no_grad():
+        outputs = worker.model(*worker.trial_inputs(trial))
+    exact, _ = worker.float64_outputs(trial, worker.model)
+    envelope, why = worker.fp32_envelope(trial, worker.model, outputs, exact)
+    assert why == "" and envelope == [(outputs.double() - exact).abs().max().item()]

@@ -82,7 +82,7 @@ def test_every_group_is_timed_under_one_hold_of_the_timing_lock(monkeypatch):
 
     monkeypatch.setattr(measure, "gpu_timing", timing)
     monkeypatch.setattr(measure, "l2_flush_buffer", lambda device: None)
-    monkeypatch.setattr(measure, "series_ms", lambda fn, runs, warmup, flush: [fn()] * runs)
+    monkeypatch.setattr(measure, "series_ms", lambda fn, runs, warmup, flush: [fn()] * runs if runs else [])
     pairs = {k: (lambda k=k: order.append(("ours", k)) or 1.0, lambda k=k: order.append(("aten", k)) or 2.0)
              for k in range(5)}
     assert measure.time_pairs(pairs) == {k: (1.0, 2.0) for k in range(5)}
@@ -94,27 +94,35 @@ def test_every_group_is_timed_under_one_hold_of_the_timing_lock(monkeypatch):
     assert order == ["ours"] * measure.PAIR_ROUNDS
 
 
-def test_pairs_are_timed_in_rounds_of_alternating_order(monkeypatch):
-    """A drift over the timing (clocks, the host) must fall on both sides of a comparison alike: each round
-    reverses the order of the keys and of each key's two sides, and a time is the median of all rounds."""
+def test_pairs_are_warmed_then_timed_in_rounds_of_alternating_order(monkeypatch):
+    """A drift over the timing (clocks, the host) must fall on both sides of a comparison alike: every
+    callable is warmed up first, then each round reverses the order of the keys and of each key's two sides,
+    an even number of rounds, and a time is the median of all rounds."""
     import contextlib
 
     from kernelwright.verify import measure
 
-    order, clock = [], iter(range(1000))
+    order, warmed, clock = [], [], iter(range(1000))
     monkeypatch.setattr(measure, "gpu_timing", contextlib.nullcontext)
     monkeypatch.setattr(measure, "l2_flush_buffer", lambda device: None)
-    # each series reads a slowly rising clock: the later a side is timed, the slower it looks
-    monkeypatch.setattr(measure, "series_ms", lambda fn, runs, warmup, flush: [fn() + next(clock)])
+
+    def series(fn, runs, warmup, flush):
+        if not runs:
+            warmed.append(fn)
+            return []
+        assert len(warmed) == 4   # every callable warmed before the first timed series
+        return [fn() + next(clock)]   # a slowly rising clock: the later a side is timed, the slower it looks
+
+    monkeypatch.setattr(measure, "series_ms", series)
     pairs = {k: (lambda k=k: order.append(("ours", k)) or 0.0, lambda k=k: order.append(("aten", k)) or 0.0)
              for k in range(2)}
     times = measure.time_pairs(pairs)
     rounds = [order[i:i + 4] for i in range(0, len(order), 4)]
+    assert len(rounds) == measure.PAIR_ROUNDS and measure.PAIR_ROUNDS % 2 == 0
     assert rounds[0] == [("ours", 0), ("aten", 0), ("ours", 1), ("aten", 1)]
-    assert rounds[1] == [("aten", 1), ("ours", 1), ("aten", 0), ("ours", 0)]
-    assert rounds[2] == rounds[0] and len(rounds) == measure.PAIR_ROUNDS == 3
-    # the medians: ours of key 0 read 0, 7, 8 -> 7; ATen of key 0 read 1, 6, 9 -> 6
-    assert times[0] == (7.0, 6.0) and times[1] == (5.0, 4.0)
+    assert rounds[1] == [("aten", 1), ("ours", 1), ("aten", 0), ("ours", 0)] and rounds[2] == rounds[0]
+    # the drift cancels: every side read 0-15 in pairs summing to 15, median 7.5
+    assert times == {0: (7.5, 7.5), 1: (7.5, 7.5)}
 
 
 def test_the_fastest_correct_launch_of_a_group_is_kept():
