@@ -14,6 +14,9 @@
 #                                                # setup: nothing of it runs beside the bench's timings).
 #                                                # Issue the next call at once (the machine goes back after
 #                                                # idle_release_s), until "suite finished"
+#   bash scripts/gpu_session.sh profile PROBLEM...  # each problem optimized (cache kept), then its forward
+#                                                # under Nsight Compute for eager, torch.compile and the
+#                                                # file (scripts/profile_kernels.py): $OUT/profile.tgz
 #   bash scripts/gpu_session.sh sh 'COMMANDS'    # any commands, in this environment (installed, PYTHONPATH)
 # The suite stage resumes from suite.tgz in the repo root when there is one (a previous call's result,
 # carried back in), and leaves $OUT/suite.tgz: a run can span several calls on fresh machines.
@@ -101,6 +104,16 @@ case "$stage" in
        date +%s > '"$detached"'/ended; echo $rc > '"$detached"'/rc' bench "$@" < /dev/null > /dev/null 2>&1 &
     echo $! > "$detached/pid"
     wait_for_suite ;;
+  profile)
+    mkdir -p /tmp/kw_profile
+    for problem in "$@"; do
+      name=$(basename "$problem" .py)
+      timeout -k 10 "${PROFILE_OPTIMIZE_CAP:-300}" kernelwright optimize "$problem" -o "/tmp/kw_profile/$name.py" \
+        --force >"/tmp/kw_profile/$name.optimize.log" 2>&1
+      timeout -k 10 "${PROFILE_CAP:-300}" python3 scripts/profile_kernels.py "/tmp/kw_profile/$name" "$problem" \
+        $( [ -f "/tmp/kw_profile/$name.py" ] && echo "/tmp/kw_profile/$name.py" ) | tail -40
+    done
+    tar czf "$OUT/profile.tgz" -C /tmp kw_profile ;;
   sh)
     bash -c "$1" ;;
   *)
