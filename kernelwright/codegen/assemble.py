@@ -1,7 +1,8 @@
-"""Assembles the kernels of one ModelNew into the one translation unit of its kernel library.
+"""Assembles the kernels of one ModelNew into the translation units of its kernel library.
 
 Our device headers (inlined text, so the emitted file stays self-contained) followed by each kernel, its
-launcher and its two C entry points; no torch header reaches nvcc, and there is no per-model host
+launcher and its two C entry points (the build recipe spreads the kernels over several units, each with the
+headers first: build.py `_kw_units`); no torch header reaches nvcc, and there is no per-model host
 translation unit at all: the shared runtime extension (`cuda/kw_runtime.cpp`, `RUNTIME_SOURCE`, the same
 text for every model) calls the entries as each kernel's spec says. The runtime is the only code that
 parses ATen's and pybind11's headers (12-16 s of g++ on the H100 machine), and it is built once per torch
@@ -33,7 +34,8 @@ RUNTIME_SOURCE = _inlined((HEADER_DIR / "kw_runtime.cpp").read_text())
 @dataclass(frozen=True)
 class ExtensionSources:
     """The pieces of one model's kernels, kept apart so the emitted file can show each kernel with its IR.
-    `load_inline` joins the CUDA list with newlines; the specs say how the runtime calls each kernel."""
+    The build recipe (build.py `_kw_units`) spreads the CUDA list's kernels over translation units, each
+    with the headers first; the specs say how the runtime calls each kernel."""
 
     headers: str                      # device headers, inlined
     kernels: tuple[KernelSource, ...]

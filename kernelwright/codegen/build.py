@@ -3,10 +3,11 @@
 The build recipe is Python source (`BUILD_SOURCE`) that the emitter pastes into every ModelNew file (which
 may import only torch) and that `build_extension` executes here: one recipe, so our verification builds
 exactly what the emitted file builds. Choices, for compile time and for many processes at once:
-- two libraries: the model's kernels (nvcc on one `.cu` with no torch header: 1-2 s; a plain shared
-  library whose C entry points are found with ctypes) and the shared runtime extension
-  (`codegen/cuda/kw_runtime.cpp`: ATen and pybind11, 12-16 s of g++), the same text for every model, so it
-  is built once per torch version and Python ABI and then loaded from the cache;
+- two libraries: the model's kernels (nvcc on `.cu` files with no torch header, about 8 kernels a file,
+  compiled side by side: 1-2 s; a plain shared library whose C entry points are found with ctypes) and
+  the shared runtime extension (`codegen/cuda/kw_runtime.cpp`: ATen and pybind11, 12-16 s of g++), the
+  same text for every model, so it is built once per torch version and Python ABI and then loaded from
+  the cache;
 - each published as `$KERNELWRIGHT_CACHE/builds/<name>-<tag>/<name>.so`, named by the hash of its sources
   and flags; when that library exists it is loaded directly (no ninja, no hashing of sources by torch: the
   warm path is well under a second);
@@ -202,23 +203,44 @@ def _kw_open_library(name, library):
 
 
 def _kw_compile(name, cuda_sources, staging, arch, include, linked=()):
-    """The kernels' library, built by nvcc alone (no torch header: about a second or two), in `staging`,
+    """The kernels' library, built by nvcc alone (no torch header: about a second a unit), in `staging`,
     linked to the launcher libraries at the paths in `linked` (a loader finds them there: a library without
-    a soname is recorded as the path it was linked as)."""
+    a soname is recorded as the path it was linked as). The kernels are spread over the translation units
+    of `_kw_units`, which ninja compiles side by side: nvcc is one process a unit, and a DenseNet-like
+    network's 74 kernels took 17 s in one."""
     import os
 
-    from torch.utils.cpp_extension import load_inline
+    from torch.utils.cpp_extension import load
 
-    return load_inline(
-        name=name, cpp_sources=[""], cuda_sources=cuda_sources, build_directory=staging,
+    sources = []
+    for index, text in enumerate(_kw_units(cuda_sources)):
+        sources.append(os.path.join(staging, f"kernels_{index}.cu"))
+        with open(sources[-1], "w") as file:
+            file.write(text)
+    return load(
+        name=name, sources=sources, build_directory=staging,
         # NDEBUG: CUTLASS's device-side asserts are calls between wgmma issue and wait, which make ptxas
         # serialize every wgmma of a Hopper kernel (1.4-1.6x slower); no kernel of ours asserts
         extra_cuda_cflags=["-O3", "-DNDEBUG", f"-gencode=arch=compute_{arch},code=sm_{arch}"],
         # (under compile-only a launcher's "path" is the stub of a library never linked)
         extra_ldflags=[path for path in linked if isinstance(path, str)],
         extra_include_paths=_kw_cutlass_paths(include) if include else [], is_python_module=False,
-        no_implicit_headers=True, verbose=os.environ.get("KERNELWRIGHT_VERBOSE_BUILD") == "1",
+        verbose=os.environ.get("KERNELWRIGHT_VERBOSE_BUILD") == "1",
     )
+
+
+def _kw_units(cuda_sources, per_unit=8):
+    """The translation units of a library: the shared device headers (`cuda_sources[0]`, templates and
+    inline functions only, so that every unit may hold them) and the kernels dealt out in turn, about
+    `per_unit` to a unit (a unit's fixed cost, nvcc's start and the headers, is about a second), at most
+    one unit per CPU this process may run on. The DenseNet-like network's 74 kernels: 17.2 s in one unit,
+    9.7 s in two on a 2-core machine (ninja runs the units side by side; MAX_JOBS caps it)."""
+    import os
+
+    headers, kernels = cuda_sources[0], cuda_sources[1:]
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    count = max(1, min(-(-len(kernels) // per_unit), cpus))
+    return ["\n".join([headers, *kernels[index::count]]) for index in range(count)]
 
 
 def _kw_compile_runtime(name, source, staging, python_module=True):
@@ -403,7 +425,7 @@ def build_sharded(name: str, texts: Sequence[str], kernels: Sequence[KernelSourc
                   include_dirs: Sequence[str] = (), cuda_flags: Sequence[str] = ()) -> object:
     """Several `.cu` texts compiled in parallel (ninja, all cores) into one kernel library, then bound by
     the runtime: one callable per kernel name. For the GPU tests and benchmarks that build hundreds of
-    variants; emitted files build their one translation unit with the recipe."""
+    variants; emitted files build theirs with the recipe (`_kw_units`)."""
     import ctypes
 
     from torch.utils.cpp_extension import load

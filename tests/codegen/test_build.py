@@ -101,3 +101,39 @@ def test_kernels_call_the_runtime_launch_as_it_is_at_call_time(tmp_path):
     assert kernels.k([1]) == ("raw", [1])
     runtime.launch = lambda kernel, tensors: ("counted", tensors)    # what the judge's recorder does
     assert kernels.k([2]) == ("counted", [2])
+
+
+def test_many_kernels_are_spread_over_units_each_with_the_headers(monkeypatch):
+    """nvcc is one process a translation unit: a library of many kernels is compiled as several units side
+    by side, about `per_unit` kernels each, at most one per CPU; each unit has the headers first and every
+    kernel is in exactly one unit."""
+    import os
+
+    units = recipe()["_kw_units"]
+    sources = ["HEADERS", *[f"kernel {i}" for i in range(20)]]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    split = units(sources, 8)
+    assert len(split) == 3 and all(unit.startswith("HEADERS\n") for unit in split)
+    assert sorted(line for unit in split for line in unit.splitlines()[1:]) == sorted(sources[1:])
+    assert len(units(sources[:9], 8)) == 1 and units(["ONE LAUNCHER"], 8) == ["ONE LAUNCHER"]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert len(units(sources, 8)) == 2   # never more units than CPUs to run them
+
+
+@pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")
+def test_the_units_of_an_assembled_library_compile_and_link_together(tmp_path):
+    """The headers hold only templates and inline functions and each kernel carries what it needs, so the
+    units compile apart and link into one library (no symbol defined twice)."""
+    from kernelwright.codegen.build import DEFAULT_CHECK_ARCH, RECIPE_NVCC_FLAGS, TORCH_NVCC_FLAGS
+
+    sources = assemble([kernel(name, "p[0] = kw::load(p + 1);") for name in "abcdefghij"]).cuda_sources
+    split = recipe()["_kw_units"](sources, 4)
+    objects = []
+    for index, unit in enumerate(split):
+        (tmp_path / f"u{index}.cu").write_text(unit)
+        objects.append(str(tmp_path / f"u{index}.o"))
+        subprocess.run([nvcc_path(), *RECIPE_NVCC_FLAGS, *TORCH_NVCC_FLAGS, "-Xptxas", "-O0",
+                        f"-gencode=arch=compute_{DEFAULT_CHECK_ARCH},code=sm_{DEFAULT_CHECK_ARCH}",
+                        "-c", str(tmp_path / f"u{index}.cu"), "-o", objects[-1]], check=True)
+    subprocess.run([nvcc_path(), "-shared", *objects, "-o", str(tmp_path / "kernels.so")], check=True)
+    assert (tmp_path / "kernels.so").is_file()
