@@ -229,18 +229,32 @@ def _kw_compile(name, cuda_sources, staging, arch, include, linked=()):
     )
 
 
-def _kw_units(cuda_sources, per_unit=8):
-    """The translation units of a library: the shared device headers (`cuda_sources[0]`, templates and
-    inline functions only, so that every unit may hold them) and the kernels dealt out in turn, about
-    `per_unit` to a unit (a unit's fixed cost, nvcc's start and the headers, is about a second), at most
-    one unit per CPU this process may run on. The DenseNet-like network's 74 kernels: 17.2 s in one unit,
-    9.7 s in two on a 2-core machine (ninja runs the units side by side; MAX_JOBS caps it)."""
+def _kw_units(cuda_sources, per_unit=8, most=16):
+    """The translation units of a library: the shared device headers (`cuda_sources[0]`, templates, inline
+    functions and anonymous namespaces only, so that every unit may hold them) and the kernels dealt out,
+    about `per_unit` to a unit (a unit's fixed cost, nvcc's start and the headers, is about a second), at
+    most one unit per CPU, MAX_JOBS (torch's cap on ninja) or `most`. Kernels that share a launcher stay in
+    one unit: each carries its text under the launcher's include guard (`#ifndef KW_...`), so a unit
+    defines it once, and two units would define its functions twice. The count depends on the machine's
+    CPUs, not on the calling thread's pinning (a different split of the same sources is a different build
+    to torch, which names it `_v1`)."""
     import os
+    import re
 
     headers, kernels = cuda_sources[0], cuda_sources[1:]
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    count = max(1, min(-(-len(kernels) // per_unit), cpus))
-    return ["\n".join([headers, *kernels[index::count]]) for index in range(count)]
+    groups = []   # [(guards, kernel indices)]: kernels joined by any guard they share
+    for index, text in enumerate(kernels):
+        guards = set(re.findall(r"^#ifndef (KW_\w+)", text, re.MULTILINE))
+        joined = [group for group in groups if group[0] & guards]
+        groups = [group for group in groups if group not in joined]
+        groups.append((guards.union(*(g for g, _ in joined)), [i for _, m in joined for i in m] + [index]))
+    jobs = os.environ.get("MAX_JOBS", "")
+    cpus = os.cpu_count() or 1
+    count = max(1, min(-(-len(kernels) // per_unit), cpus, int(jobs) if jobs.isdigit() else cpus, most))
+    units = [[] for _ in range(count)]
+    for _, members in sorted(groups, key=lambda group: (-len(group[1]), group[1][0])):
+        min(units, key=len).extend(members)   # the largest groups first, each to the emptiest unit
+    return ["\n".join([headers, *(kernels[i] for i in sorted(unit))]) for unit in units if unit] or [headers]
 
 
 def _kw_compile_runtime(name, source, staging, python_module=True):
@@ -451,7 +465,7 @@ def _build_steps(root: Path, name: str, started: float, seconds: float,
     its launchers' libraries and of the runtime written since `started` (a library loaded from the cache was
     not built)."""
     steps = []
-    # (each launcher's steps named by it: "launcher kw_gemm_.. cuda.cuda.o", so that two do not collide)
+    # (each launcher's steps named by it: "launcher kw_gemm_.. kernels_0.cuda.o", so that two do not collide)
     sources = ((f"{name}-*", ""), *((f"{launcher}_*", f"launcher {launcher} ") for launcher in launchers),
                ("kw_runtime_*", "runtime "))
     for pattern, prefix in sources:

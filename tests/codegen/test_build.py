@@ -105,19 +105,32 @@ def test_kernels_call_the_runtime_launch_as_it_is_at_call_time(tmp_path):
 
 def test_many_kernels_are_spread_over_units_each_with_the_headers(monkeypatch):
     """nvcc is one process a translation unit: a library of many kernels is compiled as several units side
-    by side, about `per_unit` kernels each, at most one per CPU; each unit has the headers first and every
-    kernel is in exactly one unit."""
+    by side, about `per_unit` kernels each, at most one per CPU (and MAX_JOBS); each unit has the headers
+    first and every kernel is in exactly one unit, kernels that share a launcher's include guard in one."""
     import os
 
     units = recipe()["_kw_units"]
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
     sources = ["HEADERS", *[f"kernel {i}" for i in range(20)]]
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     split = units(sources, 8)
     assert len(split) == 3 and all(unit.startswith("HEADERS\n") for unit in split)
     assert sorted(line for unit in split for line in unit.splitlines()[1:]) == sorted(sources[1:])
     assert len(units(sources[:9], 8)) == 1 and units(["ONE LAUNCHER"], 8) == ["ONE LAUNCHER"]
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    # 12 kernels of one launcher (GEMVs of a deep MLP), 12 of another, 4 alone: 4 units, each launcher whole
+    shared = [f"#ifndef KW_GEMM_A\n#define KW_GEMM_A\nA\n#endif\nentry a{i}" for i in range(12)]
+    shared += [f"#ifndef KW_GEMM_B\n#define KW_GEMM_B\nB\n#endif\nentry b{i}" for i in range(12)]
+    shared += [f"entry c{i}" for i in range(4)]
+    split = units(["HEADERS", *shared], 8)
+    assert len(split) == 4
+    assert sum("entry a" in unit for unit in split) == 1 and sum("entry b" in unit for unit in split) == 1
+    assert sorted(line for unit in split for line in unit.splitlines() if line.startswith("entry")) == \
+        sorted(text.splitlines()[-1] for text in shared)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
     assert len(units(sources, 8)) == 2   # never more units than CPUs to run them
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setenv("MAX_JOBS", "1")
+    assert len(units(sources, 8)) == 1   # nor than ninja may run at once
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="needs nvcc")
@@ -126,7 +139,14 @@ def test_the_units_of_an_assembled_library_compile_and_link_together(tmp_path):
     units compile apart and link into one library (no symbol defined twice)."""
     from kernelwright.codegen.build import DEFAULT_CHECK_ARCH, RECIPE_NVCC_FLAGS, TORCH_NVCC_FLAGS
 
-    sources = assemble([kernel(name, "p[0] = kw::load(p + 1);") for name in "abcdefghij"]).cuda_sources
+    def sharing(name: str) -> KernelSource:   # a launcher shared under one guard, as GEMVs share theirs
+        body = '#include "kw_gemm_kmajor.cuh"\n#ifndef KW_GEMM_SHARED\n#define KW_GEMM_SHARED\n' \
+               'extern "C" int kw_gemm_shared_launch() { return 1; }\n#endif\n'
+        return KernelSource(name, body + kernel(name).cuda, kernel(name).spec, "")
+
+    kernels = [kernel(name, "p[0] = kw::load(p + 1);") for name in "abcdefghij"]
+    sources = assemble(kernels + [sharing(name) for name in "klmnopqrst"]).cuda_sources
+    assert "kw_kmajor" in sources[0]   # a header with a __global__ function of its own
     split = recipe()["_kw_units"](sources, 4)
     objects = []
     for index, unit in enumerate(split):

@@ -7,7 +7,10 @@
 #pragma once
 #include <cuda_runtime.h>
 
+// In an anonymous namespace: a model's kernel library is several translation units, each with the headers
+// (codegen/build.py `_kw_units`), and a plain __global__ function would be defined in each.
 namespace kw_kmajor {
+namespace {
 
 __global__ void __launch_bounds__(256) kmajor_kernel(const float* __restrict__ src, long long s_b,
                                                      long long s_r, long long s_k, int batch, int rows, int k,
@@ -54,4 +57,5 @@ inline const char* kmajor(const float* src, long long s_b, long long s_r, long l
   return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
 }
 
+}  // namespace
 }  // namespace kw_kmajor

@@ -1,6 +1,7 @@
 // The 3xTF32 GEMM's parts that do not depend on the model: the exact split of an FP32 operand into TF32
-// big and small parts (kept splits fingerprinted per tile), and the cuBLAS TF32 call. One copy per kernel
-// library, however many GEMMs it holds (codegen/gemm_tf32x3.py renders each GEMM's epilogue pass).
+// big and small parts (kept splits fingerprinted per tile), and the cuBLAS TF32 call. One copy per
+// translation unit of a kernel library, however many GEMMs it holds (codegen/gemm_tf32x3.py renders each
+// GEMM's epilogue pass).
 #pragma once
 #include <cuda_runtime.h>
 #include <dlfcn.h>
