@@ -289,35 +289,32 @@ _COUNTING_PROBLEM = _SOFTMAX_PROBLEM.replace("return torch.softmax(x * self.w, d
                                              "        return torch.softmax(x * self.w, dim=-1) + self.calls")
 
 
-def test_the_worker_measures_the_envelope_only_where_eager_repeats_itself(tmp_path, monkeypatch):
-    """Four runs one ulp away on a deterministic model; none where eager does not repeat itself, nor where
-    a parameter cannot be moved in place (then the verdict is the oracle's without an envelope)."""
-    worker = _worker_on(_SOFTMAX_PROBLEM, tmp_path)
+def _first_trial_envelope(worker) -> tuple[list[float] | None, str, torch.Tensor, torch.Tensor]:
+    """(envelope, why, eager's outputs, float64's) of the worker's first trial, as op_compare measures it."""
     trial = worker.plan[0]
     with torch.no_grad():
         outputs = worker.model(*worker.trial_inputs(trial))
     exact, _ = worker.float64_outputs(trial, worker.model)
-    envelope, why = worker.fp32_envelope(trial, worker.model, outputs, exact)
+    return (*worker.fp32_envelope(trial, worker.model, outputs, exact), outputs, exact)
+
+
+def test_the_worker_measures_the_envelope_only_where_eager_repeats_itself(tmp_path, monkeypatch):
+    """Four runs one ulp away on a deterministic model; none where eager does not repeat itself, nor where
+    a parameter cannot be moved in place (then the verdict is the oracle's without an envelope)."""
+    from kernelwright.judge import reference_worker
+
+    worker = _worker_on(_SOFTMAX_PROBLEM, tmp_path)
+    envelope, why, _, _ = _first_trial_envelope(worker)
     assert why == "" and len(envelope) == 1 and 0 < envelope[0] < 1e-5
     (tmp_path / "random").mkdir()
-    random = _worker_on(_COUNTING_PROBLEM, tmp_path / "random")
-    trial = random.plan[0]
-    with torch.no_grad():
-        outputs = random.model(*random.trial_inputs(trial))
-    exact, _ = random.float64_outputs(trial, random.model)
-    envelope, why = random.fp32_envelope(trial, random.model, outputs, exact)
+    envelope, why, _, _ = _first_trial_envelope(_worker_on(_COUNTING_PROBLEM, tmp_path / "random"))
     assert envelope is None and "does not repeat itself" in why
-    from kernelwright.judge import reference_worker
 
     def unwritable(t, generator):
         raise RuntimeError("unsupported operation: more than one element refers to a single memory location")
 
-    trial = worker.plan[0]
-    with torch.no_grad():
-        outputs = worker.model(*worker.trial_inputs(trial))
-    exact, _ = worker.float64_outputs(trial, worker.model)
     monkeypatch.setattr(reference_worker, "nudge_one_ulp_", unwritable)
-    envelope, why = worker.fp32_envelope(trial, worker.model, outputs, exact)
+    envelope, why, _, _ = _first_trial_envelope(worker)
     assert envelope is None and "no FP32 envelope: RuntimeError" in why
 
 
@@ -326,10 +323,5 @@ def test_half_precision_values_are_not_moved(tmp_path):
     own error (nothing moved), so a candidate summing in bfloat16 is not let through."""
     half = _SOFTMAX_PROBLEM.replace("torch.randn(8) * scale", "(torch.randn(8) * scale).bfloat16()").replace(
         "[torch.randn(4, 8)]", "[torch.randn(4, 8).bfloat16()]")
-    worker = _worker_on(half, tmp_path)
-    trial = worker.plan[0]
-    with torch.no_grad():
-        outputs = worker.model(*worker.trial_inputs(trial))
-    exact, _ = worker.float64_outputs(trial, worker.model)
-    envelope, why = worker.fp32_envelope(trial, worker.model, outputs, exact)
+    envelope, why, outputs, exact = _first_trial_envelope(_worker_on(half, tmp_path))
     assert why == "" and envelope == [(outputs.double() - exact).abs().max().item()]
