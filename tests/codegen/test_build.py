@@ -157,3 +157,42 @@ def test_the_units_of_an_assembled_library_compile_and_link_together(tmp_path):
                         "-c", str(tmp_path / f"u{index}.cu"), "-o", objects[-1]], check=True)
     subprocess.run([nvcc_path(), "-shared", *objects, "-o", str(tmp_path / "kernels.so")], check=True)
     assert (tmp_path / "kernels.so").is_file()
+
+
+def test_units_that_fail_to_build_are_built_again_as_one(tmp_path, monkeypatch, capsys):
+    """Insurance for the split: where the units do not build (a symbol two of them define, say), the library
+    is built as one unit, as before, and published under its own name even where torch named that second
+    build of one name NAME_v1; a failure of a single unit is raised as it is."""
+    import os
+
+    import torch.utils.cpp_extension as cpp_extension
+
+    calls = []
+
+    def load(name, sources, build_directory, **kwargs):
+        calls.append([os.path.basename(path) for path in sources])
+        if len(sources) > 1:
+            raise RuntimeError("Error building extension: multiple definition of `kw_gemm_x_launch'")
+        built = os.path.join(build_directory, f"{name}_v1.so")
+        open(built, "w").close()
+        return built
+
+    monkeypatch.setattr(cpp_extension, "load", load)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    compile_ = recipe()["_kw_compile"]
+    sources = ["HEADERS", *[f"kernel {i}" for i in range(20)]]
+    library = compile_("kw_x", sources, str(tmp_path), "90a", None)
+    assert calls == [[f"kernels_{i}.cu" for i in range(3)], ["whole_0.cu"]]
+    assert library == str(tmp_path / "kw_x.so") and os.path.isfile(library)
+    assert (tmp_path / "whole_0.cu").read_text() == "\n".join(sources)
+    assert "3 translation units did not build" in capsys.readouterr().err
+    def broken(name, sources, build_directory, **kwargs):
+        calls.append(len(sources))
+        raise RuntimeError("Error building extension: error: identifier undefined")
+
+    calls.clear()
+    monkeypatch.setattr(cpp_extension, "load", broken)
+    with pytest.raises(RuntimeError, match="identifier undefined"):
+        compile_("kw_y", ["HEADERS", "one kernel"], str(tmp_path), "90a", None)
+    assert calls == [1]   # one unit already: no second build
