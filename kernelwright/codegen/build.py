@@ -207,45 +207,26 @@ def _kw_compile(name, cuda_sources, staging, arch, include, linked=()):
     linked to the launcher libraries at the paths in `linked` (a loader finds them there: a library without
     a soname is recorded as the path it was linked as). The kernels are spread over the translation units
     of `_kw_units`, which ninja compiles side by side: nvcc is one process a unit, and a DenseNet-like
-    network's 74 kernels took 17 s in one. Where the units fail to build, the library is built again as one
-    unit, as before the split (where nothing can be defined twice), and the failure is said on stderr."""
+    network's 74 kernels took 17 s in one."""
     import os
-    import sys
 
     from torch.utils.cpp_extension import load
 
-    def build(texts, stem):
-        sources = []
-        for index, text in enumerate(texts):
-            sources.append(os.path.join(staging, f"{stem}_{index}.cu"))
-            with open(sources[-1], "w") as file:
-                file.write(text)
-        return load(
-            name=name, sources=sources, build_directory=staging,
-            # NDEBUG: CUTLASS's device-side asserts are calls between wgmma issue and wait, which make ptxas
-            # serialize every wgmma of a Hopper kernel (1.4-1.6x slower); no kernel of ours asserts
-            extra_cuda_cflags=["-O3", "-DNDEBUG", f"-gencode=arch=compute_{arch},code=sm_{arch}"],
-            # (under compile-only a launcher's "path" is the stub of a library never linked)
-            extra_ldflags=[path for path in linked if isinstance(path, str)],
-            extra_include_paths=_kw_cutlass_paths(include) if include else [], is_python_module=False,
-            verbose=os.environ.get("KERNELWRIGHT_VERBOSE_BUILD") == "1",
-        )
-
-    units = _kw_units(cuda_sources)
-    try:
-        return build(units, "kernels")
-    except Exception as exc:  # noqa: BLE001 - a compile error fails the one-unit build below as well
-        if len(units) == 1:
-            raise
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
-        print(f"kernelwright: {name}: its {len(units)} translation units did not build ({first}); "
-              "building it as one", file=sys.stderr)
-    library = build(["\n".join(cuda_sources)], "whole")
-    wanted = os.path.join(staging, f"{name}.so")
-    if isinstance(library, str) and library != wanted and os.path.isfile(library):
-        os.replace(library, wanted)   # torch names a second build of one name in a process NAME_v1
-        library = wanted
-    return library
+    sources = []
+    for index, text in enumerate(_kw_units(cuda_sources)):
+        sources.append(os.path.join(staging, f"kernels_{index}.cu"))
+        with open(sources[-1], "w") as file:
+            file.write(text)
+    return load(
+        name=name, sources=sources, build_directory=staging,
+        # NDEBUG: CUTLASS's device-side asserts are calls between wgmma issue and wait, which make ptxas
+        # serialize every wgmma of a Hopper kernel (1.4-1.6x slower); no kernel of ours asserts
+        extra_cuda_cflags=["-O3", "-DNDEBUG", f"-gencode=arch=compute_{arch},code=sm_{arch}"],
+        # (under compile-only a launcher's "path" is the stub of a library never linked)
+        extra_ldflags=[path for path in linked if isinstance(path, str)],
+        extra_include_paths=_kw_cutlass_paths(include) if include else [], is_python_module=False,
+        verbose=os.environ.get("KERNELWRIGHT_VERBOSE_BUILD") == "1",
+    )
 
 
 def _kw_units(cuda_sources, per_unit=8, most=16):
