@@ -133,14 +133,22 @@ def _compare_close(path: str, ref: torch.Tensor, cand: torch.Tensor, preset: str
 def oracle_check(reference: Any, oracle: Any, candidate: Any,
                  envelope: list[float] | None = None) -> tuple[bool, str]:
     """Whether the candidate is, output by output, at most ORACLE_FACTOR times less accurate than the
-    FP32 reference, both measured by max abs error against the float64 `oracle` (see tolerance.py).
+    FP32 reference, both measured by max abs error against the float64 `oracle` (see tolerance.py):
+    `oracle_verdict` of their `oracle_errors`."""
+    return oracle_verdict(oracle_errors(reference, oracle, candidate), envelope)
+
+
+def oracle_verdict(errors: list[tuple[str, float, float]],
+                   envelope: list[float] | None = None) -> tuple[bool, str]:
+    """`oracle_check` on errors already measured (`oracle_errors`: a multi-GB output's are measured once
+    for the plain rule, the envelope's reach and the envelope's rule).
     `envelope`: per floating output (in `float_errors` order), the largest error against the oracle of
     eager FP32 runs whose float32 inputs and parameters were moved one ulp (reference_worker.fp32_envelope):
     where it exceeds eager's own, FP32 rounding alone moves this output that far, and that is the measure,
     up to ENVELOPE_CAP times eager's error (a mask or a cast of a moved value can jump by anything: with
     eager exact there, nothing widens). Where eager's own error is not finite, the oracle cannot vouch."""
     notes = []
-    for index, (path, cand_err, ref_err) in enumerate(oracle_errors(reference, oracle, candidate)):
+    for index, (path, cand_err, ref_err) in enumerate(errors):
         if not math.isfinite(ref_err):
             return False, f"{path}: eager FP32 is not finite where float64 is (no measure of accuracy)"
         spread = envelope[index] if envelope is not None else None
@@ -165,11 +173,11 @@ def oracle_errors(reference: Any, oracle: Any, candidate: Any) -> list[tuple[str
     return errors
 
 
-def within_envelope_reach(reference: Any, oracle: Any, candidate: Any) -> bool:
-    """Whether an envelope could still accept the candidate: every output's error within ORACLE_FACTOR *
-    ENVELOPE_CAP times eager's (finite). A clearly wrong candidate costs no envelope runs."""
-    return all(math.isfinite(ref) and cand <= ORACLE_FACTOR * ENVELOPE_CAP * ref
-               for _, cand, ref in oracle_errors(reference, oracle, candidate))
+def within_envelope_reach(errors: list[tuple[str, float, float]]) -> bool:
+    """Whether an envelope could still accept a candidate of these `oracle_errors`: every output's error
+    within ORACLE_FACTOR * ENVELOPE_CAP times eager's (finite). A clearly wrong candidate costs no envelope
+    runs."""
+    return all(math.isfinite(ref) and cand <= ORACLE_FACTOR * ENVELOPE_CAP * ref for _, cand, ref in errors)
 
 
 def float_errors(outputs: Any, oracle: Any) -> list[float]:

@@ -21,11 +21,12 @@ from kernelwright.judge.compare import (
     compare_buffers,
     compare_outputs,
     float_errors,
-    oracle_check,
+    oracle_errors,
+    oracle_verdict,
     within_envelope_reach,
 )
 from kernelwright.judge.inputs import PERTURBED_PARAMS, Trial, apply_distribution, plan_trials
-from kernelwright.judge.outputs import aliases, flatten, map_leaves
+from kernelwright.judge.outputs import aliases, bitwise_equal, flatten, map_leaves
 from kernelwright.judge.perturb import perturbed_state_dict
 from kernelwright.judge.timing import NOISY_ROUNDS_S, alternating_rounds, measure, per_round, round_settings
 from kernelwright.judge.tolerance import ENVELOPE_RUNS
@@ -194,14 +195,14 @@ class ReferenceWorker:
                 # Never the problem's fault: the stricter rule (the tolerance table against eager) stands.
                 result["detail"] += f"; no float64 re-check: {why}"
             else:
-                candidate = result_file.get("outputs")
-                accepted, note = oracle_check(outputs, exact, candidate)
-                if not accepted and within_envelope_reach(outputs, exact, candidate):
+                errors = oracle_errors(outputs, exact, result_file.get("outputs"))
+                accepted, note = oracle_verdict(errors)
+                if not accepted and within_envelope_reach(errors):
                     # ill-conditioned here? then FP32 rounding alone moves the output: measured by eager runs
                     # one ulp away, the candidate is held to that (judged as before where there is none)
                     envelope, why = self.fp32_envelope(trial, model, outputs, exact)
                     if envelope is not None:
-                        accepted, note = oracle_check(outputs, exact, candidate, envelope)
+                        accepted, note = oracle_verdict(errors, envelope)
                     else:
                         note += f" ({why})"
                 if accepted:
@@ -409,21 +410,15 @@ def nudge_one_ulp_(t: torch.Tensor, generator: torch.Generator) -> None:
 
 
 def _identical(a: object, b: object) -> bool:
-    """Whether two outputs are the same bit for bit (NaN where NaN), leaf by leaf."""
+    """Whether two outputs are the same bit for bit, leaf by leaf (`bitwise_equal` for tensors)."""
     left, right = flatten(a), flatten(b)
     if len(left) != len(right):
         return False
     for (_, x), (_, y) in zip(left, right, strict=True):
-        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
-            if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor) or x != y:
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if not bitwise_equal(x, y):
                 return False
-            continue
-        if x.shape != y.shape or x.dtype != y.dtype:
-            return False
-        same = x == y
-        if x.is_floating_point():
-            same |= x.isnan() & y.isnan()
-        if not bool(same.all()):
+        elif isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor) or x != y:
             return False
     return True
 

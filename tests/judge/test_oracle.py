@@ -258,7 +258,7 @@ def test_one_ulp_moves_every_finite_value_to_a_neighbour_in_place(monkeypatch):
 def test_the_envelope_widens_at_most_envelope_cap_times_eagers_error():
     """A mask of a moved value can jump by anything: where eager is exact (a mask of exact zeros), nothing
     widens, and elsewhere the envelope counts for at most ENVELOPE_CAP times eager's error."""
-    from kernelwright.judge.compare import within_envelope_reach
+    from kernelwright.judge.compare import oracle_errors, within_envelope_reach
     from kernelwright.judge.tolerance import ENVELOPE_CAP, ORACLE_FACTOR
 
     torch.manual_seed(0)
@@ -267,7 +267,7 @@ def test_the_envelope_widens_at_most_envelope_cap_times_eagers_error():
     exact, fp32 = x * (m > 0), x.float() * (m.float() > 0)
     ignores_mask = x.float()   # wrong: the mask left out
     assert not oracle_check(fp32, exact, ignores_mask, [3.0])[0]     # eager exact: no widening
-    assert not within_envelope_reach(fp32, exact, ignores_mask)      # and no envelope runs for it
+    assert not within_envelope_reach(oracle_errors(fp32, exact, ignores_mask))   # and no envelope runs
     exact, fp32, split, _, _ = _chaotic_softmax()
     eager = (fp32.double() - exact).abs().max().item()
     far = (exact + 3 * ORACLE_FACTOR * ENVELOPE_CAP * eager * torch.sign(exact - 0.5)).float()
