@@ -126,21 +126,30 @@ def measure(name: str, dlls: dict, flush, workspace) -> dict:
     row["tf32_err"] = error_vs_float64(torch.bmm(a, b), a, bt)
     row["tf32_ms"] = time_ms(lambda: torch.bmm(a, b, out=d), flush, runs=20)
     torch.backends.cuda.matmul.allow_tf32 = False
+    # non-negative operands: every product of one sign, where a biased split (one that always shrinks |x|)
+    # adds up over K instead of cancelling
+    a_pos, bt_pos = a.abs(), bt.abs()
+    row["fp32_err_nonneg"] = error_vs_float64(torch.bmm(a_pos, bt_pos.transpose(1, 2)), a_pos, bt_pos)
     for key, dll in dlls.items():
         try:
+            run(dll, a_pos, bt_pos, d, workspace)
+            torch.cuda.synchronize()
+            row[key + "_err_nonneg"] = error_vs_float64(d, a_pos, bt_pos)
             run(dll, a, bt, d, workspace)
             torch.cuda.synchronize()
             row[key + "_err"] = error_vs_float64(d, a, bt)
             row[key + "_ms"] = time_ms(lambda dll=dll: run(dll, a, bt, d, workspace), flush, runs=20)
         except RuntimeError as exc:
             row[key + "_error"] = str(exc)
-    parts = [f"{name:24s} FP32 {row['fp32_ms']:.3f} ms (err {row['fp32_err']:.2e})",
+    parts = [f"{name:24s} FP32 {row['fp32_ms']:.3f} ms (err {row['fp32_err']:.2e}, "
+             f"non-negative {row['fp32_err_nonneg']:.2e})",
              f"TF32 {row['tf32_ms']:.3f} (err {row['tf32_err']:.2e})"]
     for key in row:
         if key.endswith("_ms") and "/" in key:
             base = key[:-3]
             parts.append(f"{base} {row[key]:.3f} ms = {row['fp32_ms'] / row[key]:.2f}x "
-                         f"({flop / row[key] / 1e9:.0f} TFLOP/s, err {row[base + '_err']:.2e})")
+                         f"({flop / row[key] / 1e9:.0f} TFLOP/s, err {row[base + '_err']:.2e}, "
+                         f"non-negative {row[base + '_err_nonneg']:.2e})")
         elif key.endswith("_error"):
             parts.append(f"{key[:-6]} FAILED: {row[key]}")
     print(" | ".join(parts), flush=True)

@@ -20,11 +20,37 @@
 namespace kw {
 using namespace cute;
 
-// x's small part: x - big exactly, big being x with its 13 low mantissa bits dropped (what the tensor cores
-// read of a TF32 operand: the tile itself is the big part); inf and NaN have none
+// x rounded to the nearest TF32 value (ties away from zero, as cvt.rna), as FP32 bits with the 13 low
+// mantissa bits zero; finite x only (the caller keeps inf and NaN, and a rounding past FLT_MAX, out)
+CUTLASS_DEVICE uint32_t x3_round_bits(uint32_t bits) { return (bits + 0x1000u) & 0xffffe000u; }
+
+CUTLASS_DEVICE bool x3_finite_bits(uint32_t bits) { return (bits & 0x7f800000u) != 0x7f800000u; }
+
+// B's small part: x - big, big being x with its 13 low mantissa bits dropped (what the tensor cores read of a
+// TF32 operand: the tile itself is the big part), itself rounded to the nearest TF32 value. The tensor cores
+// would truncate it too, and a truncation always shrinks |x|: that bias, the same sign as every product's,
+// adds up over K where rounding errors cancel (a softmax of large logits showed it at 10x FP32's error).
+// inf and NaN have none.
 CUTLASS_DEVICE float x3_small_part(float x) {
   const uint32_t bits = __float_as_uint(x);
-  return (bits & 0x7f800000u) == 0x7f800000u ? 0.f : x - __uint_as_float(bits & 0xffffe000u);
+  const uint32_t rest = x3_round_bits(__float_as_uint(x - __uint_as_float(bits & 0xffffe000u)));
+  return x3_finite_bits(bits) ? __uint_as_float(rest) : 0.f;
+}
+
+// A's split in the wgmma register fragment: `bits` becomes x rounded to the nearest TF32 value and `small`
+// the rest (exact), itself rounded to TF32. With A's big part rounded, its small part has either sign, so
+// the product A_small.B_small that the three MMAs drop has no bias either. Where rounding could pass FLT_MAX
+// (|x| within 2^-12 of it), and for inf and NaN, x is truncated as the tensor cores read it, with no small
+// part. Selects, no branches: a register of a wgmma operand defined under a branch serializes the wgmmas
+// (ptxas C7513). These ops are on the MMAs' critical path: H200, 2026-11-29, 4096^3 1.305 ms against 1.17
+// for the truncated split (which was 10x FP32's error on a softmax of large logits); 1.35 with a guard for
+// each case.
+CUTLASS_DEVICE void x3_split_nearest(uint32_t& bits, uint32_t& small) {
+  const bool ok = (bits & 0x7fffffffu) < 0x7f7ff000u;
+  const uint32_t big = ok ? x3_round_bits(bits) : bits & 0xffffe000u;
+  const uint32_t rest = x3_round_bits(__float_as_uint(__uint_as_float(bits) - __uint_as_float(big)));
+  small = ok ? rest : 0u;
+  bits = big;
 }
 
 // the small parts of a stage buffer of N floats, written to `smalls` in the same layout by `Threads` threads
@@ -40,20 +66,21 @@ CUTLASS_DEVICE void x3_split_tile(const void* tile, void* smalls, int thread) {
   }
 }
 
-// The consumer. Each stage's FP32 tiles (raw bits, as TMA copied them) are the big parts (the tensor cores
-// read a TF32 operand's top 19 bits: x truncated). Each warpgroup reads its rows of A into the wgmma register
-// fragment and forms A's small part there; the 256 consumer threads write B's small parts (x - big, exact)
-// to smem_Bs in B's layout, one stage ahead, while the current tile's MMAs run. A_small.B + A.B_small + A.B
-// go to the tensor cores (the dropped A_small.B_small is below 2^-20 of each product), accumulating in
+// The consumer. Each stage's B tile (raw bits, as TMA copied it) is B's big part (the tensor cores read a
+// TF32 operand's top 19 bits: x truncated). Each warpgroup reads its rows of A into the wgmma register
+// fragment and splits them there (x3_split_nearest); the 256 consumer threads write B's small parts
+// (rounded x - big) to smem_Bs in B's layout, one stage ahead, while the current tile's MMAs run.
+// A_small.B + A.B_small + A.B go to the tensor cores (the dropped A_small.B_small is below 2^-21 of each
+// product, and of either sign), accumulating in
 // `partial`, added to the FP32 accumulators every `Promotion` k-tiles: the tensor cores' own accumulation
 // rounds less exactly than FP32 adds, so it is kept short (H100, 2026-11-27: every 4 k-tiles of 32, 2-3x more
 // accurate than cuBLAS FP32 against float64; every 16, less accurate).
 // Measured on an H100 (2026-11-28, 4096^3): 1.18 ms, against 1.37 for the SS form that wrote both small
 // parts to shared memory (208 KB of shared-memory traffic a 128x128x32 k-tile against 144 here), 1.27
 // with B's split at its own stage instead of one ahead, 1.06 with no split of B at all (wrong sums).
-// Rounding the big part in place (cvt.rna, a second store per element) was 1.4x slower for 1.4x less
-// error; two partial fragments in turn (the promotion off the critical path) made ptxas serialize the
-// wgmmas.
+// Rounding B's big part in place (cvt.rna, a second store per element) was 1.4x slower for 1.4x less
+// error (rounding A's, in registers, and both small parts costs no store); two partial fragments in turn (the
+// promotion off the critical path) made ptxas serialize the wgmmas.
 template <class Base, int Promotion = 4>
 struct X3Mainloop : Base {
   using typename Base::MainloopPipeline;
@@ -150,7 +177,7 @@ struct X3Mainloop : Base {
         auto s_bits = recast<uint32_t>(s_frag);
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < size(a_bits); ++i) {
-          s_bits(i) = __float_as_uint(x3_small_part(__uint_as_float(a_bits(i))));
+          x3_split_nearest(a_bits(i), s_bits(i));
         }
 #endif
         warpgroup_arrive();
