@@ -1,4 +1,4 @@
-"""Probe of the SM90 3xTF32 GEMM (TMA + wgmma, A's small part formed in registers and B's in shared memory,
+"""Probe of the SM90 3xTF32 GEMM (TMA + wgmma, A split in registers and B's small part in shared memory,
 FP32 promotion of the tensor cores' partial sums: `kernelwright/codegen/cuda/kw_gemm_sm90_x3.cuh`), issue #22.
 
     python bench/kernels/gemm_sm90_x3.py OUT.json [--variants 128x128s4,128x64s6] [--promotion 1,4,16]

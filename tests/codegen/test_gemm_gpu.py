@@ -255,9 +255,10 @@ ACCURACY = {"mm_2048": (lambda: _mm(2048, 2048, 2048), None, "tf32x3"),
             "sm90x3_nonnegative_k64": (lambda: _bmm(16, 512, 512, 64), SM90X3, "cutlass"),
             "sm90x3_nonnegative_k1024": (lambda: _mm(1024, 1024, 1024), SM90X3, "cutlass"),
             "x3_nonnegative_k64": (lambda: _bmm(16, 512, 512, 64), X3, "cutlass")}
-# ... and the bound for those where it is not the issue's 2x: at depth 64 the SM90 kernel's three products
-# accumulate in the tensor cores (whose adds truncate) with no FP32 promotion in between: H200, 2026-11-29,
-# 2.8x FP32's error with the rounded split, against 4.2x at depth 48 for the truncated one it replaced
+# ... and the bound for those where it is not the issue's 2x, which the SM90 kernel misses at small depth: its
+# three products accumulate in the tensor cores (whose adds truncate) with no FP32 promotion in between.
+# H200, 2026-11-29: 2.8x cuBLAS FP32's error here with the rounded split (and 2.3x on the probe's
+# 65536x24576x48, where the truncated split it replaced was 4.2x)
 NONNEGATIVE = {"sm90x3_nonnegative_k64": 3.0, "sm90x3_nonnegative_k1024": 2.0, "x3_nonnegative_k64": 2.0}
 
 # The planner's choice for each case whose point is the choice (so a rule change cannot quietly turn a
@@ -356,7 +357,7 @@ def _check(out: torch.Tensor, ref64: torch.Tensor, ref32: torch.Tensor) -> None:
     assert ours <= 2 * torch_err + 2e-6 * scale, f"error {ours:.3g} vs torch FP32 {torch_err:.3g}"
 
 
-def test_planner_picked_tf32x3_for_large_products(built):
+def test_planner_picks_each_accuracy_case_kernel(built):
     for case, (build, _, expected) in ACCURACY.items():
         assert _group(build(), None).config.kernel == expected, case
 

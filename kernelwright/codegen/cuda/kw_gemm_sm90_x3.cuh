@@ -27,29 +27,34 @@ CUTLASS_DEVICE uint32_t x3_round_bits(uint32_t bits) { return (bits + 0x1000u) &
 CUTLASS_DEVICE bool x3_finite_bits(uint32_t bits) { return (bits & 0x7f800000u) != 0x7f800000u; }
 
 // B's small part: x - big, big being x with its 13 low mantissa bits dropped (what the tensor cores read of a
-// TF32 operand: the tile itself is the big part), itself rounded to the nearest TF32 value. The tensor cores
-// would truncate it too, and a truncation always shrinks |x|: that bias, the same sign as every product's,
-// adds up over K where rounding errors cancel (a softmax of large logits showed it at 10x FP32's error).
-// inf and NaN have none.
+// TF32 operand: the tile itself is the big part), itself rounded to the nearest TF32 value, ties to even.
+// The tensor cores would truncate it, and with B's big part truncated the small part has the sign of x: a
+// truncation always shrinks it, a bias of every product's own sign, which adds up over K where rounding
+// errors cancel (the truncated split of A and B made every product about 2^-22 small, and a softmax of large
+// logits 10x FP32's error). Ties to even, as the small part (13 bits rounded to 11) often ties: in a numpy
+// model of the split, ties away left a bias of ~2^-25 and up to 2x the error. inf and NaN have none.
 CUTLASS_DEVICE float x3_small_part(float x) {
   const uint32_t bits = __float_as_uint(x);
-  const uint32_t rest = x3_round_bits(__float_as_uint(x - __uint_as_float(bits & 0xffffe000u)));
-  return x3_finite_bits(bits) ? __uint_as_float(rest) : 0.f;
+  uint32_t even;   // one F2FP on SM90; its low 13 bits are not read (the tensor cores drop them)
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(even) : "f"(x - __uint_as_float(bits & 0xffffe000u)));
+  return x3_finite_bits(bits) ? __uint_as_float(even) : 0.f;
 }
 
-// A's split in the wgmma register fragment: `bits` becomes x rounded to the nearest TF32 value and `small`
-// the rest (exact), itself rounded to TF32. With A's big part rounded, its small part has either sign, so
-// the product A_small.B_small that the three MMAs drop has no bias either. Where rounding could pass FLT_MAX
-// (|x| within 2^-12 of it), and for inf and NaN, x is truncated as the tensor cores read it, with no small
-// part. Selects, no branches: a register of a wgmma operand defined under a branch serializes the wgmmas
-// (ptxas C7513). These ops are on the MMAs' critical path: H200, 2026-11-29, 4096^3 1.305 ms against 1.17
-// for the truncated split (which was 10x FP32's error on a softmax of large logits); 1.35 with a guard for
-// each case.
+// A's split in the wgmma register fragment: `bits` becomes x rounded to the nearest TF32 value, and `small`
+// the rest, x - big (exact; the tensor cores truncate it, which costs no bias: with A's big part rounded,
+// its small part has either sign, and so has the product A_small.B_small that the three MMAs drop). x is
+// first clamped to the largest TF32 value, so that the rounding cannot pass FLT_MAX; beyond it, and for inf
+// and NaN, the small part carries the rest (inf - MAX is inf; a NaN stays in x - big: fmaxf returns the
+// other operand). Five ops, as many as the truncated split's. They sit on the MMAs' critical path: in SASS,
+// 37 instructions between a k-block's wait and its wgmmas, against 36 for the truncated split and 51 for a
+// rounded one with a select per edge case, which ran 4096^3 in 1.305 ms against 1.17 (H200, 2026-11-29;
+// this form is not yet timed). No branches: a register of a wgmma operand defined under a branch
+// serializes the wgmmas (ptxas C7513).
 CUTLASS_DEVICE void x3_split_nearest(uint32_t& bits, uint32_t& small) {
-  const bool ok = (bits & 0x7fffffffu) < 0x7f7ff000u;
-  const uint32_t big = ok ? x3_round_bits(bits) : bits & 0xffffe000u;
-  const uint32_t rest = x3_round_bits(__float_as_uint(__uint_as_float(bits) - __uint_as_float(big)));
-  small = ok ? rest : 0u;
+  const float kMaxTf32 = __uint_as_float(0x7f7fe000u);   // the largest finite TF32 value
+  const float x = __uint_as_float(bits);
+  const uint32_t big = x3_round_bits(__float_as_uint(fminf(fmaxf(x, -kMaxTf32), kMaxTf32)));
+  small = __float_as_uint(x - __uint_as_float(big));
   bits = big;
 }
 
@@ -70,7 +75,7 @@ CUTLASS_DEVICE void x3_split_tile(const void* tile, void* smalls, int thread) {
 // TF32 operand's top 19 bits: x truncated). Each warpgroup reads its rows of A into the wgmma register
 // fragment and splits them there (x3_split_nearest); the 256 consumer threads write B's small parts
 // (rounded x - big) to smem_Bs in B's layout, one stage ahead, while the current tile's MMAs run.
-// A_small.B + A.B_small + A.B go to the tensor cores (the dropped A_small.B_small is below 2^-21 of each
+// A_small.B + A.B_small + A.B go to the tensor cores (the dropped A_small.B_small is at most 2^-21 of each
 // product, and of either sign), accumulating in
 // `partial`, added to the FP32 accumulators every `Promotion` k-tiles: the tensor cores' own accumulation
 // rounds less exactly than FP32 adds, so it is kept short (H100, 2026-11-27: every 4 k-tiles of 32, 2-3x more
@@ -156,7 +161,7 @@ struct X3Mainloop : Base {
       }
     };
 
-    // one k-tile's MMAs: per k-block, A's fragment from shared memory, its small part in registers, then
+    // one k-tile's MMAs: per k-block, A's fragment from shared memory, split in registers, then
     // A_small.B + A.B_small + A.B into `partial` as one batch
     auto tile_mmas = [&](int stage) {
       warpgroup_fence_operand(partial);
@@ -172,7 +177,7 @@ struct X3Mainloop : Base {
         warpgroup_fence_operand(a_frag);
         warpgroup_fence_operand(s_frag);
         copy(smem_tiled_copy_A, tCsA_copy(_,_,k_block,stage), tCrA_copy(_,_,k_block));
-#if KW_X3_PROBE_MODE != 1
+#if KW_X3_PROBE_MODE != 1 && KW_X3_PROBE_MODE != 2   // no split where no small part is read
         auto a_bits = recast<uint32_t>(a_frag);
         auto s_bits = recast<uint32_t>(s_frag);
         CUTLASS_PRAGMA_UNROLL
