@@ -362,6 +362,23 @@ def test_planner_picks_each_accuracy_case_kernel(built):
         assert _group(build(), None).config.kernel == expected, case
 
 
+def test_sm90x3_inf_in_a_gives_inf_as_fp32_does(built):
+    """An inf in A is split into the largest TF32 value and an infinite small part: its products come out
+    inf (with the sign FP32 gives), not inf x 0 = NaN against B's zero small parts (docs/gemm.md)."""
+    group, fn, graph = built["sm90x3_mm_odd_sizes"]
+    inputs, params = _values(graph, seed=4)
+    a, b = (torch.round(t * 4) + 0.5 for t in inputs)     # TF32-exact, nonzero: B's small parts are all 0
+    a[3, 5], a[7, 0] = float("inf"), float("-inf")
+    a, b = a.cuda(), b.cuda()
+    out = _run(group, fn, graph, [a, b], params, None)
+    ref = _references(graph, [a, b], params)[1]
+    assert torch.isinf(ref[3]).all() and torch.isinf(ref[7]).all()
+    assert torch.equal(torch.isnan(out), torch.isnan(ref)) and torch.equal(torch.isinf(out), torch.isinf(ref))
+    assert torch.equal(torch.sign(out[[3, 7]]), torch.sign(ref[[3, 7]]))
+    finite = torch.isfinite(ref)
+    torch.testing.assert_close(out[finite], ref[finite], rtol=1e-5, atol=1e-3)
+
+
 @pytest.mark.parametrize("case", ["x3_linear_bias", "x3_linear_odd_depth_and_width"])
 def test_tf32x3_weight_split_follows_the_parameter(built, case):
     """The binding keeps a parameter's split: an in-place update, a write through `.data` to a few rows
