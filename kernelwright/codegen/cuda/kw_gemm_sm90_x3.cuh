@@ -31,8 +31,9 @@ CUTLASS_DEVICE bool x3_finite_bits(uint32_t bits) { return (bits & 0x7f800000u) 
 // The tensor cores would truncate it, and with B's big part truncated the small part has the sign of x: a
 // truncation always shrinks it, a bias of every product's own sign, which adds up over K where rounding
 // errors cancel (the truncated split of A and B made every product about 2^-22 small, and a softmax of large
-// logits 10x FP32's error). Ties to even, as the small part (13 bits rounded to 11) often ties: in a numpy
-// model of the split, ties away left a bias of ~2^-25 and up to 2x the error. inf and NaN have none.
+// logits 10x FP32's error). Ties to even, as the small part (13 bits rounded to 11) often ties: ties away
+// left a bias of ~2^-25 and up to 2x the error (bench/kernels/x3_split_model.py, the splits bit for bit).
+// inf and NaN have none.
 CUTLASS_DEVICE float x3_small_part(float x) {
   const uint32_t bits = __float_as_uint(x);
   uint32_t even;   // one F2FP on SM90; its low 13 bits are not read (the tensor cores drop them)
