@@ -49,9 +49,9 @@ def round_even(x: np.ndarray) -> np.ndarray:
 def split_a(x: np.ndarray, form: str) -> tuple[np.ndarray, np.ndarray]:
     """A's (big, small) as the tensor cores read them."""
     with np.errstate(invalid="ignore", over="ignore"):
-        if form == "truncated":
+        if form == "truncated":      # no small part for inf and NaN
             big = truncate(x)
-            return big, truncate(x - big)
+            return big, truncate(np.where(np.isfinite(x), x - big, 0).astype(np.float32))
         if form == "rounded":
             ok = (_bits(x) & 0x7FFFFFFF) < 0x7F7FF000
             big = np.where(ok, round_away(x), truncate(x)).astype(np.float32)

@@ -364,15 +364,17 @@ def test_planner_picks_each_accuracy_case_kernel(built):
 
 def test_sm90x3_inf_in_a_gives_inf_as_fp32_does(built):
     """An inf in A is split into the largest TF32 value and an infinite small part: its products come out
-    inf (with the sign FP32 gives), not inf x 0 = NaN against B's zero small parts (docs/gemm.md)."""
+    inf (with the sign FP32 gives), not inf x 0 = NaN against B's zero small parts (docs/gemm.md; B here has
+    no subnormals, against which it would). A NaN in A gives NaN (its split goes through fmaxf, which
+    returns the other operand: the NaN is carried by the small part)."""
     group, fn, graph = built["sm90x3_mm_odd_sizes"]
     inputs, params = _values(graph, seed=4)
     a, b = (torch.round(t * 4) + 0.5 for t in inputs)     # TF32-exact, nonzero: B's small parts are all 0
-    a[3, 5], a[7, 0] = float("inf"), float("-inf")
+    a[3, 5], a[7, 0], a[11, 2] = float("inf"), float("-inf"), float("nan")
     a, b = a.cuda(), b.cuda()
     out = _run(group, fn, graph, [a, b], params, None)
     ref = _references(graph, [a, b], params)[1]
-    assert torch.isinf(ref[3]).all() and torch.isinf(ref[7]).all()
+    assert torch.isinf(ref[3]).all() and torch.isinf(ref[7]).all() and torch.isnan(ref[11]).all()
     assert torch.equal(torch.isnan(out), torch.isnan(ref)) and torch.equal(torch.isinf(out), torch.isinf(ref))
     assert torch.equal(torch.sign(out[[3, 7]]), torch.sign(ref[[3, 7]]))
     finite = torch.isfinite(ref)

@@ -12,7 +12,7 @@
 #include <cute/tensor.hpp>
 
 // probe only (bench/kernels/gemm_sm90_x3.py), wrong sums, for timing: 1 = no split (the MMAs' time), 2 = one
-// TF32 product, 3 = no split of B
+// TF32 product of the raw tiles (since 2026-11-29 without A's split, unlike earlier runs), 3 = no split of B
 #ifndef KW_X3_PROBE_MODE
 #define KW_X3_PROBE_MODE 0
 #endif
@@ -43,14 +43,16 @@ CUTLASS_DEVICE float x3_small_part(float x) {
 
 // A's split in the wgmma register fragment: `bits` becomes x rounded to the nearest TF32 value, and `small`
 // the rest, x - big (exact; the tensor cores truncate it, which costs no bias: with A's big part rounded,
-// its small part has either sign, and so has the product A_small.B_small that the three MMAs drop). x is
+// its small part has either sign, and so has the product A_small.B_small that the three MMAs drop; it costs
+// some precision: in a numpy model, max error 7.3e-6 against 5.0e-6 for a rounded small part, K=64). x is
 // first clamped to the largest TF32 value, so that the rounding cannot pass FLT_MAX; beyond it, and for inf
-// and NaN, the small part carries the rest (inf - MAX is inf; a NaN stays in x - big: fmaxf returns the
-// other operand). Five ops, as many as the truncated split's. They sit on the MMAs' critical path: in SASS,
-// 37 instructions between a k-block's wait and its wgmmas, against 36 for the truncated split and 51 for a
-// rounded one with a select per edge case, which ran 4096^3 in 1.305 ms against 1.17 (H200, 2026-11-29;
-// this form is not yet timed). No branches: a register of a wgmma operand defined under a branch
-// serializes the wgmmas (ptxas C7513).
+// and NaN, the small part carries the rest (inf - MAX is inf: an inf in A gives inf as in FP32, except
+// against a nonzero B element whose truncation is 0, a subnormal below 2^-136; a NaN stays in x - big, as
+// fmaxf returns the other operand). Five ops, as many as the truncated split's. They sit on the MMAs'
+// critical path: in SASS, 37 instructions between a k-block's wait and its wgmmas, against 36 for the
+// truncated split and 51 for a rounded one with a select per edge case, which ran 4096^3 in 1.305 ms
+// against 1.17 (H200, 2026-11-29; this form is not yet timed). No branches: a register of a wgmma operand
+// defined under a branch serializes the wgmmas (ptxas C7513).
 CUTLASS_DEVICE void x3_split_nearest(uint32_t& bits, uint32_t& small) {
   const float kMaxTf32 = __uint_as_float(0x7f7fe000u);   // the largest finite TF32 value
   const float x = __uint_as_float(bits);
@@ -85,7 +87,7 @@ CUTLASS_DEVICE void x3_split_tile(const void* tile, void* smalls, int thread) {
 // parts to shared memory (208 KB of shared-memory traffic a 128x128x32 k-tile against 144 here), 1.27
 // with B's split at its own stage instead of one ahead, 1.06 with no split of B at all (wrong sums).
 // Rounding B's big part in place (cvt.rna, a second store per element) was 1.4x slower for 1.4x less
-// error (rounding A's, in registers, and both small parts costs no store); two partial fragments in turn (the
+// error (splitting A in registers costs no store); two partial fragments in turn (the
 // promotion off the critical path) made ptxas serialize the wgmmas.
 template <class Base, int Promotion = 4>
 struct X3Mainloop : Base {
