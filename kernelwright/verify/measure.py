@@ -17,7 +17,7 @@ from kernelwright.fuse import launch_label
 from kernelwright.fuse.plan import VIEW_OPS, FusedGroup, FusionPlan
 from kernelwright.gpulock import gpu_timing, gpu_work
 from kernelwright.judge.compare import compare_outputs, oracle_check
-from kernelwright.judge.timing import l2_flush_buffer
+from kernelwright.judge.timing import l2_flush_buffer, timed_runs
 from kernelwright.problem import Problem
 from kernelwright.verify.execute import execute_plan, run_group_with_aten
 
@@ -220,9 +220,10 @@ def time_ms(fn: Callable[[], object], runs: int = 30, warmup: int = 3) -> float:
 
 
 def series_ms(fn: Callable[[], object], runs: int, warmup: int, flush: torch.Tensor | None) -> list[float]:
-    """The times of `runs` calls of `fn` (after `warmup` untimed ones), queued back to back on the current
-    stream, each after writing `flush` (an L2 flush, as the judge's series does) and between two CUDA
-    events. A call's host time shows only where the GPU waits for it, as in the emitted forward.
+    """The times of `runs` calls of `fn` (after `warmup` untimed ones), timed as the judge's series is
+    (judge/timing.py `timed_runs`): queued back to back on the current stream, each after writing `flush`
+    (an L2 flush) and between two CUDA events. A call's host time shows only where the GPU waits for it, as
+    in the emitted forward.
     Synchronizing before each call (as this did until 2026-11-28) added each call's Python time to its
     GPU time. That favoured a kernel's direct binding over ATen, which runs through the plan interpreter,
     by a few percent at 0.4 ms: lone sigmoid, tanh, ELU, SELU and GELU-tanh kernels were kept 1-2.5%
@@ -234,13 +235,4 @@ def series_ms(fn: Callable[[], object], runs: int, warmup: int, flush: torch.Ten
             flush.zero_()
         fn()
     torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    for start, end in zip(starts, ends, strict=True):
-        if flush is not None:
-            flush.zero_()
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return [start.elapsed_time(end) for start, end in zip(starts, ends, strict=True)]
+    return timed_runs(fn, runs, flush)
