@@ -10,8 +10,9 @@ truncate) and the FP32 promotion are not modelled. Non-negative operands show a 
 sign), which random signs hide. Splits:
 - `truncated` (before 2026-11-29): big = x truncated, small = x - big, truncated again by the tensor cores;
 - `rounded` (4490427): A's big rounded to nearest (ties away), A's and B's small parts rounded (ties away);
-- `clamped` (7859f2a): A clamped to the largest TF32 value, rounded; A's small = x - big, truncated by the
-  tensor cores; B's small part rounded to nearest even (cvt.rn.tf32).
+- `clamped_trunc` (7859f2a): A clamped to the largest TF32 value, rounded; A's small = x - big, truncated by
+  the tensor cores; B's small part rounded to nearest even (cvt.rn.tf32);
+- `clamped` (the kernel since session 42): as `clamped_trunc`, A's small part rounded to nearest even.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def split_a(x: np.ndarray, form: str) -> tuple[np.ndarray, np.ndarray]:
             big = np.where(ok, round_away(x), truncate(x)).astype(np.float32)
             return big, truncate(np.where(ok, round_away(x - big), 0).astype(np.float32))
         big = round_away(np.fmin(np.fmax(x, -MAX_TF32), MAX_TF32))
-        return big, truncate(x - big)
+        small = (x - big).astype(np.float32)
+        return big, truncate(small if form == "clamped_trunc" else round_even(small))
 
 
 def split_b(x: np.ndarray, form: str) -> tuple[np.ndarray, np.ndarray]:
@@ -65,7 +67,7 @@ def split_b(x: np.ndarray, form: str) -> tuple[np.ndarray, np.ndarray]:
     big = truncate(x)
     with np.errstate(invalid="ignore"):
         rest = (x - big).astype(np.float32)
-    rounding = {"truncated": lambda r: r, "rounded": round_away, "clamped": round_even}[form]
+    rounding = {"truncated": lambda r: r, "rounded": round_away}.get(form, round_even)
     return big, truncate(np.where(np.isfinite(x), rounding(rest), 0).astype(np.float32))
 
 
@@ -84,7 +86,7 @@ def main() -> None:
             exact = a.astype(np.float64) @ b.astype(np.float64)
             fp32 = np.abs((a @ b).astype(np.float64) - exact).max()
             cells = [f"K={k:5d} {name:12s} numpy FP32 max err {fp32:.2e}"]
-            for form in ("truncated", "rounded", "clamped"):
+            for form in ("truncated", "rounded", "clamped_trunc", "clamped"):
                 out = product(a, b, form)
                 cell = f"{form} max err {np.abs(out - exact).max():.2e}"
                 if name == "non-negative":   # every exact value positive: the mean relative error is a bias

@@ -42,22 +42,25 @@ CUTLASS_DEVICE float x3_small_part(float x) {
 }
 
 // A's split in the wgmma register fragment: `bits` becomes x rounded to the nearest TF32 value, and `small`
-// the rest, x - big (exact; the tensor cores truncate it, which costs no bias: with A's big part rounded,
-// its small part has either sign, and so has the product A_small.B_small that the three MMAs drop; it costs
-// some precision: in a numpy model, max error 7.3e-6 against 5.0e-6 for a rounded small part, K=64). x is
-// first clamped to the largest TF32 value, so that the rounding cannot pass FLT_MAX; beyond it, and for inf
-// and NaN, the small part carries the rest (inf - MAX is inf: an inf in A gives inf as in FP32, except
-// against a nonzero B element whose truncation is 0, a subnormal below 2^-136; a NaN stays in x - big, as
-// fmaxf returns the other operand). Five ops, as many as the truncated split's. They sit on the MMAs'
-// critical path: in SASS, 37 instructions between a k-block's wait and its wgmmas, against 36 for the
-// truncated split and 51 for a rounded one with a select per edge case, which ran 4096^3 in 1.305 ms
-// against 1.17 (H200, 2026-11-29; this form is not yet timed). No branches: a register of a wgmma operand
-// defined under a branch serializes the wgmmas (ptxas C7513).
+// the rest, x - big, itself rounded to the nearest TF32 value, ties to even (cvt.rn; the tensor cores would
+// truncate it: no bias, as with A's big part rounded the small part has either sign, but up to 2x the error
+// per product: on the judge's softmax of scale-1000 logits (level3/03) the output's max error against eager
+// went from 0.037 to 0.056, 8.0x eager FP32's against float64, past the judge's bound: H200, 2026-11-29).
+// x is first clamped to the largest TF32 value, so that the rounding cannot pass FLT_MAX; beyond it, and
+// for inf and NaN, the small part carries the rest (inf - MAX is inf: an inf in A gives inf as in FP32, except against a nonzero B element
+// whose truncation is 0, a subnormal below 2^-136; a NaN stays in x - big, as fmaxf returns the other
+// operand). Six ops, on the MMAs' critical path (between a k-block's wait and its wgmmas). H200, 2026-11-29,
+// one machine: 4096^3 1.223 ms and 8192^3 11.84, against 1.173 and 11.08 with the small part unrounded
+// (five ops), 1.233 rounding it with an integer add and mask (ties away, and a NaN lost), 1.268 with
+// the big part by cvt.rna too; a rounded split with a select per edge case (4490427) ran 1.305 in an
+// earlier call. So any rounding of the small part costs ~4-7%: the chain's latency, not the convert's
+// issue rate. No branches: a register of a wgmma operand defined under a branch serializes the wgmmas
+// (ptxas C7513).
 CUTLASS_DEVICE void x3_split_nearest(uint32_t& bits, uint32_t& small) {
   const float kMaxTf32 = __uint_as_float(0x7f7fe000u);   // the largest finite TF32 value
   const float x = __uint_as_float(bits);
   const uint32_t big = x3_round_bits(__float_as_uint(fminf(fmaxf(x, -kMaxTf32), kMaxTf32)));
-  small = __float_as_uint(x - __uint_as_float(big));
+  asm("cvt.rn.tf32.f32 %0, %1;" : "=r"(small) : "f"(x - __uint_as_float(big)));
   bits = big;
 }
 
