@@ -56,7 +56,8 @@ PROBE_ENTRY = """
 extern "C" const char* x3_gemm(const float* a, const float* b, float* d, int m, int n, int k, int l,
                                long long lda, long long ldb, long long ldd, long long bsa, long long bsb,
                                long long bsd, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  return kw_probe_gemm(a, lda, bsa, b, ldb, bsb, d, ldd, bsd, m, n, k, l, workspace, workspace_bytes, stream);
+  return kw_probe_gemm(a, lda, bsa, b, ldb, bsb, d, ldd, bsd, m, n, k, l, KW_X3_STRIPS, workspace,
+                       workspace_bytes, stream);
 }
 extern "C" size_t x3_smem() { return sizeof(typename kw_probe_sm90::KernelTma::SharedStorage); }
 """
@@ -64,10 +65,10 @@ extern "C" size_t x3_smem() { return sizeof(typename kw_probe_sm90::KernelTma::S
 
 def build(variant: str, promotion: int, out: Path) -> ctypes.CDLL:
     """The launcher of `codegen/gemm_sm90x3.py` with the variant's tile and knobs, as a library."""
-    match = re.fullmatch(r"128x(\d+)s(\d+)(d?)([nmb]?)", variant)
+    match = re.fullmatch(r"128x(\d+)s(\d+)(?:w(\d+))?(d?)([nmb]?)", variant)
     if match is None:
-        raise SystemExit(f"variant {variant!r}: expected 128xNsS, then optional flags d, and n, m or b")
-    tile_n, stages, direct, flag = match.groups()
+        raise SystemExit(f"variant {variant!r}: expected 128xNsS, then optional wW, d, and n, m or b")
+    tile_n, stages, strips, direct, flag = match.groups()
     mode = "_nmb".find(flag) if flag else 0
     source = out / f"x3_{variant}_p{promotion}.cu"
     config = GemmConfig(kernel="sm90x3", block=(128, int(tile_n), 32))
@@ -77,6 +78,7 @@ def build(variant: str, promotion: int, out: Path) -> ctypes.CDLL:
                "-Xcompiler", "-fPIC", "-shared", f"-I{cutlass_include_dir()}", f"-I{HEADERS}",
                f"-DKW_X3_PROMOTION={promotion}",
                f"-DKW_X3_PROBE_MODE={mode}", f"-DKW_X3_TMA_STORE={int(not direct)}",
+               f"-DKW_X3_STRIPS={strips or 1}",
                str(source), "-o", str(lib)]
     subprocess.run(command, check=True)
     dll = ctypes.CDLL(str(lib))
@@ -159,8 +161,9 @@ def measure(name: str, dlls: dict, flush, workspace) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
-    # 128 x TILE_N s STAGES, then "d": the direct epilogue only (no TMA store); for timing only, a final "n":
-    # no split (three products of the raw tiles), "m": one TF32 product, "b": no split of B
+    # 128 x TILE_N s STAGES, then "wW": output tiles in strips W wide (the scheduler's swizzle: 1, 2, 4 or
+    # 8; the default 1), "d": the direct epilogue only (no TMA store); for timing only, a
+    # final "n": no split (three products of the raw tiles), "m": one TF32 product, "b": no split of B
     parser.add_argument("--variants", default="128x128s4")
     parser.add_argument("--promotion", default="1,4")
     parser.add_argument("--shapes", default=",".join(SHAPES))

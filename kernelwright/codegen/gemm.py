@@ -94,7 +94,8 @@ def ir_comment(view: GemmView, config: GemmConfig) -> str:
     elif config.kernel == "sm90x3":
         tile = "x".join(map(str, sm90x3_tile(config)))
         kernel = (f"SM90 3xTF32 tile {tile} (TMA + wgmma, A's small part in registers, B's in shared memory, "
-                  "FP32 promotion every 128 of K)")
+                  "FP32 promotion every 128 of K"
+                  + (f", tiles in strips of {config.strips})" if config.strips > 1 else ")"))
     else:
         split = f" split-K {config.split_k}" if config.split_k > 1 else ""
         kernel = (f"CUTLASS 3xTF32 tile {'x'.join(map(str, config.block))} warp "

@@ -73,7 +73,7 @@ def render_entry(name: str, launcher: str, group, view: GemmView, config: GemmCo
     # depth ldk: with K not a multiple of 4 both operands are copies with zero pads (CUTLASS's TMA mainloop
     # wants the contiguous extent aligned too)
     lines.append(f"  error = {launcher}_gemm(a, ld_a, bs_a, b, ld_b, bs_b, {out}, {n}, {m * n}LL, {m}, {n}, "
-                 f"{ldk}, {batch}, scratch + {scratch}, {CUTLASS_WORKSPACE}, stream);")
+                 f"{ldk}, {batch}, {config.strips}, scratch + {scratch}, {CUTLASS_WORKSPACE}, stream);")
     scratch += CUTLASS_WORKSPACE
     epilogue, operand_args = epilogue_operands(group, view, ("contiguous",))
     finish = ""

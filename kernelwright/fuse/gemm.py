@@ -65,6 +65,9 @@ class GemmConfig(NamedTuple):
     align_b: int = 4
     align_c: int = 4
     split_k: int = 1
+    # the SM90 kernel's persistent tile scheduler: output tiles taken in strips this many tiles wide (a
+    # launcher argument: one instantiation serves every value)
+    strips: int = 1
 
 
 @dataclass(frozen=True)
@@ -204,7 +207,9 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     On Hopper, also the in-kernel split (`codegen/gemm_sm90x3.py`: no split copies, FP32 promotion), for
     the SM80 CUTLASS kernel's products too (small K or a narrow output: 65536x48 . 48x24576 wrote its 6 GiB
     product in 3.06 ms in the probe against the SM80 kernel's 4.77 in optimize, H100 2026-11-28), where a
-    product has `SM90X3_MIN_FLOP` of work: one CUTLASS library per machine and tile for every GEMM."""
+    product has `SM90X3_MIN_FLOP` of work: one CUTLASS library per machine and tile for every GEMM. Where
+    one product has `SM90X3_STRIP_WAVES` waves of tiles or more, that launch again with its tiles taken in
+    strips of `SM90X3_STRIPS` (a launcher argument)."""
     config = gemm_config(group)
     if config.kernel not in ("tf32x3", "cutlass"):
         return []
@@ -216,7 +221,10 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
         others = [config._replace(split_k=c) for c in chunks if c > config.split_k]
     if (hopper_gpu() and cutlass_include_dir() is not None
             and 2.0 * view.m * view.n * view.k * view.batch >= SM90X3_MIN_FLOP):
-        others.append(config._replace(kernel="sm90x3", split_k=1, block=sm90x3_tile_for(view)))
+        sm90 = config._replace(kernel="sm90x3", split_k=1, block=sm90x3_tile_for(view))
+        others.append(sm90)
+        if _tile_count(view.m, view.n, 1, GemmConfig(block=sm90.block)) >= SM90X3_STRIP_WAVES * SM_COUNT:
+            others.append(sm90._replace(strips=SM90X3_STRIPS))
     return [dataclasses.replace(group, config=other) for other in others]
 
 
@@ -228,6 +236,14 @@ SM90X3_TILES = {SM90X3_WIDE: 4, SM90X3_NARROW: 6}
 # (~45 s of nvcc, once per machine and tile), and a product under ~2 GFLOP (~40 us at FP32's rate) has
 # little to gain from it.
 SM90X3_MIN_FLOP = 2e9
+# Tiles in strips: the SM90 scheduler's swizzle, so that a wave of tiles shares rows of A and columns of B
+# in L2. H200 probe, 2026-11-29 (bench/results/2026-11-29-h200-s42/strips.log), strips of 1 / 2 / 4 / 8:
+# 8192^3 (31 waves of 128x128 tiles) 11.34 / 11.00 / 10.76 / 10.52 ms; fewer waves lost: 4096^3 (7.8)
+# 1.223 / 1.264 / 1.301 / 1.311, 7001x3001x5004 (10) 2.05 / 2.36 / 2.34 / 2.23, 1024x8192x8192 1.26 / 1.29
+# / 1.32 / 1.30, and a bmm of 128 x 24 tiles 0.96 / 1.01 / 1.33 / 1.30. So it is offered (and measured) for
+# a product of at least this many waves of tiles, batches not counted. In optimize's own timing of 8192^3
+# the gain was smaller (11.31 -> 11.15 ms; `mm8192/`), and the cuBLAS route's 8 chunks won (10.55).
+SM90X3_STRIPS, SM90X3_STRIP_WAVES = 8, 16
 
 
 def sm90x3_tile_for(view: GemmView, sm_count: int = SM_COUNT) -> tuple[int, int, int]:
@@ -257,7 +273,8 @@ def launch_label(group: FusedGroup) -> str:
     if config.kernel == "sm90x3":
         tile = sm90x3_tile(config)
         narrow = "" if tile == SM90X3_WIDE else f", {tile[0]}x{tile[1]} tiles"
-        return f"3xTF32 split in an SM90 kernel{narrow}"
+        strips = f", tiles in strips of {config.strips}" if config.strips > 1 else ""
+        return f"3xTF32 split in an SM90 kernel{narrow}{strips}"
     if config.kernel == "gemv":
         return "matrix-vector"
     split = f", split-K {config.split_k}" if config.split_k > 1 else ""

@@ -337,10 +337,33 @@ def test_sm90x3_is_an_alternative_on_hopper_with_one_launcher_for_every_gemm(mon
     assert sources[0].spec.operands[0][1] == (("reshape", 128, 512, 1024), ("matrix", 4))
     assert "kw_kmajor::kmajor(static_cast<const float*>(in[1].data), kw::batch_stride(in[1]), 1, " in first
     assert ("_gemm(a, ld_a, bs_a, b, ld_b, bs_b, static_cast<float*>(out[0]), 768, 393216LL, 512, 768, "
-            "1024, 128, scratch + 402653184, 65536, stream);") in first
+            "1024, 128, 1, scratch + 402653184, 65536, stream);") in first
     # linear, K = 4099: both operands copied with rows of 4100; bias + ReLU in place after the product
     assert second.count("kw_kmajor::kmajor(") == 2
     assert "_finish(static_cast<float*>(out[0]), static_cast<float*>(out[0]), 4093, " in second
+
+
+def test_sm90x3_takes_its_tiles_in_strips_as_a_second_launch_where_one_product_has_many_waves(monkeypatch):
+    """A product of at least SM90X3_STRIP_WAVES waves of the SM90 kernel's tiles is measured a second time
+    with its tiles taken in strips (the scheduler's swizzle, a launcher argument: the same library); batches
+    do not count (a bmm of small products keeps its operands in L2 and lost with strips)."""
+    monkeypatch.setattr(fuse_gemm, "hopper_gpu", lambda: True)
+
+    def sm90(m, k, n, batch=1):
+        shape = (batch, m, k) if batch > 1 else (m, k)
+        a, b = input_node("a", 0, shape), input_node("b", 1, (batch, k, n) if batch > 1 else (k, n))
+        group = group_of(make_node("bmm" if batch > 1 else "mm", [a, b]), inputs=(a, b))
+        return [g for g in fuse_gemm.launch_alternatives(group) if g.config.kernel == "sm90x3"]
+
+    plain, strips = sm90(8192, 8192, 8192)                  # 4096 tiles: 31 waves
+    assert (plain.config.strips, strips.config.strips) == (1, fuse_gemm.SM90X3_STRIPS)
+    assert strips.config._replace(strips=1) == plain.config
+    assert "tiles in strips of 8" in fuse_gemm.launch_label(strips)
+    sources = [render(g) for g in (plain, strips)]
+    assert sources[0].launcher == sources[1].launcher and sources[0].name != sources[1].name
+    assert "8192, 1, 8, scratch + " in sources[1].cuda and "8192, 1, 1, scratch + " in sources[0].cuda
+    assert [g.config.strips for g in sm90(4096, 4096, 4096)] == [1]                   # 1024 tiles
+    assert [g.config.strips for g in sm90(512, 1024, 768, batch=128)] == [1]          # 24 tiles a batch
 
 
 def test_tf32x3_source_compiles():
