@@ -4,7 +4,9 @@ benchmark script runs; not a benchmark itself)."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
+import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -33,6 +35,45 @@ def time_ms(fn: Callable[[], object], flush: torch.Tensor, runs: int = 30) -> fl
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+class ClockSampler:
+    """The GPU's SM clock and power draw while a block runs (`with ClockSampler() as clocks: ...`, then
+    `clocks.summary()`: mean and lowest SM MHz, mean W), sampled every `period_ms` by `nvidia-smi`: a
+    tensor-core kernel at full rate can hit the power limit and lower its clock, which an instruction count
+    does not show. Without nvidia-smi the summary is None."""
+
+    def __init__(self, period_ms: int = 50) -> None:
+        self.period_ms, self.process, self.lines = period_ms, None, []
+
+    def __enter__(self) -> ClockSampler:
+        smi = shutil.which("nvidia-smi")
+        if smi is not None:
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            device = (f"{getattr(props, 'pci_domain_id', 0):08X}:{props.pci_bus_id:02X}:"
+                      f"{props.pci_device_id:02X}.0" if hasattr(props, "pci_bus_id") else "0")
+            self.process = subprocess.Popen(
+                [smi, "-i", device, "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                 f"--loop-ms={self.period_ms}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            out, _ = self.process.communicate()
+            self.lines = [line.split(",") for line in out.splitlines() if line.count(",") == 1]
+
+    def summary(self) -> dict | None:
+        samples = []
+        for mhz, watts in self.lines:
+            try:
+                samples.append((float(mhz), float(watts)))
+            except ValueError:
+                continue
+        if not samples:
+            return None
+        return {"sm_mhz": statistics.mean(m for m, _ in samples), "sm_mhz_min": min(m for m, _ in samples),
+                "watts": statistics.mean(w for _, w in samples), "samples": len(samples)}
 
 
 def copy_bandwidth(flush: torch.Tensor) -> float:

@@ -7,7 +7,8 @@ Builds the launcher that `optimize` emits (`codegen/gemm_sm90x3.py`), one librar
 width and stages rendered, the promotion interval and the rest set by -D; nvcc in parallel), then for each
 shape: its error against float64 (on a sample of rows) beside torch FP32's and cuBLAS TF32's, and its time
 (CUDA events, cold L2, median of 20) beside torch FP32 (TF32 off) and cuBLAS TF32, with the FP32-equivalent
-TFLOP/s. Operands are K-major ([M, K] and [N, K], an nn.Linear weight's layout): a row-major B is given
+TFLOP/s and the SM clock and power draw while it ran (`_timing.ClockSampler`: the power limit lowers the
+clock). Operands are K-major ([M, K] and [N, K], an nn.Linear weight's layout): a row-major B is given
 transposed here, outside the timing (the planner's copy would be a bandwidth-bound pass).
 """
 
@@ -25,7 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import l2_flush, time_ms  # noqa: E402
+from _timing import ClockSampler, l2_flush, time_ms  # noqa: E402
 
 from kernelwright.codegen import gemm_sm90x3  # noqa: E402
 from kernelwright.environment import cutlass_include_dir, nvcc_path  # noqa: E402
@@ -140,7 +141,9 @@ def measure(name: str, dlls: dict, flush, workspace) -> dict:
             run(dll, a, bt, d, workspace)
             torch.cuda.synchronize()
             row[key + "_err"] = error_vs_float64(d, a, bt)
-            row[key + "_ms"] = time_ms(lambda dll=dll: run(dll, a, bt, d, workspace), flush, runs=20)
+            with ClockSampler() as clocks:
+                row[key + "_ms"] = time_ms(lambda dll=dll: run(dll, a, bt, d, workspace), flush, runs=20)
+            row[key + "_clocks"] = clocks.summary()
         except RuntimeError as exc:
             row[key + "_error"] = str(exc)
     parts = [f"{name:24s} FP32 {row['fp32_ms']:.3f} ms (err {row['fp32_err']:.2e}, "
@@ -149,9 +152,12 @@ def measure(name: str, dlls: dict, flush, workspace) -> dict:
     for key in row:
         if key.endswith("_ms") and "/" in key:
             base = key[:-3]
+            clocks = row.get(base + "_clocks")
+            at = f", {clocks['sm_mhz']:.0f} MHz (min {clocks['sm_mhz_min']:.0f}) {clocks['watts']:.0f} W" \
+                if clocks else ""
             parts.append(f"{base} {row[key]:.3f} ms = {row['fp32_ms'] / row[key]:.2f}x "
                          f"({flop / row[key] / 1e9:.0f} TFLOP/s, err {row[base + '_err']:.2e}, "
-                         f"non-negative {row[base + '_err_nonneg']:.2e})")
+                         f"non-negative {row[base + '_err_nonneg']:.2e}{at})")
         elif key.endswith("_error"):
             parts.append(f"{key[:-6]} FAILED: {row[key]}")
     print(" | ".join(parts), flush=True)
