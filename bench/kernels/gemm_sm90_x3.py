@@ -49,6 +49,9 @@ SHAPES = {
     "512x2048x8192": (512, 2048, 8192, 1),
     "1536x1536x1004": (1536, 1536, 1004, 1),
     "2048x2048x2048": (2048, 2048, 2048, 1),
+    # attention scores (Q.K^T of 64 heads, head size 64): K of two k-tiles, the whole sum in the tensor
+    # cores' partial (no FP32 promotion before the end), where --promotion 1 would promote every k-tile
+    "bmm 64 x 1024x1024x64": (1024, 1024, 64, 64),
 }
 
 
