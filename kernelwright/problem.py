@@ -94,7 +94,7 @@ class Problem:
         torch.manual_seed(seed)
         try:
             model = cls(*init)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:   # user code: an exit is its error too, not ours to take
             raise ProblemLoadError(
                 f"{self.path}: {cls.__name__}(*get_init_inputs()) raised {_describe(exc)}"
             ) from exc
@@ -103,7 +103,7 @@ class Problem:
     def _call(self, name: str) -> Any:
         try:
             result = getattr(self.module, name)()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             raise ProblemLoadError(f"{self.path}: {name}() raised {_describe(exc)}") from exc
         if not isinstance(result, (list, tuple)):
             raise ProblemLoadError(f"{self.path}: {name}() must return a list, got {type(result).__name__}")
@@ -162,7 +162,7 @@ def load_problem(spec: str | Path, overrides: dict[str, int] | None = None) -> P
     sys.modules[module.__name__] = module
     try:
         exec(compile(tree, str(path), "exec"), module.__dict__)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:   # the file's own code: its exit is a load error (exit 2)
         sys.modules.pop(module.__name__, None)
         raise ProblemLoadError(f"{path}: executing the file raised {_describe(exc)}") from exc
     _validate(path, module)

@@ -29,6 +29,9 @@ MALFORMED = {
     "model_not_module.py": "subclass of torch.nn.Module",
     "import_error.py": "ModuleNotFoundError",
     "inputs_not_list.py": "must return a list",
+    # user code that exits: a clear error, not a silent exit with its status
+    "exits_on_import.py": "executing the file raised SystemExit: 5",
+    "get_inputs_exits.py": "get_inputs() raised SystemExit: no inputs here",
 }
 
 
