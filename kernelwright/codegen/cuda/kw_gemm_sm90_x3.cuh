@@ -47,9 +47,9 @@ CUTLASS_DEVICE float x3_small_part(float x) {
 // per product: on the judge's softmax of scale-1000 logits (level3/03) the output's max error against eager
 // went from 0.037 to 0.056, 8.0x eager FP32's against float64, past the judge's bound: H200, 2026-11-29).
 // x is first clamped to the largest TF32 value, so that the rounding cannot pass FLT_MAX; beyond it, and
-// for inf and NaN, the small part carries the rest (inf - MAX is inf: an inf in A gives inf as in FP32, except against a nonzero B element
-// whose truncation is 0, a subnormal below 2^-136; a NaN stays in x - big, as fmaxf returns the other
-// operand). Six ops, on the MMAs' critical path (between a k-block's wait and its wgmmas). H200, 2026-11-29,
+// for inf and NaN, the small part carries the rest (inf - MAX is inf: an inf in A gives inf as in FP32,
+// except against a nonzero B element whose truncation is 0, a subnormal below 2^-136; a NaN stays in
+// x - big, as fmaxf returns the other operand). Six ops, on the MMAs' critical path (between a k-block's wait and its wgmmas). H200, 2026-11-29,
 // one machine: 4096^3 1.223 ms and 8192^3 11.84, against 1.173 and 11.08 with the small part unrounded
 // (five ops), 1.233 rounding it with an integer add and mask (ties away, and a NaN lost), 1.268 with
 // the big part by cvt.rna too; a rounded split with a select per edge case (4490427) ran 1.305 in an
