@@ -34,6 +34,9 @@ SHRINK_OVERRIDES_FILE = BUNDLED_DIR / "shrink_overrides.json"
 # Caps tried in order when shrinking: the smallest that still runs wins.
 SHRINK_CAPS = (16, 32, 64)
 DEFAULT_SEED = 42
+# What the problem file's own code may raise where kernelwright runs it (the file, Model(), get_inputs,
+# get_init_inputs): a sys.exit there is the file's error, reported, not kernelwright's exit.
+USER_CODE_ERRORS = (Exception, SystemExit)
 
 _module_counter = itertools.count()
 
@@ -94,7 +97,7 @@ class Problem:
         torch.manual_seed(seed)
         try:
             model = cls(*init)
-        except (Exception, SystemExit) as exc:   # user code: an exit is its error too, not ours to take
+        except USER_CODE_ERRORS as exc:
             raise ProblemLoadError(
                 f"{self.path}: {cls.__name__}(*get_init_inputs()) raised {_describe(exc)}"
             ) from exc
@@ -103,7 +106,7 @@ class Problem:
     def _call(self, name: str) -> Any:
         try:
             result = getattr(self.module, name)()
-        except (Exception, SystemExit) as exc:
+        except USER_CODE_ERRORS as exc:
             raise ProblemLoadError(f"{self.path}: {name}() raised {_describe(exc)}") from exc
         if not isinstance(result, (list, tuple)):
             raise ProblemLoadError(f"{self.path}: {name}() must return a list, got {type(result).__name__}")
@@ -162,7 +165,7 @@ def load_problem(spec: str | Path, overrides: dict[str, int] | None = None) -> P
     sys.modules[module.__name__] = module
     try:
         exec(compile(tree, str(path), "exec"), module.__dict__)
-    except (Exception, SystemExit) as exc:   # the file's own code: its exit is a load error (exit 2)
+    except USER_CODE_ERRORS as exc:
         sys.modules.pop(module.__name__, None)
         raise ProblemLoadError(f"{path}: executing the file raised {_describe(exc)}") from exc
     _validate(path, module)
