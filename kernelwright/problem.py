@@ -35,7 +35,8 @@ SHRINK_OVERRIDES_FILE = BUNDLED_DIR / "shrink_overrides.json"
 SHRINK_CAPS = (16, 32, 64)
 DEFAULT_SEED = 42
 # What the problem file's own code may raise where kernelwright runs it (the file, Model(), get_inputs,
-# get_init_inputs): a sys.exit there is the file's error, reported, not kernelwright's exit.
+# get_init_inputs, a shrunk variant's forward): a sys.exit there is the file's error, reported, not
+# kernelwright's exit.
 USER_CODE_ERRORS = (Exception, SystemExit)
 
 _module_counter = itertools.count()
@@ -230,7 +231,7 @@ def load_shrunk(
         problem = load_problem(spec, shrunk_constants(spec, cap, overrides))
         try:
             check(problem)
-        except Exception as exc:
+        except USER_CODE_ERRORS as exc:
             errors.append(f"cap {cap}: {_describe(exc)}")
             continue
         return problem

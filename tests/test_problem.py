@@ -47,6 +47,12 @@ def test_malformed_problem_gives_clear_message(filename):
     assert MALFORMED[filename] in message
 
 
+def test_a_forward_that_exits_fails_shrinking_with_a_clear_message():
+    message = r"no shrunk variant runs \(cap 16: SystemExit: forward gave up"
+    with pytest.raises(ProblemLoadError, match=message):
+        load_shrunk(CORPUS / "forward_exits.py")
+
+
 def test_missing_file_names_the_problem():
     with pytest.raises(ProblemLoadError, match="no_such_problem.py: no such file"):
         load_problem("no_such_problem.py")
