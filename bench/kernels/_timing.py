@@ -44,7 +44,7 @@ class ClockSampler:
     does not show. Without nvidia-smi the summary is None."""
 
     def __init__(self, period_ms: int = 50) -> None:
-        self.period_ms, self.process, self.lines = period_ms, None, []
+        self.period_ms, self.process, self.samples = period_ms, None, []   # samples: (MHz, W)
 
     def __enter__(self) -> ClockSampler:
         smi = shutil.which("nvidia-smi")
@@ -61,15 +61,15 @@ class ClockSampler:
         if self.process is not None:
             self.process.terminate()
             out, _ = self.process.communicate()
-            self.lines = [line.split(",") for line in out.splitlines() if line.count(",") == 1]
+            for line in out.splitlines():
+                try:
+                    mhz, watts = map(float, line.split(","))
+                except ValueError:   # "[N/A]", a cut-off last line
+                    continue
+                self.samples.append((mhz, watts))
 
     def summary(self) -> dict | None:
-        samples = []
-        for mhz, watts in self.lines:
-            try:
-                samples.append((float(mhz), float(watts)))
-            except ValueError:
-                continue
+        samples = self.samples
         if not samples:
             return None
         return {"sm_mhz": statistics.mean(m for m, _ in samples), "sm_mhz_min": min(m for m, _ in samples),
