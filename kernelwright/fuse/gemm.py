@@ -223,7 +223,7 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
             and 2.0 * view.m * view.n * view.k * view.batch >= SM90X3_MIN_FLOP):
         sm90 = config._replace(kernel="sm90x3", split_k=1, block=sm90x3_tile_for(view))
         others.append(sm90)
-        if _tile_count(view.m, view.n, 1, GemmConfig(block=sm90.block)) >= SM90X3_STRIP_WAVES * SM_COUNT:
+        if _tile_count(view.m, view.n, 1, sm90) >= SM90X3_STRIP_WAVES * SM_COUNT:
             others.append(sm90._replace(strips=SM90X3_STRIPS))
     return [dataclasses.replace(group, config=other) for other in others]
 
