@@ -25,8 +25,14 @@ then the epilogue's values are summed per tile, image and channel, a second kern
 sums into the [N, K] output, and the conv's output is never written nor read back (level2/15's is 520 MB).
 Before the transpose, a softmax or log-softmax over the channels may follow the epilogue where there are at
 most 128 of them (one tile holds a pixel's every channel): it runs on the staged tile, a thread a pixel
-(level2/21). Whether the kernel beats cuDNN plus the pointwise kernel is measured (`compiler.py` builds the
-channels-last plan with and without this family). On by default (`optimize --no-conv-kernels`,
+(level2/21). Or the epilogue's value is stored NHWC for other kernels and its per-channel statistics over
+every pixel (`sum`, `mean`, `var` over dims (0, 1, 2): a train-mode BatchNorm's, after
+`batch_norms_apart`, and its running statistics' updates) are computed from the staged tile: each tile's
+sum and squared deviations from its own mean per channel, combined (law of total variance, in float64) by
+two small kernels, so that conv + BatchNorm + ReLU reads the conv's output once, in the normalizing kernel,
+instead of twice (level2/02: 268 MB, ~70 us of the H200's bandwidth).
+Whether the kernel beats cuDNN plus the pointwise kernel is measured (`compiler.py` builds the channels-last
+plan with and without this family). On by default (`optimize --no-conv-kernels`,
 `OptimizeOptions.conv_kernels`): kept on 3-4 of the 6 bundled problems it applied to, 10-34% faster than the
 cuDNN plan (H100, 2026-11-27); it costs ~30 s of nvcc a problem that has such a conv.
 The kernel computes in TF32, as eager's cuDNN convolutions do by default, and is claimed only while
@@ -45,7 +51,9 @@ from kernelwright.environment import cutlass_include_dir, hopper_gpu
 from kernelwright.fuse import gemm
 from kernelwright.fuse.gemm import EpilogueOperand, GemmView
 from kernelwright.fuse.plan import FusedGroup, Partition, make_group
+from kernelwright.fuse.pointwise import is_pointwise
 from kernelwright.ir.graph import Graph, Node
+from kernelwright.ir.ops import const_node, make_node
 
 # NHWC -> NCHW: the permute the layout pass leaves after a channels-last conv chain.
 TO_NCHW = (0, 3, 1, 2)
@@ -60,6 +68,8 @@ MAX_ELEMENTS = 2**31 - 1
 MIN_POOLED_PIXELS = 32
 # A softmax over the channels runs on the staged tile, whose 128 (or 64) channels must then be all of them.
 MAX_ROW_CHANNELS = 128
+# The per-channel statistics the epilogue computes (over dims (0, 1, 2) of its NHWC value).
+STATISTICS = frozenset({"sum", "mean", "var"})
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,8 @@ class ConvView:
     gemm: GemmView
     output: Node
     row: Node | None = None       # a softmax or log-softmax over the channels, after the epilogue
+    # per-channel statistics of `output` (then the epilogue's value, stored NHWC): sum, mean or var nodes
+    statistics: tuple[Node, ...] = ()
 
     @property
     def pooled(self) -> bool:
@@ -110,9 +122,14 @@ class ConvView:
         return self.gemm.epilogue
 
 
+def available() -> bool:
+    """Whether the kernel can be claimed here: TF32 only where eager's convolutions use it too (PyTorch's
+    default), on an sm_90a GPU with the CUTLASS headers installed."""
+    return cutlass_include_dir() is not None and hopper_gpu() and torch.backends.cudnn.allow_tf32
+
+
 def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
-    # TF32 only where eager's convolutions use it too (PyTorch's default)
-    if cutlass_include_dir() is None or not hopper_gpu() or not torch.backends.cudnn.allow_tf32:
+    if not available():
         return []
     users = graph.users()
     roots = {id(n) for n in graph.roots()}
@@ -124,7 +141,15 @@ def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
         view = _gemm_view(anchor)
         members = gemm._epilogue(anchor, view, users, roots, claimed, partition, [anchor])
         last = members[-1] if members else anchor
-        readers = users[id(last)]
+        readers = list({id(r): r for r in users[id(last)]}.values())
+        statistics = [r for r in readers if _is_channel_statistic(r) and id(r) not in claimed]
+        if statistics:
+            # stored NHWC for the other readers, its statistics computed from the staged tiles
+            nodes = [anchor, *members, *statistics]
+            if len(statistics) < len(readers) and partition.is_convex(nodes):
+                partition.add(nodes)
+                groups.append(make_group(graph, "conv", nodes, users=users))
+            continue
         if id(last) in roots or len(readers) != 1 or id(readers[0]) in claimed:
             continue
         row = readers[0] if _is_channel_softmax(readers[0]) else None
@@ -171,13 +196,22 @@ def _im2col_ok(taps: int, padding: int, stride: int, dilation: int) -> bool:
 def describe(group: FusedGroup) -> ConvView:
     """The convolution a group computes (the renderer's view of it)."""
     anchors = [n for n in group.nodes if n.op == "conv"]
-    if len(anchors) != 1 or len(group.outputs) != 1 or not (
-            _is_to_nchw(group.outputs[0]) or _is_spatial_pool(group.outputs[0])):
-        raise ValueError("a conv group has one conv and one output, the NCHW transpose or a spatial pool")
-    anchor, output = anchors[0], group.outputs[0]
+    statistics = tuple(n for n in group.nodes if _is_channel_statistic(n))
+    if len(anchors) != 1:
+        raise ValueError("a conv group has one conv")
+    anchor = anchors[0]
+    if statistics:
+        output = statistics[0].inputs[0]
+        if any(s.inputs[0] is not output for s in statistics) or group.outputs != (output, *statistics):
+            raise ValueError("a conv group's statistics are of its one NHWC output, stored too")
+    elif len(group.outputs) != 1 or not (_is_to_nchw(group.outputs[0]) or _is_spatial_pool(group.outputs[0])):
+        raise ValueError("a conv group has one output, the NCHW transpose or a spatial pool, or its "
+                         "statistics")
+    else:
+        output = group.outputs[0]
     rows = [n for n in group.nodes if _is_channel_softmax(n)]
-    epilogue = tuple(n for n in group.nodes
-                     if n is not anchor and n is not output and not _is_channel_softmax(n))
+    epilogue = tuple(n for n in group.nodes if n is not anchor and (n is not output or statistics)
+                     and not _is_channel_softmax(n) and not _is_channel_statistic(n))
     view = gemm.with_epilogue(_gemm_view(anchor), group, epilogue, epilogue[-1] if epilogue else anchor)
     x, w = anchor.inputs
     n, p, q, k = anchor.shape
@@ -185,7 +219,7 @@ def describe(group: FusedGroup) -> ConvView:
     _, r, s, _ = w.shape
     return ConvView(anchor, x, w, n, h, w_in, c, k, r, s, p, q, tuple(anchor.attr("padding")),
                     tuple(anchor.attr("stride")), tuple(anchor.attr("dilation")), view, output,
-                    rows[0] if rows else None)
+                    rows[0] if rows else None, statistics)
 
 
 def _gemm_view(anchor: Node) -> GemmView:
@@ -213,3 +247,72 @@ def _is_spatial_pool(node: Node) -> bool:
         return False
     source = node.inputs[0]
     return len(source.shape) == 4 and source.shape[1] * source.shape[2] >= MIN_POOLED_PIXELS
+
+
+def _is_channel_statistic(node: Node) -> bool:
+    """A float32 sum, mean or var of a channels-last conv chain's 4-D value over every pixel of every image
+    (dims (0, 1, 2): one value per channel)."""
+    if node.op not in STATISTICS or len(node.inputs) != 1 or node.dtype != torch.float32:
+        return False
+    source = node.inputs[0]
+    return len(source.shape) == 4 and sorted(d % 4 for d in node.attr("dims")) == [0, 1, 2]
+
+
+def batch_norms_apart(graph: Graph) -> Graph:
+    """`graph` with each train-mode BatchNorm of a channels-last conv chain the conv kernel can claim (its
+    input reached from a claimable conv through pointwise ops of its shape) split into its statistics and
+    the apply, which the conv's epilogue and the pointwise family then compute:
+
+        y = batch_norm(x, w, b)  ->  mean = mean(x, (0, 1, 2)); var = var(x, (0, 1, 2), correction=0)
+                                     y = (x - mean) * rsqrt(var + eps) * w + b
+
+    Each split is built on the rebuilt graph upstream of it (a network's next conv reads the last split's
+    apply). The running statistics' updates already read x with their own mean and var."""
+    if not available():
+        return graph
+    done: dict[int, Node] = {}
+    changed = False
+    for node in graph.nodes():
+        if node.is_leaf:
+            done[id(node)] = node
+            continue
+        inputs = tuple(done.get(id(i), i) for i in node.inputs)
+        same = all(a is b for a, b in zip(inputs, node.inputs, strict=True))
+        fresh = node if same else node.with_(inputs=inputs)
+        if _splittable(node):
+            fresh = _batch_norm_apply(fresh)
+            changed = True
+        done[id(node)] = fresh
+    if not changed:
+        return graph
+    return graph.with_(outputs=tuple(done[id(n)] for n in graph.outputs),
+                       mutations=tuple((fqn, done[id(n)]) for fqn, n in graph.mutations))
+
+
+def _splittable(norm: Node) -> bool:
+    if not (norm.op == "batch_norm" and norm.attr("training") and not norm.attr("has_running")
+            and norm.dtype == torch.float32 and len(norm.shape) == 4 and norm.attr("channel_dim") == 3):
+        return False
+    node = norm.inputs[0]
+    while node.op != "conv":
+        # back through the pointwise epilogue: its one computed input of the same shape
+        computed = [i for i in node.inputs if not i.is_leaf and tuple(i.shape) == tuple(node.shape)]
+        if not is_pointwise(node) or len(computed) != 1:
+            return False
+        node = computed[0]
+    return tuple(node.shape) == tuple(norm.shape) and claimable(node)
+
+
+def _batch_norm_apply(norm: Node) -> Node:
+    """The normalized x from its batch statistics, as pointwise ops (the statistics keep their dims)."""
+    x = norm.inputs[0]
+    dims = (0, 1, 2)
+    mean = make_node("mean", [x], dims=dims, keepdim=True)
+    var = make_node("var", [x], dims=dims, correction=0, keepdim=True)
+    rstd = make_node("rsqrt", [make_node("add", [var, const_node(float(norm.attr("eps")))])])
+    y = make_node("mul", [make_node("sub", [x, mean]), rstd])
+    vectors = iter(norm.inputs[1:])
+    for flag, op in (("has_weight", "mul"), ("has_bias", "add")):
+        if norm.attr(flag):
+            y = make_node(op, [y, make_node("reshape", [next(vectors)], shape=(1, 1, 1, norm.shape[3]))])
+    return y

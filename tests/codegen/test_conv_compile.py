@@ -19,7 +19,7 @@ from kernelwright.environment import cutlass_include_dir, nvcc_path
 from kernelwright.fuse.plan import make_group
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "fuse"))
-from test_conv_match import conv_chain  # noqa: E402
+from test_conv_match import bn_chain, conv_chain  # noqa: E402
 
 
 def test_conv_source_compiles_without_serialized_wgmma():
@@ -37,14 +37,24 @@ def test_conv_source_compiles_without_serialized_wgmma():
     _compiles(render(make_group(graph, "conv", [n for n in graph.nodes() if not n.is_leaf])))
 
 
-@pytest.mark.parametrize("form", ["pooled", "channel_softmax"])
-def test_other_stores_compile_without_serialized_wgmma(form):
-    """The global-pool store (tile sums per image and channel, then their sum per image), and the NCHW store
-    after a softmax over the channels of the staged tile."""
+@pytest.mark.parametrize("form", ["pooled", "channel_softmax", "statistics"])
+def test_other_stores_compile_without_serialized_wgmma(form, monkeypatch):
+    """The global-pool store (tile sums per image and channel, then their sum per image), the NCHW store
+    after a softmax over the channels of the staged tile, and the NHWC store with a BatchNorm's statistics
+    (tile moments, then their two combines)."""
     if nvcc_path() is None or cutlass_include_dir() is None:
         pytest.skip("needs nvcc and the CUTLASS headers")
     from kernelwright.ir.ops import make_node
 
+    if form == "statistics":
+        import kernelwright.fuse.conv as fuse_conv
+        from kernelwright.fuse import plan_fusion
+
+        monkeypatch.setattr(fuse_conv, "cutlass_include_dir", lambda: Path("/cutlass/include"))
+        monkeypatch.setattr(fuse_conv, "hopper_gpu", lambda: True)
+        plan = plan_fusion(bn_chain())
+        _compiles(render(next(g for g in plan.groups if g.family == "conv")))
+        return
     if form == "pooled":
         graph = conv_chain(epilogue=lambda y, extra: make_node("gelu", [y], approximate="none"), pool="mean")
     else:

@@ -7,8 +7,10 @@ cuDNN chose an exact FP32 algorithm (tiny shapes)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +19,7 @@ from kernelwright.codegen.assemble import assemble
 from kernelwright.codegen.build import build_extension
 from kernelwright.codegen.conv import render
 from kernelwright.environment import cutlass_include_dir
+from kernelwright.fuse import plan_fusion
 from kernelwright.fuse.conv import describe
 from kernelwright.fuse.plan import make_group
 from kernelwright.ir.graph import Graph
@@ -24,6 +27,9 @@ from kernelwright.ir.interpret import interpret
 from kernelwright.ir.ops import input_node, make_node, param_node
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cutlass_include_dir() is None, reason="no CUTLASS headers")]
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "fuse"))
+from test_conv_match import bn_chain  # noqa: E402
 
 
 def _chain(n, h, w, c, k, kernel=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1), epilogue="relu",
@@ -99,14 +105,31 @@ CASES = {
 }
 
 
+# A train-mode BatchNorm after the conv (`fuse_conv.batch_norms_apart`): the conv group stores the epilogue's
+# value NHWC and computes the norm's mean and var and the running statistics' mean and var (correction 1)
+BN_CASES = {
+    # level2/02's size: 4096 tiles, so the tile moments are combined twice
+    "bn_level2_size": lambda: bn_chain(32, 128, 128, 64, 128),
+    # 201 channels (odd: 4-byte stores; two channel tiles, a tail), 24 tiles (one combine), the last partial
+    "bn_odd_channels": lambda: bn_chain(3, 33, 31, 20, 201),
+    # the 64-wide tile (40 channels), 497 tiles: eight groups, the last partial
+    "bn_narrow": lambda: bn_chain(16, 63, 63, 32, 40),
+}
+
+
 def _group(graph: Graph):
     return make_group(graph, "conv", [n for n in graph.nodes() if not n.is_leaf])
+
+
+def _conv_group(graph: Graph):
+    return next(g for g in plan_fusion(graph).groups if g.family == "conv")
 
 
 @pytest.fixture(scope="module")
 def built():
     """Every case's library, built at once (each CUTLASS conv translation unit is ~20-40 s of nvcc)."""
     groups = {name: _group(make()) for name, make in CASES.items()}
+    groups.update({name: _conv_group(make()) for name, make in BN_CASES.items()})
     kernels = {name: render(group) for name, group in groups.items()}
     with ThreadPoolExecutor(max_workers=len(kernels)) as pool:
         built = pool.map(lambda k: build_extension(assemble([k])).module, kernels.values())
@@ -124,30 +147,32 @@ def _inputs(graph: Graph, seed: int) -> tuple[list[torch.Tensor], dict[str, torc
     return inputs, params
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", [*CASES, *BN_CASES])
 def test_conv_matches_float64(built, case):
     groups, kernels, modules = built
     group = groups[case]
     graph = Graph(inputs=tuple(n for n in group.inputs if n.op == "input"),
                   params=tuple(n for n in group.inputs if n.op == "param"), outputs=group.outputs)
     inputs, params = _inputs(graph, seed=len(case))
-    (expected,), _ = interpret(graph, [t.double() for t in inputs],
-                               {k: v.double() for k, v in params.items()})
-    (eager,), _ = interpret(graph, inputs, params)              # cuDNN, TF32 allowed as by default
+    expected, _ = interpret(graph, [t.double() for t in inputs], {k: v.double() for k, v in params.items()})
+    eager, _ = interpret(graph, inputs, params)              # cuDNN, TF32 allowed as by default
     by_name = {**{n.name: t for n, t in zip(graph.inputs, inputs, strict=True)}, **params}
-    (got,) = getattr(modules[case], kernels[case].name)([by_name[n.name] for n in group.inputs])
-    assert got.shape == expected.shape and got.is_contiguous()
-    scale = expected.abs().max().item()
-    if describe(group).pooled:
-        # twice in a row: the pooled output is written, not added to, and its sums are added in one order
-        (again,) = getattr(modules[case], kernels[case].name)([by_name[n.name] for n in group.inputs])
-        assert torch.equal(again, got)
-    ours, cudnn = (float((t.double() - expected).abs().max()) for t in (got, eager))
-    print(f"{case}: max error {ours:.3g} (cuDNN {cudnn:.3g}), output scale {scale:.3g}")
-    assert ours <= max(4 * cudnn, scale * 2**-9), f"error {ours:.3g} vs cuDNN {cudnn:.3g}"
+    got = getattr(modules[case], kernels[case].name)([by_name[n.name] for n in group.inputs])
+    view = describe(group)
+    if view.pooled or view.statistics:
+        # twice in a row: the sums are written, not added to, and added in one order
+        again = getattr(modules[case], kernels[case].name)([by_name[n.name] for n in group.inputs])
+        assert all(torch.equal(a, b) for a, b in zip(again, got, strict=True))
+    for j, (mine, cudnn_out, want) in enumerate(zip(got, eager, expected, strict=True)):
+        assert mine.shape == want.shape and mine.is_contiguous()
+        scale = want.abs().max().item()
+        ours, cudnn = (float((t.double() - want).abs().max()) for t in (mine, cudnn_out))
+        print(f"{case} output {j}: max error {ours:.3g} (cuDNN {cudnn:.3g}), output scale {scale:.3g}")
+        assert ours <= max(4 * cudnn, scale * 2**-9), f"output {j}: error {ours:.3g} vs cuDNN {cudnn:.3g}"
 
 
-@pytest.mark.parametrize("case", ["level2_size", "pooled_level2_size", "softmax_level2_size"])
+@pytest.mark.parametrize("case", ["level2_size", "pooled_level2_size", "softmax_level2_size",
+                                  "bn_level2_size"])
 def test_level2_size_speed(built, case):
     """Information (not a bar): the fused kernel against ATen (cuDNN's NHWC conv, then the bias, the
     activations and the transpose, or the global mean, as passes over its 0.5 GB output); the compiler
@@ -172,8 +197,9 @@ def test_level2_size_speed(built, case):
         return (time.perf_counter() - start) / reps * 1e3
 
     ours = time_ms(lambda: kernel(ordered))
-    aten = time_ms(lambda: interpret(graph, inputs, params)[0][0].contiguous())
+    aten = time_ms(lambda: [t.contiguous() for t in interpret(graph, inputs, params)[0]])
     flops = 2 * view.pixels * view.k * view.c * view.r * view.s
     epilogue = " + ".join(n.op for n in view.epilogue)
-    print(f"{case}: conv + {epilogue} -> {view.output.op}: ours {ours:.3f} ms "
+    statistics = "".join(f" + {n.op}" for n in view.statistics)
+    print(f"{case}: conv + {epilogue} -> {view.output.op}{statistics}: ours {ours:.3f} ms "
           f"({flops / ours / 1e9:.0f} TFLOP/s), ATen {aten:.3f} ms")

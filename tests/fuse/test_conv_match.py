@@ -6,13 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 import kernelwright.fuse.conv as fuse_conv
 from kernelwright.codegen.conv import ir_comment, render, tile
 from kernelwright.fuse import matchers_without, plan_fusion
 from kernelwright.fuse.conv import describe, match
 from kernelwright.ir.graph import Graph
-from kernelwright.ir.ops import input_node, make_node, param_node
+from kernelwright.ir.interpret import interpret
+from kernelwright.ir.ops import const_node, input_node, make_node, param_node
 
 
 @pytest.fixture(autouse=True)
@@ -210,3 +212,76 @@ def test_render_geometry_and_tile():
     other = render(match(conv_chain(n=4, h=20, w=20, k=64, kernel=(3, 5)), frozenset())[0])
     assert other.name.rsplit("_", 1)[0] == source.name.rsplit("_", 1)[0]
     assert other.name != source.name
+
+
+def bn_chain(n=8, h=34, w=34, c=64, k=128, after="relu", running=True):
+    """x [N, H, W, C] -> conv_cl -> + bias -> BatchNorm (batch statistics, channels last) -> `after` ->
+    NCHW, with the running statistics' updates as capture leaves them (their own mean and var of x)."""
+    x = input_node("x", 0, (n, h, w, c))
+    weight = param_node("weight", (k, 3, 3, c))
+    bias, gamma, beta = param_node("bias", (k,)), param_node("bn.weight", (k,)), param_node("bn.bias", (k,))
+    y = make_node("conv", [x, weight], stride=(1, 1), padding=(1, 1), dilation=(1, 1), transposed=False,
+                  output_padding=(0, 0), groups=1, has_bias=False, channels_last=True)
+    y = make_node("add", [y, bias])
+    normed = make_node("batch_norm", [y, gamma, beta], channel_dim=3, eps=1e-5, has_bias=True,
+                       has_running=False, has_weight=True, momentum=0.1, training=True)
+    out = make_node("permute", [make_node(after, [normed]) if after else normed], dims=(0, 3, 1, 2))
+    mutations = ()
+    if running:
+        mean = make_node("mean", [y], dims=(0, 1, 2), keepdim=False)
+        var = make_node("var", [y], dims=(0, 1, 2), correction=1, keepdim=False)
+        mutations = (("bn.running_mean", make_node("mul", [mean, const_node(0.1)])),
+                     ("bn.running_var", make_node("mul", [var, const_node(0.1)])))
+    return Graph(inputs=(x,), params=(weight, bias, gamma, beta), outputs=(out,), mutations=mutations)
+
+
+def test_batch_norm_statistics_join_the_conv_epilogue():
+    graph = bn_chain()
+    plan = plan_fusion(graph)
+    conv_group = next(g for g in plan.groups if g.family == "conv")
+    view = describe(conv_group)
+    # the epilogue's value stored NHWC and four statistics: the norm's mean and var, the running ones
+    assert [n.op for n in conv_group.nodes] == ["conv", "add", "mean", "var", "mean", "var"]
+    assert view.output is conv_group.outputs[0] and view.output.op == "add"
+    assert [(s.op, s.attr("correction")) for s in view.statistics] == [
+        ("mean", None), ("var", 0), ("mean", None), ("var", 1)]
+    assert [n.op for n in view.epilogue] == ["add"]
+    # the apply (and the ReLU) is the pointwise family's, reading the stored value and the statistics
+    apply = next(g for g in plan.groups if "rsqrt" in [n.op for n in g.nodes])
+    assert apply.family == "pointwise" and "relu" in [n.op for n in apply.nodes]
+    source = render(conv_group).text
+    assert "using Store = StatsStore;" in source and "constexpr bool kStatistics = true;" in source
+    assert "s.out[3][n] = static_cast<float>(m2 / fmax(count - 1.0, 0.0));" in source
+    assert "s.out[0][n] = static_cast<float>(sum / count);" in source
+    assert "each channel's mean, var (correction 0), mean, var (correction 1) over all pixels" in \
+        ir_comment(view)
+
+
+@pytest.mark.parametrize("after", ["relu", None])
+def test_batch_norm_split_computes_the_same(after, monkeypatch):
+    """The split graph, run by the interpreter, equals the original (outputs and buffer updates); small
+    sizes, taken as claimable."""
+    monkeypatch.setattr(fuse_conv, "claimable", lambda conv: True)
+    graph = bn_chain(n=3, h=9, w=7, c=5, k=6, after=after)
+    split = fuse_conv.batch_norms_apart(graph)
+    assert "batch_norm" not in [n.op for n in split.nodes()]
+    gen = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(i.shape, generator=gen, dtype=torch.float64) for i in graph.inputs]
+    params = {p.name: torch.randn(p.shape, generator=gen, dtype=torch.float64) for p in graph.params}
+    want, want_updates = interpret(graph, inputs, params)
+    got, got_updates = interpret(split, inputs, params)
+    for a, b in zip([*want, *want_updates.values()], [*got, *got_updates.values()], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_batch_norms_not_split_where_the_conv_kernel_cannot_take_them():
+    # a conv below the kernel's size floor (cuDNN's, the norm's own kernel)
+    graph = bn_chain(n=1, h=4, w=4, c=4, k=4)
+    assert fuse_conv.batch_norms_apart(graph) is graph
+
+
+def test_batch_norms_not_split_without_the_conv_family(monkeypatch):
+    monkeypatch.setattr(fuse_conv, "hopper_gpu", lambda: False)
+    graph = bn_chain()
+    assert fuse_conv.batch_norms_apart(graph) is graph
+    assert "batch_norm" in [n.op for n in plan_fusion(graph).graph.nodes()]
