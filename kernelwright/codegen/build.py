@@ -298,17 +298,21 @@ class _KwFileLock:
 
 def _kw_cutlass_include():
     """The CUTLASS headers of the installed `nvidia-cutlass` wheel, found without importing it (its
-    __init__ pulls heavy optional dependencies), or of `$CUTLASS_PATH`."""
-    import importlib.util
+    __init__ pulls heavy optional dependencies), or of `$CUTLASS_PATH`. The wheel's package is looked for
+    on sys.path by hand, not by importlib's find_spec: builds run in threads (a test's 23 conv libraries at
+    once), and find_spec from several threads at once once found no package in some of them, so every one
+    of those builds failed for "no CUTLASS headers" (H200, 2026-11-29)."""
     import os
+    import sys
 
     user = os.environ.get("CUTLASS_PATH")
     candidates = [os.path.join(user, "include")] if user else []
-    spec = importlib.util.find_spec("cutlass_library")
-    if spec is not None and spec.submodule_search_locations:
-        root = list(spec.submodule_search_locations)[0]
-        candidates += [os.path.join(root, "source", "include"),
-                       os.path.join(root, "..", "cutlass", "include")]
+    for entry in sys.path:
+        root = os.path.join(entry or os.getcwd(), "cutlass_library")
+        if os.path.isfile(os.path.join(root, "__init__.py")):
+            candidates += [os.path.join(root, "source", "include"),
+                           os.path.join(root, "..", "cutlass", "include")]
+            break
     for path in candidates:
         if os.path.isfile(os.path.join(path, "cutlass", "cutlass.h")):
             return path

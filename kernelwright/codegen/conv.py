@@ -58,7 +58,8 @@ def render_cuda(name: str, view: ConvView) -> str:
         name=name, epilogue_function=epilogue_function(name, view.gemm), tm=tm, tn=tn, tk=tk,
         store="StatsStore" if view.statistics else "PoolStore" if view.pooled else "NchwStore",
         pooled=cpp_bool(view.pooled), mean=cpp_bool(view.pooled and view.output.op == "mean"),
-        statistics=cpp_bool(bool(view.statistics)), statistic_count=max(1, len(view.statistics)),
+        statistics=cpp_bool(bool(view.statistics)), per_image=cpp_bool(view.per_image),
+        statistic_count=max(1, len(view.statistics)),
         statistic_writes="".join(f"\n  s.out[{j}][n] = static_cast<float>({_statistic(node)});"
                                  for j, node in enumerate(view.statistics)),
         statistic_pointers=", ".join(f"s{j}" for j in range(len(view.statistics))) or "nullptr",
@@ -148,7 +149,7 @@ def ir_comment(view: ConvView) -> str:
     statistics = ", ".join(_statistic_name(n) for n in view.statistics)
     output = (f"{view.output.op} over each image's {view.p}x{view.q} pixels -> [{view.n}, {view.k}]"
               if view.pooled else f"NHWC [{view.n}, {view.p}, {view.q}, {view.k}] and each channel's "
-              f"{statistics} over all pixels" if view.statistics
+              f"{statistics} over {'each image' if view.per_image else 'all pixels'}" if view.statistics
               else f"NCHW [{view.n}, {view.k}, {view.p}, {view.q}]")
     return (f"conv2d NHWC [{view.n}, {view.h}, {view.w_in}, {view.c}] * [{view.k}, {view.r}, {view.s}, "
             f"{view.c}]{padded} stride {view.stride} padding {view.padding} dilation {view.dilation} -> "

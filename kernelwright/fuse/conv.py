@@ -26,11 +26,11 @@ sums into the [N, K] output, and the conv's output is never written nor read bac
 Before the transpose, a softmax or log-softmax over the channels may follow the epilogue where there are at
 most 128 of them (one tile holds a pixel's every channel): it runs on the staged tile, a thread a pixel
 (level2/21). Or the epilogue's value is stored NHWC for other kernels and its per-channel statistics over
-every pixel (`sum`, `mean`, `var` over dims (0, 1, 2): a train-mode BatchNorm's, after
-`batch_norms_apart`, and its running statistics' updates) are computed from the staged tile: each tile's
-sum and squared deviations from its own mean per channel, combined (law of total variance, in float64) by
-two small kernels, so that conv + BatchNorm + ReLU reads the conv's output once, in the normalizing kernel,
-instead of twice (level2/02: 268 MB, ~70 us of the H200's bandwidth).
+every pixel (`sum`, `mean`, `var` over dims (0, 1, 2): a train-mode BatchNorm's, after `norms_apart`, and
+its running statistics' updates) or per image (dims (1, 2): an InstanceNorm's) are computed from the staged
+tile: each tile's sum and squared deviations from their own mean per channel and image, combined (law of
+total variance, in float64) by two small kernels, so that conv + BatchNorm + ReLU reads the conv's output
+once, in the normalizing kernel, instead of twice (level2/02: 268 MB, ~70 us of the H200's bandwidth).
 Whether the kernel beats cuDNN plus the pointwise kernel is measured (`compiler.py` builds the channels-last
 plan with and without this family). On by default (`optimize --no-conv-kernels`,
 `OptimizeOptions.conv_kernels`): kept on 3-4 of the 6 bundled problems it applied to, 10-34% faster than the
@@ -105,6 +105,11 @@ class ConvView:
         return _is_spatial_pool(self.output)
 
     @property
+    def per_image(self) -> bool:
+        """Whether the statistics are per image and channel (an InstanceNorm's), not per channel."""
+        return bool(self.statistics) and _statistic_dims(self.statistics[0]) == (1, 2)
+
+    @property
     def c_padded(self) -> int:
         """C rounded up to a multiple of 4, the channels the kernel reads (`codegen/conv.py` pads)."""
         return -(-self.c // 4) * 4
@@ -143,10 +148,13 @@ def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
         last = members[-1] if members else anchor
         readers = list({id(r): r for r in users[id(last)]}.values())
         statistics = [r for r in readers if _is_channel_statistic(r) and id(r) not in claimed]
-        if statistics:
-            # stored NHWC for the other readers, its statistics computed from the staged tiles
+        # of one kind (per image or over all images): the others read the stored value
+        statistics = [r for r in statistics if _statistic_dims(r) == _statistic_dims(statistics[0])]
+        if statistics and len(statistics) < len(readers):
+            # stored NHWC for the other readers, its statistics computed from the staged tiles (a global
+            # pool read alone is the pooled store's, below: nothing stored)
             nodes = [anchor, *members, *statistics]
-            if len(statistics) < len(readers) and partition.is_convex(nodes):
+            if partition.is_convex(nodes):
                 partition.add(nodes)
                 groups.append(make_group(graph, "conv", nodes, users=users))
             continue
@@ -197,13 +205,16 @@ def describe(group: FusedGroup) -> ConvView:
     """The convolution a group computes (the renderer's view of it)."""
     anchors = [n for n in group.nodes if n.op == "conv"]
     statistics = tuple(n for n in group.nodes if _is_channel_statistic(n))
+    if not any(s.inputs[0] is o for s in statistics[:1] for o in group.outputs):
+        statistics = ()     # a global pool, its value not stored
     if len(anchors) != 1:
         raise ValueError("a conv group has one conv")
     anchor = anchors[0]
     if statistics:
         output = statistics[0].inputs[0]
-        if any(s.inputs[0] is not output for s in statistics) or group.outputs != (output, *statistics):
-            raise ValueError("a conv group's statistics are of its one NHWC output, stored too")
+        if (any(s.inputs[0] is not output or _statistic_dims(s) != _statistic_dims(statistics[0])
+                for s in statistics) or group.outputs != (output, *statistics)):
+            raise ValueError("a conv group's statistics are of one kind, of its one NHWC output, stored too")
     elif len(group.outputs) != 1 or not (_is_to_nchw(group.outputs[0]) or _is_spatial_pool(group.outputs[0])):
         raise ValueError("a conv group has one output, the NCHW transpose or a spatial pool, or its "
                          "statistics")
@@ -211,7 +222,7 @@ def describe(group: FusedGroup) -> ConvView:
         output = group.outputs[0]
     rows = [n for n in group.nodes if _is_channel_softmax(n)]
     epilogue = tuple(n for n in group.nodes if n is not anchor and (n is not output or statistics)
-                     and not _is_channel_softmax(n) and not _is_channel_statistic(n))
+                     and not _is_channel_softmax(n) and n not in statistics)
     view = gemm.with_epilogue(_gemm_view(anchor), group, epilogue, epilogue[-1] if epilogue else anchor)
     x, w = anchor.inputs
     n, p, q, k = anchor.shape
@@ -250,24 +261,29 @@ def _is_spatial_pool(node: Node) -> bool:
 
 
 def _is_channel_statistic(node: Node) -> bool:
-    """A float32 sum, mean or var of a channels-last conv chain's 4-D value over every pixel of every image
-    (dims (0, 1, 2): one value per channel)."""
+    """A float32 sum, mean or var of a channels-last conv chain's 4-D value per channel, over every pixel of
+    every image (dims (0, 1, 2)) or per image (dims (1, 2))."""
     if node.op not in STATISTICS or len(node.inputs) != 1 or node.dtype != torch.float32:
         return False
-    source = node.inputs[0]
-    return len(source.shape) == 4 and sorted(d % 4 for d in node.attr("dims")) == [0, 1, 2]
+    return len(node.inputs[0].shape) == 4 and _statistic_dims(node) in ((0, 1, 2), (1, 2))
 
 
-def batch_norms_apart(graph: Graph) -> Graph:
-    """`graph` with each train-mode BatchNorm of a channels-last conv chain the conv kernel can claim (its
-    input reached from a claimable conv through pointwise ops of its shape) split into its statistics and
-    the apply, which the conv's epilogue and the pointwise family then compute:
+def _statistic_dims(node: Node) -> tuple[int, ...]:
+    return tuple(sorted(d % 4 for d in node.attr("dims")))
 
-        y = batch_norm(x, w, b)  ->  mean = mean(x, (0, 1, 2)); var = var(x, (0, 1, 2), correction=0)
-                                     y = (x - mean) * rsqrt(var + eps) * w + b
 
-    Each split is built on the rebuilt graph upstream of it (a network's next conv reads the last split's
-    apply). The running statistics' updates already read x with their own mean and var."""
+def norms_apart(graph: Graph) -> Graph:
+    """`graph` with each train-mode BatchNorm, and each InstanceNorm (a GroupNorm of one channel a group), of
+    a channels-last conv chain the conv kernel can claim (its input reached from a claimable conv through
+    pointwise ops of its shape) split into its statistics and the apply, which the conv's epilogue and the
+    pointwise family then compute:
+
+        y = norm(x, w, b)  ->  mean = mean(x, dims); var = var(x, dims, correction=0)
+                               y = (x - mean) * rsqrt(var + eps) * w + b
+
+    dims (0, 1, 2) for a BatchNorm (per channel), (1, 2) for an InstanceNorm (per image and channel). Each
+    split is built on the rebuilt graph upstream of it (a network's next conv reads the last split's apply).
+    A BatchNorm's running statistics' updates already read x with their own mean and var."""
     if not available():
         return graph
     done: dict[int, Node] = {}
@@ -279,8 +295,9 @@ def batch_norms_apart(graph: Graph) -> Graph:
         inputs = tuple(done.get(id(i), i) for i in node.inputs)
         same = all(a is b for a, b in zip(inputs, node.inputs, strict=True))
         fresh = node if same else node.with_(inputs=inputs)
-        if _splittable(node):
-            fresh = _batch_norm_apply(fresh)
+        dims = _norm_dims(node)
+        if dims is not None and _after_claimable_conv(node):
+            fresh = _norm_apply(fresh, dims)
             changed = True
         done[id(node)] = fresh
     if not changed:
@@ -289,10 +306,18 @@ def batch_norms_apart(graph: Graph) -> Graph:
                        mutations=tuple((fqn, done[id(n)]) for fqn, n in graph.mutations))
 
 
-def _splittable(norm: Node) -> bool:
-    if not (norm.op == "batch_norm" and norm.attr("training") and not norm.attr("has_running")
-            and norm.dtype == torch.float32 and len(norm.shape) == 4 and norm.attr("channel_dim") == 3):
-        return False
+def _norm_dims(norm: Node) -> tuple[int, ...] | None:
+    """The dims a norm of an NHWC value reduces, where the epilogue can compute its statistics."""
+    if norm.dtype != torch.float32 or len(norm.shape) != 4 or norm.attr("channel_dim") != 3:
+        return None
+    if norm.op == "batch_norm" and norm.attr("training") and not norm.attr("has_running"):
+        return (0, 1, 2)
+    if norm.op == "group_norm" and norm.attr("groups") == norm.shape[3]:
+        return (1, 2)
+    return None
+
+
+def _after_claimable_conv(norm: Node) -> bool:
     node = norm.inputs[0]
     while node.op != "conv":
         # back through the pointwise epilogue: its one computed input of the same shape
@@ -303,10 +328,9 @@ def _splittable(norm: Node) -> bool:
     return tuple(node.shape) == tuple(norm.shape) and claimable(node)
 
 
-def _batch_norm_apply(norm: Node) -> Node:
-    """The normalized x from its batch statistics, as pointwise ops (the statistics keep their dims)."""
+def _norm_apply(norm: Node, dims: tuple[int, ...]) -> Node:
+    """The normalized x from its statistics over `dims`, as pointwise ops (the statistics keep their dims)."""
     x = norm.inputs[0]
-    dims = (0, 1, 2)
     mean = make_node("mean", [x], dims=dims, keepdim=True)
     var = make_node("var", [x], dims=dims, correction=0, keepdim=True)
     rstd = make_node("rsqrt", [make_node("add", [var, const_node(float(norm.attr("eps")))])])

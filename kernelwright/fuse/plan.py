@@ -153,9 +153,9 @@ def plan_fusion(graph: Graph, matchers: Sequence[Matcher] | None = None,
     roots of parameter-only subgraphs to compute once (`rewrite.hoistable_nodes`), kept out of the groups
     and the per-call steps. First, norms read only by reductions over other rows are split into their
     statistics and a prologue of those reductions (`fuse/statistics.py`, off with `split_statistics`),
-    and where the conv family matches, the train-mode BatchNorms of its chains into statistics its
-    epilogue computes and a pointwise apply (`conv.batch_norms_apart`); the plan's `graph` is the graph
-    after that."""
+    and where the conv family matches, the train-mode BatchNorms and InstanceNorms of its chains into
+    statistics its epilogue computes and a pointwise apply (`conv.norms_apart`); the plan's `graph` is the
+    graph after that."""
     if matchers is None:
         from kernelwright.fuse import MATCHERS
 
@@ -167,7 +167,7 @@ def plan_fusion(graph: Graph, matchers: Sequence[Matcher] | None = None,
     from kernelwright.fuse import conv
 
     if conv.match in matchers:
-        graph = conv.batch_norms_apart(graph)
+        graph = conv.norms_apart(graph)
     users = graph.users()
     partition = Partition(graph, users)
     once = derived_nodes(graph, derived, users)

@@ -105,15 +105,22 @@ CASES = {
 }
 
 
-# A train-mode BatchNorm after the conv (`fuse_conv.batch_norms_apart`): the conv group stores the epilogue's
-# value NHWC and computes the norm's mean and var and the running statistics' mean and var (correction 1)
+# A train-mode BatchNorm after the conv (`fuse_conv.norms_apart`): the conv group stores the epilogue's
+# value NHWC and computes the norm's mean and var and the running statistics' mean and var (correction 1); an
+# InstanceNorm's mean and var per image
 BN_CASES = {
     # level2/02's size: 4096 tiles, so the tile moments are combined twice
     "bn_level2_size": lambda: bn_chain(32, 128, 128, 64, 128),
     # 201 channels (odd: 4-byte stores; two channel tiles, a tail), 24 tiles (one combine), the last partial
     "bn_odd_channels": lambda: bn_chain(3, 33, 31, 20, 201),
-    # the 64-wide tile (40 channels), 497 tiles: eight groups, the last partial
+    # the 64-wide tile (40 channels), 497 tiles: eight chunks, the last partial
     "bn_narrow": lambda: bn_chain(16, 63, 63, 32, 40),
+    # InstanceNorm (statistics per image and channel): level2/19's size, 124 tiles an image (two chunks)
+    "instance_level2_size": lambda: bn_chain(32, 128, 128, 64, 128, norm="instance"),
+    # 7 x 9 = 63 pixels an image: up to three images a tile; 36 channels (the 64-wide tile, a tail)
+    "instance_small_images": lambda: bn_chain(700, 7, 9, 32, 36, norm="instance"),
+    # 201 channels, 33 x 31 pixels an image (tiles cross images)
+    "instance_odd": lambda: bn_chain(5, 33, 31, 20, 201, norm="instance"),
 }
 
 
@@ -172,7 +179,7 @@ def test_conv_matches_float64(built, case):
 
 
 @pytest.mark.parametrize("case", ["level2_size", "pooled_level2_size", "softmax_level2_size",
-                                  "bn_level2_size"])
+                                  "bn_level2_size", "instance_level2_size"])
 def test_level2_size_speed(built, case):
     """Information (not a bar): the fused kernel against ATen (cuDNN's NHWC conv, then the bias, the
     activations and the transpose, or the global mean, as passes over its 0.5 GB output); the compiler

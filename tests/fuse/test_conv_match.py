@@ -214,17 +214,24 @@ def test_render_geometry_and_tile():
     assert other.name != source.name
 
 
-def bn_chain(n=8, h=34, w=34, c=64, k=128, after="relu", running=True):
+def bn_chain(n=8, h=34, w=34, c=64, k=128, after="relu", running=True, norm="batch"):
     """x [N, H, W, C] -> conv_cl -> + bias -> BatchNorm (batch statistics, channels last) -> `after` ->
-    NCHW, with the running statistics' updates as capture leaves them (their own mean and var of x)."""
+    NCHW, with the running statistics' updates as capture leaves them (their own mean and var of x); or
+    (`norm="instance"`) an InstanceNorm without affine parameters, as the rewrites leave it (a GroupNorm of
+    one channel a group)."""
     x = input_node("x", 0, (n, h, w, c))
     weight = param_node("weight", (k, 3, 3, c))
     bias, gamma, beta = param_node("bias", (k,)), param_node("bn.weight", (k,)), param_node("bn.bias", (k,))
     y = make_node("conv", [x, weight], stride=(1, 1), padding=(1, 1), dilation=(1, 1), transposed=False,
                   output_padding=(0, 0), groups=1, has_bias=False, channels_last=True)
     y = make_node("add", [y, bias])
-    normed = make_node("batch_norm", [y, gamma, beta], channel_dim=3, eps=1e-5, has_bias=True,
-                       has_running=False, has_weight=True, momentum=0.1, training=True)
+    if norm == "instance":
+        normed = make_node("group_norm", [y], channel_dim=3, eps=1e-5, groups=k, has_bias=False,
+                           has_weight=False)
+        running = False
+    else:
+        normed = make_node("batch_norm", [y, gamma, beta], channel_dim=3, eps=1e-5, has_bias=True,
+                           has_running=False, has_weight=True, momentum=0.1, training=True)
     out = make_node("permute", [make_node(after, [normed]) if after else normed], dims=(0, 3, 1, 2))
     mutations = ()
     if running:
@@ -257,14 +264,14 @@ def test_batch_norm_statistics_join_the_conv_epilogue():
         ir_comment(view)
 
 
-@pytest.mark.parametrize("after", ["relu", None])
-def test_batch_norm_split_computes_the_same(after, monkeypatch):
+@pytest.mark.parametrize(("after", "norm"), [("relu", "batch"), (None, "batch"), ("relu", "instance")])
+def test_norm_split_computes_the_same(after, norm, monkeypatch):
     """The split graph, run by the interpreter, equals the original (outputs and buffer updates); small
     sizes, taken as claimable."""
     monkeypatch.setattr(fuse_conv, "claimable", lambda conv: True)
-    graph = bn_chain(n=3, h=9, w=7, c=5, k=6, after=after)
-    split = fuse_conv.batch_norms_apart(graph)
-    assert "batch_norm" not in [n.op for n in split.nodes()]
+    graph = bn_chain(n=3, h=9, w=7, c=5, k=6, after=after, norm=norm)
+    split = fuse_conv.norms_apart(graph)
+    assert not {"batch_norm", "group_norm"} & {n.op for n in split.nodes()}
     gen = torch.Generator().manual_seed(0)
     inputs = [torch.randn(i.shape, generator=gen, dtype=torch.float64) for i in graph.inputs]
     params = {p.name: torch.randn(p.shape, generator=gen, dtype=torch.float64) for p in graph.params}
@@ -277,11 +284,29 @@ def test_batch_norm_split_computes_the_same(after, monkeypatch):
 def test_batch_norms_not_split_where_the_conv_kernel_cannot_take_them():
     # a conv below the kernel's size floor (cuDNN's, the norm's own kernel)
     graph = bn_chain(n=1, h=4, w=4, c=4, k=4)
-    assert fuse_conv.batch_norms_apart(graph) is graph
+    assert fuse_conv.norms_apart(graph) is graph
 
 
 def test_batch_norms_not_split_without_the_conv_family(monkeypatch):
     monkeypatch.setattr(fuse_conv, "hopper_gpu", lambda: False)
     graph = bn_chain()
-    assert fuse_conv.batch_norms_apart(graph) is graph
+    assert fuse_conv.norms_apart(graph) is graph
     assert "batch_norm" in [n.op for n in plan_fusion(graph).graph.nodes()]
+
+
+def test_instance_norm_statistics_are_per_image():
+    graph = bn_chain(norm="instance")
+    conv_group = next(g for g in plan_fusion(graph).groups if g.family == "conv")
+    view = describe(conv_group)
+    assert [(s.op, tuple(s.attr("dims"))) for s in view.statistics] == [("mean", (1, 2)), ("var", (1, 2))]
+    assert view.per_image and tuple(view.statistics[0].shape) == (8, 1, 1, 128)
+    source = render(conv_group).text
+    assert "constexpr bool kPerImage = true;" in source
+    assert "over each image" in ir_comment(view)
+
+
+def test_a_group_norm_of_several_channels_a_group_is_not_split():
+    graph = bn_chain(norm="instance")
+    norm = next(n for n in graph.nodes() if n.op == "group_norm")
+    assert fuse_conv._norm_dims(norm.with_(attrs={**norm.attr_dict, "groups": 8})) is None
+    assert fuse_conv._norm_dims(norm) == (1, 2)
