@@ -98,6 +98,8 @@ CASES = {
     "channel_softmax": lambda: _chain(3, 31, 29, 64, 128, epilogue="softmax"),
     # a log-softmax over 40 channels (the 64-wide tile, a tail of 24), 16-byte stores
     "channel_log_softmax_narrow": lambda: _chain(4, 32, 32, 32, 40, epilogue="log_softmax"),
+    # a log-softmax over 64 channels: a whole 64-wide tile (the column held in registers), 4-byte stores
+    "channel_log_softmax_full": lambda: _chain(3, 30, 29, 32, 64, epilogue="log_softmax"),
     # level2/15's size: 64 x 126 x 126 pixels, 128 channels (the 520 MB conv output never written)
     "pooled_level2_size": lambda: _chain(64, 128, 128, 64, 128, padding=(0, 0), epilogue="gelu", pool="mean"),
     # level2/21's size: 32 x 128 x 128 pixels, a softmax over 128 channels, NCHW
