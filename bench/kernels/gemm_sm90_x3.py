@@ -52,6 +52,8 @@ SHAPES = {
     # attention scores (Q.K^T of 64 heads, head size 64): K of two k-tiles, the whole sum in the tensor
     # cores' partial (no FP32 promotion before the end), where --promotion 1 would promote every k-tile
     "bmm 64 x 1024x1024x64": (1024, 1024, 64, 64),
+    "bmm 64 x 1024x1024x96": (1024, 1024, 96, 64),
+    "bmm 64 x 1024x1024x128": (1024, 1024, 128, 64),
 }
 
 

@@ -5,10 +5,10 @@ for every GEMM, since sizes are arguments and the epilogue is not in it) runs CU
 kernel with our mainloop (`cuda/kw_gemm_sm90_x3.cuh`): each stage's FP32 tiles are the TF32 big parts as
 they are (the tensor cores read a TF32 operand's top 19 bits); A's small part is formed in the wgmma
 register fragment, B's written beside its stage in shared memory; A_small.B + A.B_small + A.B accumulate on
-the tensor cores with an FP32 promotion every 128 of K. Against the cuBLAS route (`gemm_tf32x3.py`) it
-writes no split copies (three of each activation operand per call, three of each weight kept) and is more
-accurate than FP32 at depths of ~1000 and more; H100 numbers in `bench/results/2026-11-28-h100-80gb-hbm3-
-gemm-rs/`.
+the tensor cores with an FP32 promotion every 128 of K (every 32 where K is at most 128). Against the cuBLAS
+route (`gemm_tf32x3.py`) it writes no split copies (three of each activation operand per call, three of each
+weight kept) and is more accurate than FP32 at depths of ~1000 and more; H100 numbers in
+`bench/results/2026-11-28-h100-80gb-hbm3-gemm-rs/`.
 
 The kernel reads both operands K-major (A [l, m, k], B [l, n, k]) with 16-byte aligned rows: an operand in
 another layout (B stored [k, n], a column-major A) or with an odd K is first copied into the workspace
