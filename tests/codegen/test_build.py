@@ -157,3 +157,28 @@ def test_the_units_of_an_assembled_library_compile_and_link_together(tmp_path):
                         "-c", str(tmp_path / f"u{index}.cu"), "-o", objects[-1]], check=True)
     subprocess.run([nvcc_path(), "-shared", *objects, "-o", str(tmp_path / "kernels.so")], check=True)
     assert (tmp_path / "kernels.so").is_file()
+
+
+def test_the_recipe_finds_the_cutlass_wheel_from_many_threads(tmp_path, monkeypatch):
+    """The recipe's CUTLASS lookup runs in build threads (a test builds 23 libraries at once; optimize builds
+    launchers side by side): it scans sys.path itself, where importlib's find_spec from many threads at once
+    once found no package in some of them and every such build failed for "no CUTLASS headers"."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    site = tmp_path / "site"
+    include = site / "cutlass_library" / "source" / "include"
+    (include / "cutlass").mkdir(parents=True)
+    (include / "cutlass" / "cutlass.h").write_text("")
+    (site / "cutlass_library" / "__init__.py").write_text("raise ImportError('not to be imported')\n")
+    monkeypatch.delenv("CUTLASS_PATH", raising=False)
+    monkeypatch.syspath_prepend(str(site))
+    find = recipe()["_kw_cutlass_include"]
+    with ThreadPoolExecutor(32) as pool:
+        found = set(pool.map(lambda _: find(), range(256)))
+    assert found == {str(include)}
+    # $CUTLASS_PATH first, where it holds the headers
+    checkout = tmp_path / "checkout"
+    (checkout / "include" / "cutlass").mkdir(parents=True)
+    (checkout / "include" / "cutlass" / "cutlass.h").write_text("")
+    monkeypatch.setenv("CUTLASS_PATH", str(checkout))
+    assert find() == str(checkout / "include")
