@@ -62,7 +62,7 @@ def render_cuda(name: str, view: ConvView) -> str:
         statistic_count=max(1, len(view.statistics)),
         statistic_writes="".join(f"\n  s.out[{j}][n] = static_cast<float>({_statistic(node)});"
                                  for j, node in enumerate(view.statistics)),
-        statistic_pointers=", ".join(f"s{j}" for j in range(len(view.statistics))) or "nullptr",
+        statistic_pointers=", ".join(f"s{j}" for j in statistics) or "nullptr",
         row_op={None: 0, "softmax": 1, "log_softmax": 2}[view.row.op if view.row is not None else None],
         argument_params=", ".join(["const float* x", "const float* weight", "float* y"]
                                   + [f"float* s{j}" for j in statistics]

@@ -52,6 +52,7 @@ from kernelwright.fuse import gemm
 from kernelwright.fuse.gemm import EpilogueOperand, GemmView
 from kernelwright.fuse.plan import FusedGroup, Partition, make_group
 from kernelwright.fuse.pointwise import is_pointwise
+from kernelwright.fuse.statistics import affine
 from kernelwright.ir.graph import Graph, Node
 from kernelwright.ir.ops import const_node, make_node
 
@@ -335,8 +336,6 @@ def _norm_apply(norm: Node, dims: tuple[int, ...]) -> Node:
     var = make_node("var", [x], dims=dims, correction=0, keepdim=True)
     rstd = make_node("rsqrt", [make_node("add", [var, const_node(float(norm.attr("eps")))])])
     y = make_node("mul", [make_node("sub", [x, mean]), rstd])
-    vectors = iter(norm.inputs[1:])
-    for flag, op in (("has_weight", "mul"), ("has_bias", "add")):
-        if norm.attr(flag):
-            y = make_node(op, [y, make_node("reshape", [next(vectors)], shape=(1, 1, 1, norm.shape[3]))])
+    for op, vector in affine(norm):
+        y = make_node(op, [y, vector])
     return y

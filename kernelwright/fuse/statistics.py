@@ -265,7 +265,7 @@ def _split(norm: Node, region: _Region, users: dict[int, list[Node]], roots: set
         kernel inlines its own copy)."""
         x_apply = copy_of_x() if region.private or c is not None else norm.inputs[0]
         y = make_node("mul", [make_node("sub", [x_apply, mean]), rstd])
-        for op, vector in _affine(norm):
+        for op, vector in affine(norm):
             y = make_node(op, [y, _in_domain(space, vector)])
         return y
 
@@ -302,7 +302,7 @@ def _tail_op(value: Node, users: dict[int, list[Node]]) -> Node | None:
     return op if all(i is value or i.op == "const" for i in op.inputs) else None
 
 
-def _affine(norm: Node) -> list[tuple[str, Node]]:
+def affine(norm: Node) -> list[tuple[str, Node]]:
     """("mul", weight) and ("add", bias) where present, each broadcasting to the norm's shape."""
     present = iter(norm.inputs[1:])
     rank = len(norm.shape)
