@@ -6,15 +6,21 @@ output and its statistics per channel over all pixels (sum, mean, var: a BatchNo
 
 The epilogue function is the GEMM family's (`float NAME_epilogue(float acc, float e0, ...)`, the group's
 pointwise IR in FP32); each epilogue tensor is read at the element's pixel m (of N*P*Q) and channel n by its
-broadcast kind: "row" e[n], "col" e[m] (or e[0] when it is one value), "full" e[m * K + n].
+broadcast kind: "row" e[n], "col" e[m] (or e[0] when it is one value), "full" e[m * K + n], or at its NCHW
+index where it is an NCHW tensor's NHWC view (a model input: then the NCHW store applies the epilogue as it
+writes, reading it 16 bytes a lane: `late`). A transposed conv is launched once per output phase along H
+(`fuse.conv.phases`), from weights gathered for that phase (`phase_taps`).
 
 Launcher (in the .cu; sizes are arguments, so groups that agree on the tile and the epilogue share one
 instantiation, which is what costs nvcc time: ~35 s on a 2-core machine, 17 s of it in cicc):
     const char* NAME_launch(const float* x, const float* weight, float* y, [float* sJ,]...
                             [const float* eJ,]...
                             int n, int h, int w, int c, int k, int r, int s, int pad_h, int pad_w,
-                            int stride_h, int stride_w, int dilation_h, int dilation_w,
+                            int pad_h_hi, int pad_w_hi, int stride_h, int stride_w, int dilation_h,
+                            int dilation_w, int channels, int out_h, int out_w, int phase_h, int phases_h,
                             void* workspace, cudaStream_t stream);
+(k the GEMM's columns: the channels, or a transposed conv's channels times its phases along W; out_h, out_w
+the output's size and phase_h of phases_h the launch's phase along H, 0 of 1 for a conv)
     size_t NAME_workspace(<the same, without workspace and stream>);
 
 The translation unit must be built for sm_90a with -DNDEBUG (`codegen/build.py` does): CUTLASS's
@@ -27,20 +33,26 @@ from kernelwright.codegen import kernel
 from kernelwright.codegen.gemm import epilogue_function
 from kernelwright.codegen.gemm_entry import epilogue_operands, input_index
 from kernelwright.codegen.kernel import KernelSource, KernelSpec, cpp_bool, entry_points
-from kernelwright.fuse.conv import ConvView, describe
+from kernelwright.fuse.conv import TO_NCHW, ConvView, describe
 from kernelwright.fuse.gemm import EpilogueOperand
 from kernelwright.fuse.plan import FusedGroup
 from kernelwright.ir.graph import Node
 
 _TEMPLATE = kernel.source_template("kw_conv_sm90.cu.in")
-_SIZES = ("n", "h", "w", "c", "k", "r", "s", "pad_h", "pad_w", "stride_h", "stride_w", "dilation_h",
-          "dilation_w")
+_SIZES = ("n", "h", "w", "c", "k", "r", "s", "pad_h", "pad_w", "pad_h_hi", "pad_w_hi", "stride_h", "stride_w",
+          "dilation_h", "dilation_w", "channels", "out_h", "out_w", "phase_h", "phases_h")
 
 
 def tile(view: ConvView) -> tuple[int, int, int]:
-    """(TM, TN, TK): 128 pixels by 128 channels by 32 of C*R*S (measured on the H100: 331 TFLOP/s at 128
-    output channels, 1.03x cuDNN), 64 channels wide when there are at most 64."""
-    return 128, 64 if view.k <= 64 else 128, 32
+    """(TM, TN, TK): 128 pixels by 128 columns by 32 of C*R*S (measured on the H100: 331 TFLOP/s at 128
+    output channels, 1.03x cuDNN), 64 columns wide when there are at most 64 (the channels, or a transposed
+    conv's channels times its phases along W)."""
+    return 128, 64 if view.k * phases_w(view) <= 64 else 128, 32
+
+
+def phases_w(view: ConvView) -> int:
+    """The GEMM's columns per output channel: a transposed conv's phases along W (its stride), else 1."""
+    return view.stride[1] if view.transposed else 1
 
 
 def render(group: FusedGroup) -> KernelSource:
@@ -56,7 +68,9 @@ def render_cuda(name: str, view: ConvView) -> str:
     tm, tn, tk = tile(view)
     return _TEMPLATE.substitute(
         name=name, epilogue_function=epilogue_function(name, view.gemm), tm=tm, tn=tn, tk=tk,
-        store="StatsStore" if view.statistics else "PoolStore" if view.pooled else "NchwStore",
+        store="PhasedNhwcStore" if view.nhwc else "StatsStore" if view.statistics
+        else "PoolStore" if view.pooled else "NchwStore",
+        phased=cpp_bool(view.transposed), phases_w=phases_w(view), phase_major=cpp_bool(view.nhwc),
         pooled=cpp_bool(view.pooled), mean=cpp_bool(view.pooled and view.output.op == "mean"),
         statistics=cpp_bool(bool(view.statistics)), per_image=cpp_bool(view.per_image),
         statistic_count=max(1, len(view.statistics)),
@@ -72,6 +86,11 @@ def render_cuda(name: str, view: ConvView) -> str:
         operand_fields="".join(f"\n    const float* e{j} = nullptr;" for j in operands),
         operand_args="".join(f"\n  args.direct.e{j} = e{j};" for j in operands),
         operand_reads="".join(f", __ldg(p.e{j} + {_index(o)})" for j, o in enumerate(view.operands)),
+        late=cpp_bool(late(view)),
+        late_reads="".join(f", __ldg(p.e{j} + {'at' if _nchw(o) else _index(o)})"
+                           for j, o in enumerate(view.operands)),
+        late_prefetch="".join(f'\n    asm volatile("prefetch.global.L2 [%0];" :: "l"(p.e{j} + at));'
+                              for j, o in enumerate(view.operands) if _nchw(o)),
     ).lstrip()
 
 
@@ -89,11 +108,29 @@ def _statistic_name(node: Node) -> str:
 
 
 def _index(operand: EpilogueOperand) -> str:
-    """Where element (m, n) of the output reads an epilogue tensor (collapsed to its (1, M, N) extents)."""
+    """Where element (m, n) of the output reads an epilogue tensor (collapsed to its (1, M, N) extents; a
+    whole one stored NCHW at its NCHW index)."""
     _, mo, no = operand.extents
+    if _nchw(operand):
+        return "p.nchw(m, n)"
     if mo > 1 and no > 1:
-        return "m * p.k + n"
+        return "m * p.channels + n"
     return "n" if no > 1 else "m" if mo > 1 else "0"
+
+
+def late(view: ConvView) -> bool:
+    """Whether the NCHW store applies the epilogue (`kLate`): where it reads an NCHW epilogue tensor and
+    nothing (a softmax over the channels) follows it in the staged tile."""
+    return (not (view.statistics or view.pooled or view.nhwc) and view.row is None
+            and any(_nchw(o) for o in view.operands))
+
+
+def _nchw(operand: EpilogueOperand) -> bool:
+    """Whether an epilogue tensor of the output's whole NHWC shape is the NHWC view of an NCHW tensor (the
+    layout pass's permute of a model input, say a residual): read where it is, not copied to NHWC first."""
+    node = operand.node
+    return (operand.kind == "full" and node.op == "permute" and tuple(node.attr("dims")) == (0, 2, 3, 1)
+            and len(node.shape) == 4)
 
 
 def render_entry(name: str, launcher: str, group: FusedGroup, view: ConvView) -> tuple[str, KernelSpec]:
@@ -101,13 +138,18 @@ def render_entry(name: str, launcher: str, group: FusedGroup, view: ConvView) ->
     its (1, M, N) extents; sizes baked in (the spec fixes the shapes). Where C is not a multiple of 4, x and
     the weight are first copied with zero channels up to `view.c_padded` into the workspace (before the
     kernel's own, 256-byte aligned), and the kernel reads those."""
+    epilogue = [(index, (("permute", *TO_NCHW), ("dense", 4)) if _nchw(o) else steps, dtype)
+                for (index, steps, dtype), o in zip(epilogue_operands(group, view.gemm, ("dense", 4))[0],
+                                                    view.operands, strict=True)]   # (read a float at a time)
     operands = [(input_index(group, view.x), (("dense", 16),), None),
-                (input_index(group, view.w), (("dense", 16),), None),
-                *epilogue_operands(group, view.gemm, ("dense", 4))[0]]     # (read a float at a time)
-    sizes = ", ".join(str(v) for v in (view.n, view.h, view.w_in, view.c_padded, view.k, view.r, view.s,
-                                       *view.padding, *view.stride, *view.dilation))
+                (input_index(group, view.w), (("dense", 16),), None), *epilogue]
     tensors = [f"static_cast<const float*>(in[{j}].data)" for j in range(len(operands))]
     outputs = [f"static_cast<float*>(out[{j}])" for j in range(1 + len(view.statistics))]
+    if view.transposed:
+        return _transposed_entry(name, launcher, view, tensors, outputs), _spec(group, view, operands)
+    sizes = ", ".join(str(v) for v in (view.n, view.h, view.w_in, view.c_padded, view.k, view.r, view.s,
+                                       *view.padding, *view.padding, *view.stride, *view.dilation, view.k,
+                                       view.p, view.q, 0, 1))
     nulls = ", ".join(["nullptr"] * (len(operands) + len(outputs)))
     own = f"{launcher}_workspace({nulls}, {sizes})"
     if view.c == view.c_padded:
@@ -130,6 +172,62 @@ def render_entry(name: str, launcher: str, group: FusedGroup, view: ConvView) ->
     return entry_points(name, body, f"{x_bytes + w_bytes} + {own}"), _spec(group, view, operands)
 
 
+def _transposed_entry(name: str, launcher: str, view: ConvView, tensors: list[str],
+                      outputs: list[str]) -> str:
+    """A transposed conv's entry: each output phase along H a launch of the kernel (a stride-1 correlation of
+    x, its phases along W the GEMM's columns), its weights first gathered from the conv's into the workspace
+    (`{launcher}_phase_weights`, every call: the weight may change), x padded as for a conv where C is not a
+    multiple of 4."""
+    rows_h, rows_w = view.phases()
+    row_w, per_w = rows_w[0], phases_w(view)     # the W phases share one window
+    window_w = len(row_w.taps)
+    columns = view.k * per_w
+    lines = ["  char* scratch = static_cast<char*>(workspace);", "  const char* error = nullptr;"]
+    offset = 0
+    x = tensors[0]
+    if view.c != view.c_padded:
+        rows = view.n * view.h * view.w_in
+        lines += ["  float* padded_x = reinterpret_cast<float*>(scratch);",
+                  f"  error = {launcher}_pad({x}, padded_x, {rows}LL, {view.c}, {view.c_padded}, stream);",
+                  "  if (error != nullptr) return error;"]
+        x, offset = "padded_x", _aligned(rows * view.c_padded * 4)
+    launches, owns = [], []
+    for rh, row_h in enumerate(rows_h):
+        window = len(row_h.taps) * window_w
+        taps = phase_taps(view, rh)
+        weight = f"phase_w{rh}"
+        lines += [f"  static const int taps{rh}[] = {{{', '.join(map(str, taps))}}};",
+                  f"  float* {weight} = reinterpret_cast<float*>(scratch + {offset}LL);",
+                  f"  error = {launcher}_phase_weights({tensors[1]}, {weight}, taps{rh}, {len(taps)}, "
+                  f"{per_w}, {cpp_bool(view.nhwc)}, {view.k}, {view.c}, {view.c_padded}, {view.r * view.s}, "
+                  "stream);",
+                  "  if (error != nullptr) return error;"]
+        offset += _aligned(columns * window * view.c_padded * 4)
+        sizes = ", ".join(str(v) for v in (view.n, view.h, view.w_in, view.c_padded, columns, len(row_h.taps),
+                                           window_w, row_h.lower, row_w.lower, row_h.upper, row_w.upper, 1, 1,
+                                           1, 1, view.k, view.p, view.q, rh, len(rows_h)))
+        launches.append((", ".join([x, weight, *outputs, *tensors[2:]]), sizes))
+        nulls = ", ".join(["nullptr"] * (len(tensors) + len(outputs)))
+        owns.append(f"{launcher}_workspace({nulls}, {sizes})")
+    # the launches run one after another on the stream, each on the same workspace after the weights (the
+    # stores of a transposed conv use none but CUTLASS's: their sum is at least the largest)
+    for args, sizes in launches:
+        lines += [f"  error = {launcher}_launch({args}, {sizes}, scratch + {offset}LL, stream);",
+                  "  if (error != nullptr) return error;"]
+    body = "\n".join([*lines, "  return nullptr;"])
+    return entry_points(name, body, " + ".join([str(offset), *owns]))
+
+
+def phase_taps(view: ConvView, rh: int) -> list[int]:
+    """The kernel's tap (kh * S + kw, or -1 for a zero weight) at each tap (rw, t, u) of output phase rh's
+    window along H and W phase rw's along W, in that order (`phase_weights` in the template gathers the
+    launch's weights [K * phases along W][T][U][C] by it)."""
+    rows_h, rows_w = view.phases()
+    row_h = rows_h[rh]
+    return [-1 if a is None or b is None else a * view.s + b
+            for row_w in rows_w for a in row_h.taps for b in row_w.taps]
+
+
 def _aligned(size: int) -> int:
     return -(-size // 256) * 256
 
@@ -142,6 +240,17 @@ def _spec(group: FusedGroup, view: ConvView, operands: list) -> KernelSpec:
 
 def ir_comment(view: ConvView) -> str:
     tm, tn, tk = tile(view)
+    if view.transposed:
+        rows_h, (row_w, *_) = view.phases()
+        output = (f"NHWC [{view.n}, {view.p}, {view.q}, {view.k}]" if view.nhwc
+                  else f"NCHW [{view.n}, {view.k}, {view.p}, {view.q}]")
+        ops = [n.op for n in view.epilogue] + ([view.row.op] if view.row is not None else [])
+        windows = ", ".join(f"{len(r.taps)}x{len(row_w.taps)}" for r in rows_h)
+        return (f"conv_transpose2d NHWC [{view.n}, {view.h}, {view.w_in}, {view.c}] * [{view.c}, {view.r}, "
+                f"{view.s}, {view.k}] stride {view.stride} padding {view.padding} -> {output}: {len(rows_h)} "
+                f"launches (output phases along H; windows {windows}), the {phases_w(view)} phases along W "
+                f"side by side as the GEMM's columns, via CUTLASS sm90 TF32 implicit GEMM (ping-pong tile "
+                f"{tm}x{tn}x{tk}); epilogue: {' → '.join(ops) or 'none'}")
     ops = [n.op for n in view.epilogue] + ([view.row.op] if view.row is not None else [])
     epilogue = " → ".join(ops) or "none"
     operands = ", ".join(f"{o.node.name or o.node.op}:{o.kind}" for o in view.operands) or "none"

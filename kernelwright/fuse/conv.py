@@ -15,7 +15,7 @@ are classified by how they broadcast over (M, N) exactly as for a GEMM's epilogu
 operand, a per-pixel tensor a "col" one, a whole NHWC tensor "full"), and the epilogue grows by the GEMM
 family's rule (`gemm._epilogue`).
 
-Claimed only where the kernel applies: FP32, groups 1, not transposed (TMA reads 16-byte rows of x and of
+Claimed only where the kernel applies: FP32, groups 1 (TMA reads 16-byte rows of x and of
 the weight: where C is not a multiple of 4 the entry pads both with zero channels first, into its
 workspace; the output is stored without TMA, so K is free), sizes within 32-bit indexing, the CUTLASS
 headers installed, and a chain that ends in the NCHW transpose (an NHWC result feeding a norm or a pool
@@ -35,6 +35,14 @@ Whether the kernel beats cuDNN plus the pointwise kernel is measured (`compiler.
 plan with and without this family). On by default (`optimize --no-conv-kernels`,
 `OptimizeOptions.conv_kernels`): kept on 3-4 of the 6 bundled problems it applied to, 10-34% faster than the
 cuDNN plan (H100, 2026-11-27); it costs ~30 s of nvcc a problem that has such a conv.
+A transposed 2-D conv (dilation 1, a stride along W of 1, 2 or 4) is computed an output phase at a time
+(`phases`): output rows s*j + r along H are a stride-1 correlation of x with the kernel's taps of that
+phase, flipped, so each phase along H is a launch of the same kernel, and the phases along W are the GEMM's
+columns side by side (their windows the union of theirs: up to 1.5x the multiply-adds at 3x3 or 4x4,
+stride 2), so that a tile holds whole output rows and the NCHW store writes them interleaved, 16 bytes a
+lane. Its value is stored NCHW (the transpose, after a softmax over the channels where every phase's
+channels fit a tile), or else NHWC for the kernels that read it (level2/26's min over the channels). The
+phase weights are gathered from the conv's weight by a small kernel on every call.
 The kernel computes in TF32, as eager's cuDNN convolutions do by default, and is claimed only while
 `torch.backends.cudnn.allow_tf32` is set; the judge's float64 rule rejects it where cuDNN would have been
 exact (it picks exact FP32 algorithms for some shapes), and the plan without it is kept.
@@ -98,6 +106,9 @@ class ConvView:
     row: Node | None = None       # a softmax or log-softmax over the channels, after the epilogue
     # per-channel statistics of `output` (then the epilogue's value, stored NHWC): sum, mean or var nodes
     statistics: tuple[Node, ...] = ()
+    # a transposed conv (w [C, R, S, K]), computed a phase of its output at a time (`phases`); its output
+    # is then `output` stored NCHW (the transpose), or the epilogue's value stored NHWC
+    transposed: bool = False
 
     @property
     def pooled(self) -> bool:
@@ -118,6 +129,23 @@ class ConvView:
     @property
     def pixels(self) -> int:
         return self.n * self.p * self.q
+
+    @property
+    def macs(self) -> int:
+        """The multiply-adds of the conv (a transposed one's: each input pixel's into R*S output pixels)."""
+        pixels = self.n * self.h * self.w_in if self.transposed else self.pixels
+        return pixels * self.k * self.c * self.r * self.s
+
+    @property
+    def nhwc(self) -> bool:
+        """Whether the output is the epilogue's value stored NHWC with nothing else (a transposed conv's,
+        for other kernels to read)."""
+        return self.transposed and not _is_to_nchw(self.output)
+
+    def phases(self) -> tuple[tuple[Phase, ...], tuple[Phase, ...]]:
+        """A transposed conv's output phases along H (each its own launch) and W (the GEMM's columns)."""
+        return (phases(self.h, self.p, self.r, self.stride[0], self.padding[0], False),
+                phases(self.w_in, self.q, self.s, self.stride[1], self.padding[1], True))
 
     @property
     def operands(self) -> tuple[EpilogueOperand, ...]:
@@ -159,16 +187,26 @@ def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
                 partition.add(nodes)
                 groups.append(make_group(graph, "conv", nodes, users=users))
             continue
+        if anchor.attr("transposed"):
+            if statistics:
+                continue
+            if not _transposed_tail(last, users, roots, claimed, anchor):
+                # the epilogue's value stored NHWC for its readers (computing a transposed conv pays)
+                if partition.is_convex([anchor, *members]):
+                    partition.add([anchor, *members])
+                    groups.append(make_group(graph, "conv", [anchor, *members], users=users))
+                continue
         if id(last) in roots or len(readers) != 1 or id(readers[0]) in claimed:
             continue
-        row = readers[0] if _is_channel_softmax(readers[0]) else None
+        row = readers[0] if _is_channel_softmax(readers[0], anchor) else None
         if row is not None:
             # the softmax over the channels, then the transpose to NCHW
             readers = users[id(row)]
             if (id(row) in roots or len(readers) != 1 or id(readers[0]) in claimed
                     or not _is_to_nchw(readers[0])):
                 continue
-        elif not (_is_to_nchw(readers[0]) or _is_spatial_pool(readers[0])):
+        elif not (_is_to_nchw(readers[0])
+                  or (_is_spatial_pool(readers[0]) and not anchor.attr("transposed"))):
             continue
         nodes = [anchor, *members, *([row] if row is not None else []), readers[0]]
         if not partition.is_convex(nodes):
@@ -178,16 +216,34 @@ def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
     return groups
 
 
+def _transposed_tail(last: Node, users: dict, roots: set[int], claimed: frozenset[int], anchor: Node) -> bool:
+    """Whether a transposed conv's chain ends as the kernel's NCHW store takes it: `last`, read only by the
+    transpose to NCHW or by a softmax over the channels that only the transpose reads."""
+    node = last
+    for _ in range(2):
+        readers = list({id(r): r for r in users[id(node)]}.values())
+        if id(node) in roots or len(readers) != 1 or id(readers[0]) in claimed:
+            return False
+        if _is_to_nchw(readers[0]):
+            return True
+        if node is not last or not _is_channel_softmax(readers[0], anchor):
+            return False
+        node = readers[0]
+    return False
+
+
 def claimable(anchor: Node) -> bool:
-    """A channels-last 2-D fprop convolution the kernel computes (see the module docstring)."""
-    if not (anchor.attr("channels_last") and not anchor.attr("transposed") and anchor.attr("groups") == 1
-            and not anchor.attr("has_bias") and len(anchor.shape) == 4 and len(anchor.attr("stride")) == 2
-            and len(anchor.inputs) == 2):
+    """A channels-last 2-D convolution the kernel computes (see the module docstring): an fprop one, or a
+    transposed one of dilation 1 whose output phases it can compute (`phases`)."""
+    if not (anchor.attr("channels_last") and anchor.attr("groups") == 1 and not anchor.attr("has_bias")
+            and len(anchor.shape) == 4 and len(anchor.attr("stride")) == 2 and len(anchor.inputs) == 2):
         return False
     x, w = anchor.inputs
     tensors = (anchor, x, w)
     if not all(t.dtype == torch.float32 and 0 < t.numel <= MAX_ELEMENTS for t in tensors):
         return False
+    if anchor.attr("transposed"):
+        return _transposed_ok(anchor)
     n, p, q, k = anchor.shape
     _, r, s, c = w.shape
     return n * p * q * k * r * s * c >= MIN_CONV_MACS and all(
@@ -200,6 +256,74 @@ def _im2col_ok(taps: int, padding: int, stride: int, dilation: int) -> bool:
     in [-128, 127], filter offsets under 255; cuTensorMapEncodeIm2col: element strides of at most 8)."""
     reach = (taps - 1) * dilation
     return 0 <= padding <= 128 and -128 <= padding - reach <= 127 and reach < 255 and 1 <= stride <= 8
+
+
+@dataclass(frozen=True)
+class Phase:
+    """The outputs s*j + r (j < count) of a transposed conv along one dim, for one r < s (its stride): each
+    the stride-1 correlation of the input padded by (lower, upper) with a window whose tap u is the kernel's
+    tap `taps[u]` (None: a zero weight)."""
+
+    count: int
+    lower: int
+    upper: int
+    taps: tuple[int | None, ...]
+
+
+# Transposed convs: the output phases along W are computed side by side as the GEMM's columns (phase r of
+# channel k is column k * s + r), so that a tile holds whole output rows; a tile of 64 or 128 columns must
+# then hold every phase of its channels.
+PHASE_STRIDES = (1, 2, 4)
+
+
+def phases(size: int, out: int, kernel: int, stride: int, padding: int, shared: bool) -> tuple[Phase, ...]:
+    """A transposed conv's output phases along one dim (input `size`, output `out`; dilation 1). Output
+    s*j + r sums x[j + c_r - t] * w[t0 + s*t] over t < T (t0 = (r + p) mod s, c_r = (r + p) div s, T the taps
+    t0 + s*t < kernel): a stride-1 correlation. `shared`: every phase's window the union of theirs (one
+    window and one pixel grid, so the phases can be columns of one GEMM; their taps outside their own range
+    zero), else each its own."""
+    spans = []
+    for r in range(stride):
+        first, offset = (r + padding) % stride, (r + padding) // stride
+        spans.append((first, offset, -(-(kernel - first) // stride)))
+    result = []
+    for r, (first, offset, count) in enumerate(spans):
+        if shared:
+            lower = -min(o - t + 1 for _, o, t in spans)
+            width = max(o for _, o, _ in spans) + lower + 1
+            outputs = -(-out // stride)
+        else:
+            lower, width, outputs = count - 1 - offset, count, -(-(out - r) // stride)
+        taps = []
+        for u in range(width):
+            t = offset + lower - u
+            taps.append(first + stride * t if 0 <= t < count else None)
+        result.append(Phase(outputs, lower, outputs - size - lower + width - 1, tuple(taps)))
+    return tuple(result)
+
+
+def _transposed_ok(anchor: Node) -> bool:
+    """Whether the kernel computes a transposed conv: a stride along W in PHASE_STRIDES, dilation 1, each
+    output phase a correlation TMA's im2col addresses (padding in [0, 128], every phase at least one tap),
+    and enough work."""
+    x, w = anchor.inputs
+    n, h, w_in, c = x.shape
+    _, kh, kw, k = w.shape
+    if tuple(anchor.attr("dilation")) != (1, 1) or anchor.attr("stride")[1] not in PHASE_STRIDES:
+        return False
+    if n * h * w_in * c * k * kh * kw < MIN_CONV_MACS:
+        return False
+    for size, out, kernel, stride, padding, shared in zip(
+            (h, w_in), anchor.shape[1:3], (kh, kw), anchor.attr("stride"), anchor.attr("padding"),
+            (False, True), strict=True):
+        if kernel < stride:
+            return False
+        for phase in phases(size, out, kernel, stride, padding, shared):
+            if not (phase.count >= 1 and 0 <= phase.lower <= 128 and 0 <= phase.upper <= 128
+                    and _im2col_ok(len(phase.taps), phase.lower, 1, 1)
+                    and -128 <= phase.upper - len(phase.taps) + 1 <= 127):
+                return False
+    return True
 
 
 def describe(group: FusedGroup) -> ConvView:
@@ -216,13 +340,18 @@ def describe(group: FusedGroup) -> ConvView:
         if (any(s.inputs[0] is not output or _statistic_dims(s) != _statistic_dims(statistics[0])
                 for s in statistics) or group.outputs != (output, *statistics)):
             raise ValueError("a conv group's statistics are of one kind, of its one NHWC output, stored too")
-    elif len(group.outputs) != 1 or not (_is_to_nchw(group.outputs[0]) or _is_spatial_pool(group.outputs[0])):
+    elif len(group.outputs) != 1 or not (_is_to_nchw(group.outputs[0]) or _is_spatial_pool(group.outputs[0])
+                                         or anchor.attr("transposed")):
         raise ValueError("a conv group has one output, the NCHW transpose or a spatial pool, or its "
-                         "statistics")
+                         "statistics; a transposed conv's, its NHWC value")
     else:
         output = group.outputs[0]
+    transposed = bool(anchor.attr("transposed"))
+    if transposed and (statistics or _is_spatial_pool(output)):
+        raise ValueError("a transposed conv's group stores its value, NCHW or NHWC")
+    stored = statistics or (transposed and not _is_to_nchw(output))     # the output is an epilogue value
     rows = [n for n in group.nodes if _is_channel_softmax(n)]
-    epilogue = tuple(n for n in group.nodes if n is not anchor and (n is not output or statistics)
+    epilogue = tuple(n for n in group.nodes if n is not anchor and (n is not output or stored)
                      and not _is_channel_softmax(n) and n not in statistics)
     view = gemm.with_epilogue(_gemm_view(anchor), group, epilogue, epilogue[-1] if epilogue else anchor)
     x, w = anchor.inputs
@@ -231,14 +360,14 @@ def describe(group: FusedGroup) -> ConvView:
     _, r, s, _ = w.shape
     return ConvView(anchor, x, w, n, h, w_in, c, k, r, s, p, q, tuple(anchor.attr("padding")),
                     tuple(anchor.attr("stride")), tuple(anchor.attr("dilation")), view, output,
-                    rows[0] if rows else None, statistics)
+                    rows[0] if rows else None, statistics, transposed)
 
 
 def _gemm_view(anchor: Node) -> GemmView:
     """The conv as the GEMM family sees an anchor: output dims (N, P, Q) form M, the channels N."""
     x, w = anchor.inputs
     n, p, q, k = anchor.shape
-    return GemmView(anchor, x, False, w, True, 1, n * p * q, k, math.prod(w.shape[1:]),
+    return GemmView(anchor, x, False, w, True, 1, n * p * q, k, math.prod(w.shape[1:3]) * x.shape[3],
                     ((), (0, 1, 2), (3,)), (), (), anchor)
 
 
@@ -246,10 +375,12 @@ def _is_to_nchw(node: Node) -> bool:
     return node.op == "permute" and tuple(node.attr("dims")) == TO_NCHW
 
 
-def _is_channel_softmax(node: Node) -> bool:
-    """A softmax or log-softmax over the channels of an NHWC tensor (dim 3) with at most MAX_ROW_CHANNELS."""
+def _is_channel_softmax(node: Node, anchor: Node | None = None) -> bool:
+    """A softmax or log-softmax over the channels of an NHWC tensor (dim 3) with at most MAX_ROW_CHANNELS
+    (of a transposed conv, `anchor`: that many channels times its phases along W, the tile's columns)."""
+    phases_w = anchor.attr("stride")[1] if anchor is not None and anchor.attr("transposed") else 1
     return (node.op in ("softmax", "log_softmax") and len(node.shape) == 4 and node.attr("dim") == 3
-            and node.shape[3] <= MAX_ROW_CHANNELS)
+            and node.shape[3] * phases_w <= MAX_ROW_CHANNELS)
 
 
 def _is_spatial_pool(node: Node) -> bool:
@@ -326,7 +457,8 @@ def _after_claimable_conv(norm: Node) -> bool:
         if not is_pointwise(node) or len(computed) != 1:
             return False
         node = computed[0]
-    return tuple(node.shape) == tuple(norm.shape) and claimable(node)
+    # (a transposed conv's group takes no statistics)
+    return tuple(node.shape) == tuple(norm.shape) and not node.attr("transposed") and claimable(node)
 
 
 def _norm_apply(norm: Node, dims: tuple[int, ...]) -> Node:

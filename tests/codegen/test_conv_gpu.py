@@ -29,7 +29,7 @@ from kernelwright.ir.ops import input_node, make_node, param_node
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cutlass_include_dir() is None, reason="no CUTLASS headers")]
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "fuse"))
-from test_conv_match import bn_chain  # noqa: E402
+from test_conv_match import bn_chain, conv_chain, convt_chain  # noqa: E402
 
 
 def _chain(n, h, w, c, k, kernel=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1), epilogue="relu",
@@ -126,6 +126,49 @@ BN_CASES = {
 }
 
 
+def _hardswish_residual(n, h, w, c, k):
+    """level2/10: ConvTranspose2d (3x3, stride 2, padding 1, output padding 1) + bias + an NCHW input (read
+    through the layout pass's NHWC view of it, where it is), hardswish"""
+    residual = input_node("residual", 1, (n, k, 2 * h, 2 * w))
+    nhwc = make_node("permute", [residual], dims=(0, 2, 3, 1))
+    return convt_chain(n, h, w, c, k, extra=(residual,),
+                       after=lambda y: make_node("hardswish", [make_node("add", [y, nhwc])]))
+
+
+def _nchw_residual(n, h, w, c, k, odd_channels=False):
+    """conv 3x3 + bias + an NCHW model input (the epilogue applied by the NCHW store, `kLate`), ReLU"""
+    residual = input_node("residual", 1, (n, k, h, w))
+    nhwc = make_node("permute", [residual], dims=(0, 2, 3, 1))
+    return conv_chain(n, h, w, c, k, extra=(residual,),
+                      epilogue=lambda y, extra: make_node("relu", [make_node("add", [y, nhwc])]))
+
+
+# Planned as the compiler plans them (their inputs may be views: an NCHW input's NHWC permute). Transposed
+# convs (`fuse.conv.phases`): a launch per output phase along H, the phases along W the GEMM's columns
+PLANNED_CASES = {
+    # an NCHW residual read by the store: 33 x 31 pixels (4-byte stores), 201 channels (a tail)
+    "residual_nchw_odd": lambda: _nchw_residual(3, 33, 31, 20, 201),
+    # ... 32 x 32 pixels: the 16-byte stores
+    "residual_nchw": lambda: _nchw_residual(8, 32, 32, 64, 128),
+    # level2/10's size: 16 x 256 x 256 outputs, 64 channels (two phases: 128 columns), a full residual
+    "convt_level2_size": lambda: _hardswish_residual(16, 128, 128, 128, 64),
+    # 19 input channels (padded to 20), 40 channels (80 columns: a tail), odd sizes, output padding on W only
+    "convt_odd": lambda: convt_chain(10, 33, 31, 19, 40, output_padding=(0, 1),
+                                     after=lambda y: make_node("relu", [y])),
+    # level2/27's geometry (4x4, stride 2): a softmax over each W phase's 64 channels on the staged tile
+    "convt_softmax": lambda: convt_chain(16, 64, 64, 48, 64, kernel=(4, 4), output_padding=(0, 0),
+                                         after=lambda y: make_node("softmax", [y], dim=3)),
+    # stored NHWC (level2/26: a min over the channels reads it)
+    "convt_nhwc": lambda: convt_chain(32, 64, 64, 64, 32, to_nchw=False),
+    # three phases along H, four along W (24 channels: 96 of 128 columns), asymmetric kernel and padding
+    "convt_strides_3_4": lambda: convt_chain(10, 20, 17, 32, 24, kernel=(5, 6), stride=(3, 4), padding=(2, 1),
+                                             output_padding=(1, 2), after=lambda y: make_node("tanh", [y])),
+    # stride 1: one phase, the flipped kernel
+    "convt_stride_1": lambda: convt_chain(4, 40, 40, 32, 64, stride=(1, 1), output_padding=(0, 0),
+                                          after=lambda y: make_node("gelu", [y], approximate="none")),
+}
+
+
 def _group(graph: Graph):
     return make_group(graph, "conv", [n for n in graph.nodes() if not n.is_leaf])
 
@@ -138,12 +181,37 @@ def _conv_group(graph: Graph):
 def built():
     """Every case's library, built at once (each CUTLASS conv translation unit is ~20-40 s of nvcc)."""
     groups = {name: _group(make()) for name, make in CASES.items()}
-    groups.update({name: _conv_group(make()) for name, make in BN_CASES.items()})
+    groups.update({name: _conv_group(make()) for name, make in {**BN_CASES, **PLANNED_CASES}.items()})
     kernels = {name: render(group) for name, group in groups.items()}
     with ThreadPoolExecutor(max_workers=len(kernels)) as pool:
         built = pool.map(lambda k: build_extension(assemble([k])).module, kernels.values())
         modules = dict(zip(kernels, built, strict=True))
     return groups, kernels, modules
+
+
+def _graph(group) -> Graph:
+    """The group's outputs from the model inputs and parameters it reads (through the views it takes as
+    inputs: an NCHW input's NHWC permute, say)."""
+    leaves: dict[int, object] = {}
+
+    def visit(node):
+        if node.is_leaf:
+            leaves.setdefault(id(node), node)
+        else:
+            for i in node.inputs:
+                visit(i)
+
+    for node in group.inputs:
+        visit(node)
+    return Graph(inputs=tuple(n for n in leaves.values() if n.op == "input"),
+                 params=tuple(n for n in leaves.values() if n.op == "param"), outputs=group.outputs)
+
+
+def _arguments(group, graph: Graph, inputs, params) -> list[torch.Tensor]:
+    """The kernel's operands: the group's inputs, views of the model's evaluated as ATen would."""
+    by_name = {**{n.name: t for n, t in zip(graph.inputs, inputs, strict=True)}, **params}
+    return [by_name[n.name] if n.is_leaf else interpret(graph.with_(outputs=(n,)), inputs, params)[0][0]
+            for n in group.inputs]
 
 
 def _inputs(graph: Graph, seed: int) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
@@ -156,21 +224,20 @@ def _inputs(graph: Graph, seed: int) -> tuple[list[torch.Tensor], dict[str, torc
     return inputs, params
 
 
-@pytest.mark.parametrize("case", [*CASES, *BN_CASES])
+@pytest.mark.parametrize("case", [*CASES, *BN_CASES, *PLANNED_CASES])
 def test_conv_matches_float64(built, case):
     groups, kernels, modules = built
     group = groups[case]
-    graph = Graph(inputs=tuple(n for n in group.inputs if n.op == "input"),
-                  params=tuple(n for n in group.inputs if n.op == "param"), outputs=group.outputs)
+    graph = _graph(group)
     inputs, params = _inputs(graph, seed=len(case))
     expected, _ = interpret(graph, [t.double() for t in inputs], {k: v.double() for k, v in params.items()})
     eager, _ = interpret(graph, inputs, params)              # cuDNN, TF32 allowed as by default
-    by_name = {**{n.name: t for n, t in zip(graph.inputs, inputs, strict=True)}, **params}
-    got = getattr(modules[case], kernels[case].name)([by_name[n.name] for n in group.inputs])
+    arguments = _arguments(group, graph, inputs, params)
+    got = getattr(modules[case], kernels[case].name)(arguments)
     view = describe(group)
     if view.pooled or view.statistics:
         # twice in a row: the sums are written, not added to, and added in one order
-        again = getattr(modules[case], kernels[case].name)([by_name[n.name] for n in group.inputs])
+        again = getattr(modules[case], kernels[case].name)(arguments)
         assert all(torch.equal(a, b) for a, b in zip(again, got, strict=True))
     for j, (mine, cudnn_out, want) in enumerate(zip(got, eager, expected, strict=True)):
         assert mine.shape == want.shape and mine.is_contiguous()
@@ -181,18 +248,17 @@ def test_conv_matches_float64(built, case):
 
 
 @pytest.mark.parametrize("case", ["level2_size", "pooled_level2_size", "softmax_level2_size",
-                                  "bn_level2_size", "instance_level2_size"])
+                                  "bn_level2_size", "instance_level2_size", "convt_level2_size",
+                                  "convt_softmax", "convt_nhwc"])
 def test_level2_size_speed(built, case):
     """Information (not a bar): the fused kernel against ATen (cuDNN's NHWC conv, then the bias, the
     activations and the transpose, or the global mean, as passes over its 0.5 GB output); the compiler
     chooses between its own plans by measurement. The pooled kernel writes nothing but [N, K]."""
     groups, kernels, modules = built
     group = groups[case]
-    graph = Graph(inputs=tuple(n for n in group.inputs if n.op == "input"),
-                  params=tuple(n for n in group.inputs if n.op == "param"), outputs=group.outputs)
+    graph = _graph(group)
     inputs, params = _inputs(graph, seed=0)
-    by_name = {**{n.name: t for n, t in zip(graph.inputs, inputs, strict=True)}, **params}
-    ordered = [by_name[n.name] for n in group.inputs]
+    ordered = _arguments(group, graph, inputs, params)
     kernel = getattr(modules[case], kernels[case].name)
     view = describe(group)
 
@@ -207,8 +273,18 @@ def test_level2_size_speed(built, case):
 
     ours = time_ms(lambda: kernel(ordered))
     aten = time_ms(lambda: [t.contiguous() for t in interpret(graph, inputs, params)[0]])
-    flops = 2 * view.pixels * view.k * view.c * view.r * view.s
+    flops = 2 * view.macs
     epilogue = " + ".join(n.op for n in view.epilogue)
     statistics = "".join(f" + {n.op}" for n in view.statistics)
     print(f"{case}: conv + {epilogue} -> {view.output.op}{statistics}: ours {ours:.3f} ms "
           f"({flops / ours / 1e9:.0f} TFLOP/s), ATen {aten:.3f} ms")
+    # each launch's own GPU time (a transposed conv's phase weights and launches; ATen's kernels)
+    for label, run in (("ours", lambda: kernel(ordered)),
+                       ("ATen", lambda: [t.contiguous() for t in interpret(graph, inputs, params)[0]])):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+            for _ in range(5):
+                run()
+            torch.cuda.synchronize()
+        kernels = sorted(((e.device_time_total / 5, e.key) for e in profile.key_averages()
+                          if e.device_time_total > 0), reverse=True)
+        print(f"  {label} kernels (us a call): " + "; ".join(f"{t:.1f} {k[:60]}" for t, k in kernels[:6]))

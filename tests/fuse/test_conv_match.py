@@ -9,9 +9,10 @@ import pytest
 import torch
 
 import kernelwright.fuse.conv as fuse_conv
-from kernelwright.codegen.conv import ir_comment, render, tile
+from kernelwright.codegen.conv import ir_comment, phase_taps, render, tile
 from kernelwright.fuse import matchers_without, plan_fusion
 from kernelwright.fuse.conv import describe, match
+from kernelwright.fuse.plan import make_group
 from kernelwright.ir.graph import Graph
 from kernelwright.ir.interpret import interpret
 from kernelwright.ir.ops import const_node, input_node, make_node, param_node
@@ -68,7 +69,7 @@ def test_epilogue_tensors_by_broadcast_kind():
     assert [(o.node.name, o.kind) for o in view.operands] == [("bias", "row"), ("residual", "full"),
                                                                ("pixel", "col")]
     source = render(group)
-    for index in ("__ldg(p.e0 + n)", "__ldg(p.e1 + m * p.k + n)", "__ldg(p.e2 + m)"):
+    for index in ("__ldg(p.e0 + n)", "__ldg(p.e1 + m * p.channels + n)", "__ldg(p.e2 + m)"):
         assert index in source.text
     assert source.spec.outputs == (("float32", (8, 128, 34, 34)),)
     assert source.spec.operands[0] == (0, (("dense", 16),), None)
@@ -205,8 +206,10 @@ def test_render_geometry_and_tile():
     view = describe(group)
     assert tile(view) == (128, 64, 32)
     source = render(group)
-    # sizes baked into the entry: n, h, w, c, k, r, s, pads, strides, dilations
-    assert "8, 34, 34, 64, 64, 3, 5, 1, 2, 2, 1, 1, 2, workspace, stream" in source.text
+    # sizes baked into the entry: n, h, w, c, k, r, s, pads (lower, upper), strides, dilations, channels, the
+    # output size, the phase along H and the phases (a transposed conv's)
+    sizes = "8, 34, 34, 64, 64, 3, 5, 1, 2, 1, 2, 2, 1, 1, 2, 64, 17, 30, 0, 1"
+    assert f"{sizes}, workspace, stream" in source.text
     assert "kw::ConvPingpong" in source.text and "#include <cutlass/" in source.text
     # one instantiation per tile and epilogue: the same chain on other sizes shares the launcher
     other = render(match(conv_chain(n=4, h=20, w=20, k=64, kernel=(3, 5)), frozenset())[0])
@@ -310,3 +313,150 @@ def test_a_group_norm_of_several_channels_a_group_is_not_split():
     norm = next(n for n in graph.nodes() if n.op == "group_norm")
     assert fuse_conv._norm_dims(norm.with_(attrs={**norm.attr_dict, "groups": 8})) is None
     assert fuse_conv._norm_dims(norm) == (1, 2)
+
+
+def convt_chain(n=8, h=32, w=32, c=64, k=64, kernel=(3, 3), stride=(2, 2), padding=(1, 1),
+                output_padding=(1, 1), dilation=(1, 1), groups=1, after=None, to_nchw=True, extra=()):
+    """x [N, H, W, C] -> conv_transpose_cl (weight [C, R, S, K]) -> + bias -> `after` -> NCHW, as the layout
+    pass leaves a ConvTranspose2d chain (`extra`: other inputs `after` reads)."""
+    x = input_node("x", 0, (n, h, w, c))
+    weight, bias = param_node("weight", (c, *kernel, k // groups)), param_node("bias", (k,))
+    out_hw = [(size - 1) * s - 2 * p + d * (r - 1) + o + 1 for size, s, p, d, r, o in zip(
+        (h, w), stride, padding, dilation, kernel, output_padding, strict=True)]
+    y = make_node("conv", [x, weight], stride=stride, padding=padding, dilation=dilation, transposed=True,
+                  output_padding=output_padding, groups=groups, has_bias=False, channels_last=True)
+    assert tuple(y.shape) == (n, *out_hw, k)
+    y = make_node("add", [y, bias])
+    if after is not None:
+        y = after(y)
+    out = make_node("permute", [y], dims=(0, 3, 1, 2)) if to_nchw else y
+    return Graph(inputs=(x, *extra), params=(weight, bias), outputs=(out,))
+
+
+def test_transposed_conv_chain_is_one_phased_group():
+    """ConvTranspose2d + bias + hardswish -> NCHW (level2/10 after the layout pass): one group, computed an
+    output phase along H a launch, the two phases along W side by side as the GEMM's columns."""
+    graph = convt_chain(after=lambda y: make_node("hardswish", [y]))
+    (group,) = match(graph, frozenset())
+    assert [n.op for n in group.nodes] == ["conv", "add", "hardswish", "permute"]
+    view = describe(group)
+    assert view.transposed and not view.nhwc and (view.p, view.q, view.k) == (64, 64, 64)
+    assert tile(view) == (128, 128, 32)             # 64 channels x 2 phases along W
+    source = render(group)
+    text = source.launcher.cuda if source.launcher is not None else source.text
+    assert "using Store = NchwStore;" in text and "constexpr int kPhasesW = 2;" in text
+    assert "constexpr bool kPhased = true;" in text
+    # phase 0 along H: one tap of 3 (the kernel's row 1); phase 1: rows 2 and 0; along W the window (1, None)
+    # and (2, 0): 1 x 2 and 2 x 2 windows of 128 columns
+    assert "static const int taps0[] = {4, -1, 5, 3};" in source.text
+    assert "static const int taps1[] = {7, -1, 1, -1, 8, 6, 2, 0};" in source.text
+    assert source.text.count("_launch(static_cast<const float*>(in[0].data), phase_w") == 2
+    assert source.text.count("_phase_weights(static_cast<const float*>(in[1].data), phase_w") == 2
+    assert "8, 32, 32, 64, 128, 1, 2, 0, 0, 0, 1, 1, 1, 1, 1, 64, 64, 64, 0, 2" in source.text
+    assert "8, 32, 32, 64, 128, 2, 2, 0, 0, 1, 1, 1, 1, 1, 1, 64, 64, 64, 1, 2" in source.text
+    assert "2 launches (output phases along H; windows 1x2, 2x2)" in ir_comment(view)
+
+
+def test_transposed_conv_stored_nhwc_for_other_readers():
+    """ConvTranspose2d + bias -> min over the channels (level2/26): the conv's value stored NHWC."""
+    graph = convt_chain(after=lambda y: make_node("amin", [y], dims=(3,), keepdim=True), to_nchw=False)
+    (group,) = match(graph, frozenset())
+    assert [n.op for n in group.nodes] == ["conv", "add"]
+    view = describe(group)
+    assert view.nhwc and view.output.op == "add" and [n.op for n in view.epilogue] == ["add"]
+    text = render(group).text
+    assert "using Store = PhasedNhwcStore;" in text
+
+
+def test_transposed_conv_softmax_then_more_stores_nhwc():
+    """softmax over the channels, then pointwise ops (level2/27): the softmax is not the NCHW store's last
+    step, so the conv's value is stored NHWC and the softmax left to the reduction family."""
+    graph = convt_chain(after=lambda y: make_node("sigmoid", [make_node("softmax", [y], dim=3)]))
+    (group,) = match(graph, frozenset())
+    assert [n.op for n in group.nodes] == ["conv", "add"] and describe(group).nhwc
+
+
+@pytest.mark.parametrize(("k", "claimed"), [(64, True), (96, False)])
+def test_transposed_conv_softmax_needs_every_phase_in_one_tile(k, claimed):
+    graph = convt_chain(k=k, after=lambda y: make_node("softmax", [y], dim=3))
+    (group,) = match(graph, frozenset())
+    view = describe(group)
+    if claimed:
+        assert view.row is not None and not view.nhwc
+    else:
+        # 96 channels x 2 phases do not fit a tile: the conv's value stored NHWC, the softmax another kernel's
+        assert view.row is None and view.nhwc
+
+
+@pytest.mark.parametrize("change", [
+    {"stride": (2, 3), "kernel": (3, 3), "output_padding": (0, 0)},    # 3 phases along W do not divide a tile
+    {"dilation": (2, 2)},
+    {"kernel": (1, 1), "padding": (0, 0)},           # fewer taps than the stride: phases without any
+    {"groups": 2},
+    {"padding": (3, 3)},                             # a phase window that starts past the input
+])
+def test_transposed_convs_left_to_cudnn(change):
+    assert match(convt_chain(**change), frozenset()) == []
+
+
+@pytest.mark.parametrize(("size", "kernel", "stride", "padding", "output_padding"), [
+    ((32, 32), (3, 3), (2, 2), (1, 1), (1, 1)),     # level2/10's geometry
+    ((9, 7), (4, 4), (2, 2), (1, 1), (0, 0)),       # level2/27's
+    ((5, 6), (5, 3), (3, 4), (2, 0), (2, 3)),       # three phases along H, four along W, output padding
+    ((6, 5), (3, 2), (1, 1), (0, 1), (0, 0)),       # stride 1: one phase, the flipped kernel
+])
+def test_phase_decomposition_computes_the_transposed_conv(size, kernel, stride, padding, output_padding):
+    """The entry's plan run in float64 on the CPU as the kernel runs it: each output phase along H a
+    correlation of x (its padding) with the weights `phase_weights` gathers by `phase_taps` ([K * s_w, T, U,
+    C], column k * s_w + rw), each column's values placed at output pixel (s_h * j + rh, s_w * jq + rw) where
+    that is inside the output; equal to conv_transpose2d."""
+    (h, w), c, k, n = size, 5, 3, 2
+    graph = convt_chain(n=n, h=h, w=w, c=c, k=k, kernel=kernel, stride=stride, padding=padding,
+                        output_padding=output_padding)
+    conv = next(node for node in graph.nodes() if node.op == "conv")
+    assert fuse_conv._transposed_ok(conv) or conv.attr("stride")[1] not in fuse_conv.PHASE_STRIDES \
+        or n * h * w * c * k * kernel[0] * kernel[1] < fuse_conv.MIN_CONV_MACS
+    view = describe(make_group(graph, "conv", [node for node in graph.nodes() if not node.is_leaf]))
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(n, h, w, c, generator=gen, dtype=torch.float64)
+    weight = torch.randn(c, *kernel, k, generator=gen, dtype=torch.float64)     # [C, R, S, K]
+    want = torch.nn.functional.conv_transpose2d(x.permute(0, 3, 1, 2), weight.permute(0, 3, 1, 2),
+                                                stride=stride, padding=padding, output_padding=output_padding)
+    got = torch.full_like(want, float("nan"))
+    rows_h, rows_w = view.phases()
+    s_h, s_w = stride
+    flat = weight.reshape(c, -1, k)                                              # [C, R * S, K]
+    for rh, row_h in enumerate(rows_h):
+        taps = torch.tensor(phase_taps(view, rh)).view(s_w, len(row_h.taps), len(rows_w[0].taps))
+        gathered = torch.where(taps[None, ..., None] >= 0, flat[:, taps.clamp(min=0)].permute(4, 1, 2, 3, 0),
+                               torch.zeros(()))                                   # [K, s_w, T, U, C]
+        phase_w = gathered.reshape(k * s_w, *taps.shape[1:], c)                 # column k * s_w + rw
+        padded = torch.nn.functional.pad(x.permute(0, 3, 1, 2), (rows_w[0].lower, rows_w[0].upper,
+                                                                 row_h.lower, row_h.upper))
+        z = torch.nn.functional.conv2d(padded, phase_w.permute(0, 3, 1, 2))    # [N, K * s_w, J, J']
+        assert z.shape[2:] == (row_h.count, rows_w[0].count)
+        for rw in range(s_w):
+            cols = z[:, rw::s_w]
+            for j in range(row_h.count):
+                for jq in range(rows_w[0].count):
+                    oh, ow = s_h * j + rh, s_w * jq + rw
+                    if ow < want.shape[3]:
+                        got[:, :, oh, ow] = cols[:, :, j, jq]
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_an_nchw_residual_is_read_where_it_is():
+    """level2/10's add_input: an NCHW model input the layout pass views as NHWC (a permute). The epilogue
+    reads it at its NCHW index; the entry permutes the view back (contiguous: no copy) instead of making
+    the NHWC view dense (a 268 MB copy at level2/10's size)."""
+    residual = input_node("add_input", 1, (8, 64, 64, 64))
+    view_nhwc = make_node("permute", [residual], dims=(0, 2, 3, 1))
+    graph = convt_chain(extra=(residual,),
+                        after=lambda y: make_node("hardswish", [make_node("add", [y, view_nhwc])]))
+    group = next(g for g in plan_fusion(graph).groups if g.family == "conv")
+    view = describe(group)
+    assert [(o.node.op, o.kind) for o in view.operands] == [("param", "row"), ("permute", "full")]
+    source = render(group)
+    # the NCHW store applies the epilogue, reading the residual at the element it writes
+    assert "constexpr bool kLate = true;" in source.text and "__ldg(p.e1 + at)" in source.text
+    assert source.spec.operands[3][1] == (("permute", 0, 3, 1, 2), ("dense", 4))
