@@ -68,9 +68,8 @@ def render_cuda(name: str, view: ConvView) -> str:
     tm, tn, tk = tile(view)
     return _TEMPLATE.substitute(
         name=name, epilogue_function=epilogue_function(name, view.gemm), tm=tm, tn=tn, tk=tk,
-        store="PhasedNhwcStore" if view.nhwc else "StatsStore" if view.statistics
-        else "PoolStore" if view.pooled else "NchwStore",
-        phased=cpp_bool(view.transposed), phases_w=phases_w(view), phase_major=cpp_bool(view.nhwc),
+        store="StatsStore" if view.statistics else "PoolStore" if view.pooled else "NchwStore",
+        phased=cpp_bool(view.transposed), phases_w=phases_w(view),
         pooled=cpp_bool(view.pooled), mean=cpp_bool(view.pooled and view.output.op == "mean"),
         statistics=cpp_bool(bool(view.statistics)), per_image=cpp_bool(view.per_image),
         statistic_count=max(1, len(view.statistics)),
@@ -121,7 +120,7 @@ def _index(operand: EpilogueOperand) -> str:
 def late(view: ConvView) -> bool:
     """Whether the NCHW store applies the epilogue (`kLate`): where it reads an NCHW epilogue tensor and
     nothing (a softmax over the channels) follows it in the staged tile."""
-    return (not (view.statistics or view.pooled or view.nhwc) and view.row is None
+    return (not (view.statistics or view.pooled) and view.row is None
             and any(_nchw(o) for o in view.operands))
 
 
@@ -199,8 +198,7 @@ def _transposed_entry(name: str, launcher: str, view: ConvView, tensors: list[st
         lines += [f"  static const int taps{rh}[] = {{{', '.join(map(str, taps))}}};",
                   f"  float* {weight} = reinterpret_cast<float*>(scratch + {offset}LL);",
                   f"  error = {launcher}_phase_weights({tensors[1]}, {weight}, taps{rh}, {len(taps)}, "
-                  f"{per_w}, {cpp_bool(view.nhwc)}, {view.k}, {view.c}, {view.c_padded}, {view.r * view.s}, "
-                  "stream);",
+                  f"{per_w}, {view.k}, {view.c}, {view.c_padded}, {view.r * view.s}, stream);",
                   "  if (error != nullptr) return error;"]
         offset += _aligned(columns * window * view.c_padded * 4)
         sizes = ", ".join(str(v) for v in (view.n, view.h, view.w_in, view.c_padded, columns, len(row_h.taps),
@@ -242,8 +240,7 @@ def ir_comment(view: ConvView) -> str:
     tm, tn, tk = tile(view)
     if view.transposed:
         rows_h, (row_w, *_) = view.phases()
-        output = (f"NHWC [{view.n}, {view.p}, {view.q}, {view.k}]" if view.nhwc
-                  else f"NCHW [{view.n}, {view.k}, {view.p}, {view.q}]")
+        output = f"NCHW [{view.n}, {view.k}, {view.p}, {view.q}]"
         ops = [n.op for n in view.epilogue] + ([view.row.op] if view.row is not None else [])
         windows = ", ".join(f"{len(r.taps)}x{len(row_w.taps)}" for r in rows_h)
         return (f"conv_transpose2d NHWC [{view.n}, {view.h}, {view.w_in}, {view.c}] * [{view.c}, {view.r}, "

@@ -158,8 +158,6 @@ PLANNED_CASES = {
     # level2/27's geometry (4x4, stride 2): a softmax over each W phase's 64 channels on the staged tile
     "convt_softmax": lambda: convt_chain(16, 64, 64, 48, 64, kernel=(4, 4), output_padding=(0, 0),
                                          after=lambda y: make_node("softmax", [y], dim=3)),
-    # stored NHWC (level2/26: a min over the channels reads it)
-    "convt_nhwc": lambda: convt_chain(32, 64, 64, 64, 32, to_nchw=False),
     # three phases along H, four along W (24 channels: 96 of 128 columns), asymmetric kernel and padding
     "convt_strides_3_4": lambda: convt_chain(10, 20, 17, 32, 24, kernel=(5, 6), stride=(3, 4), padding=(2, 1),
                                              output_padding=(1, 2), after=lambda y: make_node("tanh", [y])),
@@ -249,7 +247,7 @@ def test_conv_matches_float64(built, case):
 
 @pytest.mark.parametrize("case", ["level2_size", "pooled_level2_size", "softmax_level2_size",
                                   "bn_level2_size", "instance_level2_size", "convt_level2_size",
-                                  "convt_softmax", "convt_nhwc"])
+                                  "convt_softmax"])
 def test_level2_size_speed(built, case):
     """Information (not a bar): the fused kernel against ATen (cuDNN's NHWC conv, then the bias, the
     activations and the transpose, or the global mean, as passes over its 0.5 GB output); the compiler
