@@ -47,12 +47,7 @@ def tile(view: ConvView) -> tuple[int, int, int]:
     """(TM, TN, TK): 128 pixels by 128 columns by 32 of C*R*S (measured on the H100: 331 TFLOP/s at 128
     output channels, 1.03x cuDNN), 64 columns wide when there are at most 64 (the channels, or a transposed
     conv's channels times its phases along W)."""
-    return 128, 64 if view.k * phases_w(view) <= 64 else 128, 32
-
-
-def phases_w(view: ConvView) -> int:
-    """The GEMM's columns per output channel: a transposed conv's phases along W (its stride), else 1."""
-    return view.stride[1] if view.transposed else 1
+    return 128, 64 if view.k * view.phases_w <= 64 else 128, 32
 
 
 def render(group: FusedGroup) -> KernelSource:
@@ -69,7 +64,7 @@ def render_cuda(name: str, view: ConvView) -> str:
     return _TEMPLATE.substitute(
         name=name, epilogue_function=epilogue_function(name, view.gemm), tm=tm, tn=tn, tk=tk,
         store="StatsStore" if view.statistics else "PoolStore" if view.pooled else "NchwStore",
-        phased=cpp_bool(view.transposed), phases_w=phases_w(view),
+        phased=cpp_bool(view.transposed), phases_w=view.phases_w,
         pooled=cpp_bool(view.pooled), mean=cpp_bool(view.pooled and view.output.op == "mean"),
         statistics=cpp_bool(bool(view.statistics)), per_image=cpp_bool(view.per_image),
         statistic_count=max(1, len(view.statistics)),
@@ -84,10 +79,8 @@ def render_cuda(name: str, view: ConvView) -> str:
                                + [f"e{j}" for j in operands] + list(_SIZES)),
         operand_fields="".join(f"\n    const float* e{j} = nullptr;" for j in operands),
         operand_args="".join(f"\n  args.direct.e{j} = e{j};" for j in operands),
-        operand_reads="".join(f", __ldg(p.e{j} + {_index(o)})" for j, o in enumerate(view.operands)),
-        late=cpp_bool(late(view)),
-        late_reads="".join(f", __ldg(p.e{j} + {'at' if _nchw(o) else _index(o)})"
-                           for j, o in enumerate(view.operands)),
+        operand_reads=_reads(view, "p.nchw(m, n)"), late=cpp_bool(late(view)),
+        late_reads=_reads(view, "at"),
         late_prefetch="".join(f'\n    asm volatile("prefetch.global.L2 [%0];" :: "l"(p.e{j} + at));'
                               for j, o in enumerate(view.operands) if _nchw(o)),
     ).lstrip()
@@ -106,12 +99,16 @@ def _statistic_name(node: Node) -> str:
     return f"var (correction {node.attr('correction')})" if node.op == "var" else node.op
 
 
+def _reads(view: ConvView, nchw: str) -> str:
+    """The epilogue function's tensor arguments, each read where element (m, n) of the output reads it (an
+    NCHW one at `nchw`, its NCHW index)."""
+    return "".join(f", __ldg(p.e{j} + {nchw if _nchw(o) else _index(o)})"
+                   for j, o in enumerate(view.operands))
+
+
 def _index(operand: EpilogueOperand) -> str:
-    """Where element (m, n) of the output reads an epilogue tensor (collapsed to its (1, M, N) extents; a
-    whole one stored NCHW at its NCHW index)."""
+    """Where element (m, n) of the output reads an epilogue tensor (collapsed to its (1, M, N) extents)."""
     _, mo, no = operand.extents
-    if _nchw(operand):
-        return "p.nchw(m, n)"
     if mo > 1 and no > 1:
         return "m * p.channels + n"
     return "n" if no > 1 else "m" if mo > 1 else "0"
@@ -178,9 +175,8 @@ def _transposed_entry(name: str, launcher: str, view: ConvView, tensors: list[st
     (`{launcher}_phase_weights`, every call: the weight may change), x padded as for a conv where C is not a
     multiple of 4."""
     rows_h, rows_w = view.phases()
-    row_w, per_w = rows_w[0], phases_w(view)     # the W phases share one window
-    window_w = len(row_w.taps)
-    columns = view.k * per_w
+    row_w = rows_w[0]     # the W phases share one window
+    columns = view.k * view.phases_w
     lines = ["  char* scratch = static_cast<char*>(workspace);", "  const char* error = nullptr;"]
     offset = 0
     x = tensors[0]
@@ -191,21 +187,20 @@ def _transposed_entry(name: str, launcher: str, view: ConvView, tensors: list[st
                   "  if (error != nullptr) return error;"]
         x, offset = "padded_x", _aligned(rows * view.c_padded * 4)
     launches, owns = [], []
+    nulls = ", ".join(["nullptr"] * (len(tensors) + len(outputs)))
     for rh, row_h in enumerate(rows_h):
-        window = len(row_h.taps) * window_w
-        taps = phase_taps(view, rh)
+        taps = phase_taps(view, rh)     # K * len(taps) rows of c_padded: the launch's weights
         weight = f"phase_w{rh}"
         lines += [f"  static const int taps{rh}[] = {{{', '.join(map(str, taps))}}};",
                   f"  float* {weight} = reinterpret_cast<float*>(scratch + {offset}LL);",
                   f"  error = {launcher}_phase_weights({tensors[1]}, {weight}, taps{rh}, {len(taps)}, "
-                  f"{per_w}, {view.k}, {view.c}, {view.c_padded}, {view.r * view.s}, stream);",
+                  f"{view.phases_w}, {view.k}, {view.c}, {view.c_padded}, {view.r * view.s}, stream);",
                   "  if (error != nullptr) return error;"]
-        offset += _aligned(columns * window * view.c_padded * 4)
-        sizes = ", ".join(str(v) for v in (view.n, view.h, view.w_in, view.c_padded, columns, len(row_h.taps),
-                                           window_w, row_h.lower, row_w.lower, row_h.upper, row_w.upper, 1, 1,
-                                           1, 1, view.k, view.p, view.q, rh, len(rows_h)))
+        offset += _aligned(view.k * len(taps) * view.c_padded * 4)
+        geometry = (len(row_h.taps), len(row_w.taps), row_h.lower, row_w.lower, row_h.upper, row_w.upper)
+        sizes = ", ".join(str(v) for v in (view.n, view.h, view.w_in, view.c_padded, columns, *geometry,
+                                           1, 1, 1, 1, view.k, view.p, view.q, rh, len(rows_h)))
         launches.append((", ".join([x, weight, *outputs, *tensors[2:]]), sizes))
-        nulls = ", ".join(["nullptr"] * (len(tensors) + len(outputs)))
         owns.append(f"{launcher}_workspace({nulls}, {sizes})")
     # the launches run one after another on the stream, each on the same workspace after the weights (the
     # stores of a transposed conv use none but CUTLASS's: their sum is at least the largest)
@@ -238,18 +233,16 @@ def _spec(group: FusedGroup, view: ConvView, operands: list) -> KernelSpec:
 
 def ir_comment(view: ConvView) -> str:
     tm, tn, tk = tile(view)
-    if view.transposed:
-        rows_h, (row_w, *_) = view.phases()
-        output = f"NCHW [{view.n}, {view.k}, {view.p}, {view.q}]"
-        ops = [n.op for n in view.epilogue] + ([view.row.op] if view.row is not None else [])
-        windows = ", ".join(f"{len(r.taps)}x{len(row_w.taps)}" for r in rows_h)
-        return (f"conv_transpose2d NHWC [{view.n}, {view.h}, {view.w_in}, {view.c}] * [{view.c}, {view.r}, "
-                f"{view.s}, {view.k}] stride {view.stride} padding {view.padding} -> {output}: {len(rows_h)} "
-                f"launches (output phases along H; windows {windows}), the {phases_w(view)} phases along W "
-                f"side by side as the GEMM's columns, via CUTLASS sm90 TF32 implicit GEMM (ping-pong tile "
-                f"{tm}x{tn}x{tk}); epilogue: {' → '.join(ops) or 'none'}")
     ops = [n.op for n in view.epilogue] + ([view.row.op] if view.row is not None else [])
     epilogue = " → ".join(ops) or "none"
+    if view.transposed:
+        rows_h, (row_w, *_) = view.phases()
+        windows = ", ".join(f"{len(r.taps)}x{len(row_w.taps)}" for r in rows_h)
+        return (f"conv_transpose2d NHWC [{view.n}, {view.h}, {view.w_in}, {view.c}] * [{view.c}, {view.r}, "
+                f"{view.s}, {view.k}] stride {view.stride} padding {view.padding} -> NCHW "
+                f"[{view.n}, {view.k}, {view.p}, {view.q}]: {len(rows_h)} launches (output phases along H; "
+                f"windows {windows}), the {view.phases_w} phases along W side by side as the GEMM's columns, "
+                f"via CUTLASS sm90 TF32 implicit GEMM (ping-pong tile {tm}x{tn}x{tk}); epilogue: {epilogue}")
     operands = ", ".join(f"{o.node.name or o.node.op}:{o.kind}" for o in view.operands) or "none"
     padded = f" (channels padded to {view.c_padded})" if view.c != view.c_padded else ""
     statistics = ", ".join(_statistic_name(n) for n in view.statistics)

@@ -135,6 +135,11 @@ class ConvView:
         pixels = self.n * self.h * self.w_in if self.transposed else self.pixels
         return pixels * self.k * self.c * self.r * self.s
 
+    @property
+    def phases_w(self) -> int:
+        """The GEMM's columns per output channel (`phases_w`)."""
+        return phases_w(self.anchor)
+
     def phases(self) -> tuple[tuple[Phase, ...], tuple[Phase, ...]]:
         """A transposed conv's output phases along H (each its own launch) and W (the GEMM's columns)."""
         return (phases(self.h, self.p, self.r, self.stride[0], self.padding[0], False),
@@ -290,6 +295,11 @@ def phases(size: int, out: int, kernel: int, stride: int, padding: int, shared: 
     return tuple(result)
 
 
+def phases_w(anchor: Node) -> int:
+    """A conv's GEMM columns per output channel: a transposed conv's phases along W (its stride), else 1."""
+    return anchor.attr("stride")[1] if anchor.attr("transposed") else 1
+
+
 def _transposed_ok(anchor: Node) -> bool:
     """Whether the kernel computes a transposed conv: a stride along W in PHASE_STRIDES, dilation 1, each
     output phase a correlation TMA's im2col addresses (padding in [0, 128], every phase at least one tap),
@@ -364,9 +374,9 @@ def _is_to_nchw(node: Node) -> bool:
 def _is_channel_softmax(node: Node, anchor: Node | None = None) -> bool:
     """A softmax or log-softmax over the channels of an NHWC tensor (dim 3) with at most MAX_ROW_CHANNELS
     (of a transposed conv, `anchor`: that many channels times its phases along W, the tile's columns)."""
-    phases_w = anchor.attr("stride")[1] if anchor is not None and anchor.attr("transposed") else 1
+    per_channel = phases_w(anchor) if anchor is not None else 1
     return (node.op in ("softmax", "log_softmax") and len(node.shape) == 4 and node.attr("dim") == 3
-            and node.shape[3] * phases_w <= MAX_ROW_CHANNELS)
+            and node.shape[3] * per_channel <= MAX_ROW_CHANNELS)
 
 
 def _is_spatial_pool(node: Node) -> bool:
