@@ -39,6 +39,8 @@ from kernelwright.fuse.plan import FusedGroup
 from kernelwright.ir.graph import Node
 
 _TEMPLATE = kernel.source_template("kw_conv_sm90.cu.in")
+# kRowOp: what the staged tile's channel rows compute after the epilogue
+ROW_OPS = {None: 0, "softmax": 1, "log_softmax": 2, "sum": 3, "mean": 4, "amax": 5, "amin": 6, "logsumexp": 7}
 _SIZES = ("n", "h", "w", "c", "k", "r", "s", "pad_h", "pad_w", "pad_h_hi", "pad_w_hi", "stride_h", "stride_w",
           "dilation_h", "dilation_w", "channels", "out_h", "out_w", "phase_h", "phases_h")
 
@@ -63,7 +65,9 @@ def render_cuda(name: str, view: ConvView) -> str:
     tm, tn, tk = tile(view)
     return _TEMPLATE.substitute(
         name=name, epilogue_function=epilogue_function(name, view.gemm), tm=tm, tn=tn, tk=tk,
-        store="StatsStore" if view.statistics else "PoolStore" if view.pooled else "NchwStore",
+        store_function=epilogue_function(f"{name}_store", view.gemm if late(view) else view.post_view),
+        store="StatsStore" if view.statistics else "PoolStore" if view.pooled else
+              "ReduceStore" if view.reduced else "NchwStore",
         phased=cpp_bool(view.transposed), phases_w=view.phases_w,
         pooled=cpp_bool(view.pooled), mean=cpp_bool(view.pooled and view.output.op == "mean"),
         statistics=cpp_bool(bool(view.statistics)), per_image=cpp_bool(view.per_image),
@@ -71,7 +75,8 @@ def render_cuda(name: str, view: ConvView) -> str:
         statistic_writes="".join(f"\n  s.out[{j}][n] = static_cast<float>({_statistic(node)});"
                                  for j, node in enumerate(view.statistics)),
         statistic_pointers=", ".join(f"s{j}" for j in statistics) or "nullptr",
-        row_op={None: 0, "softmax": 1, "log_softmax": 2}[view.row.op if view.row is not None else None],
+        row_op=ROW_OPS[view.row.op if view.row is not None else None],
+        store_epilogue=cpp_bool(late(view) or bool(view.post)),
         argument_params=", ".join(["const float* x", "const float* weight", "float* y"]
                                   + [f"float* s{j}" for j in statistics]
                                   + [f"const float* e{j}" for j in operands] + [f"int {s}" for s in _SIZES]),
@@ -233,14 +238,14 @@ def _spec(group: FusedGroup, view: ConvView, operands: list) -> KernelSpec:
 
 def ir_comment(view: ConvView) -> str:
     tm, tn, tk = tile(view)
-    ops = [n.op for n in view.epilogue] + ([view.row.op] if view.row is not None else [])
-    epilogue = " → ".join(ops) or "none"
+    row = [f"{view.row.op} over the channels"] if view.row is not None else []
+    epilogue = " → ".join([n.op for n in view.epilogue] + row + [n.op for n in view.post]) or "none"
     if view.transposed:
         rows_h, (row_w, *_) = view.phases()
         windows = ", ".join(f"{len(r.taps)}x{len(row_w.taps)}" for r in rows_h)
         return (f"conv_transpose2d NHWC [{view.n}, {view.h}, {view.w_in}, {view.c}] * [{view.c}, {view.r}, "
-                f"{view.s}, {view.k}] stride {view.stride} padding {view.padding} -> NCHW "
-                f"[{view.n}, {view.k}, {view.p}, {view.q}]: {len(rows_h)} launches (output phases along H; "
+                f"{view.s}, {view.k}] stride {view.stride} padding {view.padding} -> {_stored(view)}: "
+                f"{len(rows_h)} launches (output phases along H; "
                 f"windows {windows}), the {view.phases_w} phases along W side by side as the GEMM's columns, "
                 f"via CUTLASS sm90 TF32 implicit GEMM (ping-pong tile {tm}x{tn}x{tk}); epilogue: {epilogue}")
     operands = ", ".join(f"{o.node.name or o.node.op}:{o.kind}" for o in view.operands) or "none"
@@ -249,9 +254,15 @@ def ir_comment(view: ConvView) -> str:
     output = (f"{view.output.op} over each image's {view.p}x{view.q} pixels -> [{view.n}, {view.k}]"
               if view.pooled else f"NHWC [{view.n}, {view.p}, {view.q}, {view.k}] and each channel's "
               f"{statistics} over {'each image' if view.per_image else 'all pixels'}" if view.statistics
-              else f"NCHW [{view.n}, {view.k}, {view.p}, {view.q}]")
+              else _stored(view))
     return (f"conv2d NHWC [{view.n}, {view.h}, {view.w_in}, {view.c}] * [{view.k}, {view.r}, {view.s}, "
             f"{view.c}]{padded} stride {view.stride} padding {view.padding} dilation {view.dilation} -> "
             f"{output} via CUTLASS sm90 TF32 implicit GEMM (ping-pong tile {tm}x{tn}x{tk}); epilogue: "
             f"{epilogue}; epilogue tensors: {operands}")
 
+
+def _stored(view: ConvView) -> str:
+    """The output an NCHW or reducing store writes."""
+    if view.reduced:
+        return f"{list(view.output.shape)} (a value a pixel)"
+    return f"NCHW [{view.n}, {view.k}, {view.p}, {view.q}]"

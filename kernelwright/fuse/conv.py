@@ -50,6 +50,7 @@ exact (it picks exact FP32 algorithms for some shapes), and the plan without it 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -58,7 +59,7 @@ import torch
 from kernelwright.environment import cutlass_include_dir, hopper_gpu
 from kernelwright.fuse import gemm
 from kernelwright.fuse.gemm import EpilogueOperand, GemmView
-from kernelwright.fuse.plan import FusedGroup, Partition, make_group
+from kernelwright.fuse.plan import FusedGroup, Partition, descendants, make_group
 from kernelwright.fuse.pointwise import is_pointwise
 from kernelwright.fuse.statistics import affine
 from kernelwright.ir.graph import Graph, Node
@@ -79,6 +80,8 @@ MIN_POOLED_PIXELS = 32
 MAX_ROW_CHANNELS = 128
 # The per-channel statistics the epilogue computes (over dims (0, 1, 2) of its NHWC value).
 STATISTICS = frozenset({"sum", "mean", "var"})
+# The reductions over the channels the staged tile computes (every channel in one tile, as for a softmax).
+CHANNEL_REDUCTIONS = ("sum", "mean", "amax", "amin", "logsumexp")
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,9 @@ class ConvView:
     dilation: tuple[int, int]
     gemm: GemmView
     output: Node
-    row: Node | None = None       # a softmax or log-softmax over the channels, after the epilogue
+    # after the epilogue, over the channels: a softmax or log-softmax, or a reduction (`CHANNEL_REDUCTIONS`)
+    row: Node | None = None
+    post: tuple[Node, ...] = ()   # pointwise ops of the row's value, applied by the store
     # per-channel statistics of `output` (then the epilogue's value, stored NHWC): sum, mean or var nodes
     statistics: tuple[Node, ...] = ()
     # a transposed conv (w [C, R, S, K]), computed a phase of its output at a time (`phases`), stored NCHW
@@ -114,6 +119,18 @@ class ConvView:
         """Whether the output is the epilogue's values summed over each image's pixels (for a mean scaled by
         1 / (P * Q) in the launcher, whose sizes are arguments), [N, K], instead of all stored NCHW."""
         return _is_spatial_pool(self.output)
+
+    @property
+    def reduced(self) -> bool:
+        """Whether the output is the epilogue's values reduced over the channels ([N, P, Q], or [N, P, Q, 1]
+        kept), then `post`: a value a pixel stored, the conv's output never."""
+        return self.row is not None and self.row.op in CHANNEL_REDUCTIONS
+
+    @property
+    def post_view(self) -> GemmView:
+        """The pointwise ops after the row as an epilogue of the row's value (`gemm` has their operands)."""
+        return dataclasses.replace(self.gemm, anchor=self.row or self.anchor, epilogue=self.post,
+                                   output=self.post[-1] if self.post else self.row or self.anchor)
 
     @property
     def per_image(self) -> bool:
@@ -173,35 +190,33 @@ def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
         view = _gemm_view(anchor)
         members = gemm._epilogue(anchor, view, users, roots, claimed, partition, [anchor])
         last = members[-1] if members else anchor
-        if anchor.attr("transposed") and not _transposed_tail(last, users, roots, claimed, anchor):
+        readers = _readers(last, users)
+        tail = _row_tail(anchor, [anchor, *members], users, roots, claimed)
+        if tail is not None:
+            nodes = [anchor, *members, *tail]
+        elif anchor.attr("transposed") and (id(last) in roots or len(readers) != 1
+                                             or id(readers[0]) in claimed or not _is_to_nchw(readers[0])):
             # stored NHWC for other kernels the phased kernel lost to cuDNN: from the registers (a phase's
             # pixels are not adjacent) 0.13 ms against cuDNN's 0.07 for level2/26's conv, while the same
             # launches with the NCHW store took 0.05 (H200, bench/results/2026-11-29-h200-s44)
             continue
-        readers = list({id(r): r for r in users[id(last)]}.values())
-        statistics = [r for r in readers if _is_channel_statistic(r) and id(r) not in claimed]
-        # of one kind (per image or over all images): the others read the stored value
-        statistics = [r for r in statistics if _statistic_dims(r) == _statistic_dims(statistics[0])]
-        if statistics and len(statistics) < len(readers):
-            # stored NHWC for the other readers, its statistics computed from the staged tiles (a global
-            # pool read alone is the pooled store's, below: nothing stored)
-            nodes = [anchor, *members, *statistics]
-            if partition.is_convex(nodes):
-                partition.add(nodes)
-                groups.append(make_group(graph, "conv", nodes, users=users))
-            continue
-        if id(last) in roots or len(readers) != 1 or id(readers[0]) in claimed:
-            continue
-        row = readers[0] if _is_channel_softmax(readers[0], anchor) else None
-        if row is not None:
-            # the softmax over the channels, then the transpose to NCHW
-            readers = users[id(row)]
-            if (id(row) in roots or len(readers) != 1 or id(readers[0]) in claimed
-                    or not _is_to_nchw(readers[0])):
+        else:
+            statistics = [r for r in readers if _is_channel_statistic(r) and id(r) not in claimed]
+            # of one kind (per image or over all images): the others read the stored value
+            statistics = [r for r in statistics if _statistic_dims(r) == _statistic_dims(statistics[0])]
+            if statistics and len(statistics) < len(readers):
+                # stored NHWC for the other readers, its statistics computed from the staged tiles (a global
+                # pool read alone is the pooled store's, below: nothing stored)
+                nodes = [anchor, *members, *statistics]
+                if partition.is_convex(nodes):
+                    partition.add(nodes)
+                    groups.append(make_group(graph, "conv", nodes, users=users))
                 continue
-        elif not (_is_to_nchw(readers[0]) or _is_spatial_pool(readers[0])):
-            continue
-        nodes = [anchor, *members, *([row] if row is not None else []), readers[0]]
+            if id(last) in roots or len(readers) != 1 or id(readers[0]) in claimed:
+                continue
+            if not (_is_to_nchw(readers[0]) or _is_spatial_pool(readers[0])):
+                continue
+            nodes = [anchor, *members, readers[0]]
         if not partition.is_convex(nodes):
             continue
         partition.add(nodes)
@@ -209,20 +224,67 @@ def match(graph: Graph, claimed: frozenset[int]) -> list[FusedGroup]:
     return groups
 
 
-def _transposed_tail(last: Node, users: dict, roots: set[int], claimed: frozenset[int], anchor: Node) -> bool:
-    """Whether a transposed conv's chain ends as the kernel's NCHW store takes it: `last`, read only by the
-    transpose to NCHW or by a softmax over the channels that only the transpose reads."""
-    node = last
-    for _ in range(2):
-        readers = list({id(r): r for r in users[id(node)]}.values())
-        if id(node) in roots or len(readers) != 1 or id(readers[0]) in claimed:
-            return False
-        if _is_to_nchw(readers[0]):
-            return True
-        if node is not last or not _is_channel_softmax(readers[0], anchor):
-            return False
-        node = readers[0]
-    return False
+def _readers(node: Node, users: dict) -> list[Node]:
+    return list({id(r): r for r in users[id(node)]}.values())
+
+
+def _row_tail(anchor: Node, prefix: list[Node], users: dict, roots: set[int],
+              claimed: frozenset[int]) -> list[Node] | None:
+    """What the staged tile's channel rows compute after the epilogue `prefix` (the conv and its pointwise
+    ops): a softmax over the channels, pointwise ops of it (`_post_chain`) and the transpose to NCHW, or a
+    reduction over the channels and pointwise ops of it, stored a value a pixel. None where neither
+    follows."""
+    last = prefix[-1]
+    readers = _readers(last, users)
+    if id(last) in roots or len(readers) != 1 or id(readers[0]) in claimed:
+        return None
+    row = readers[0]
+    softmax = _is_channel_softmax(row, anchor)
+    if not (softmax or _is_channel_reduction(row, anchor)):
+        return None
+    post = _post_chain(anchor, prefix, row, users, roots, claimed)
+    if not softmax:
+        return [row, *post]
+    end = post[-1] if post else row
+    readers = _readers(end, users)
+    if id(end) in roots or len(readers) != 1 or id(readers[0]) in claimed or not _is_to_nchw(readers[0]):
+        return None
+    return [row, *post, readers[0]]
+
+
+def _post_chain(anchor: Node, prefix: list[Node], row: Node, users: dict, roots: set[int],
+                claimed: frozenset[int]) -> list[Node]:
+    """The pointwise ops after a channel row, one reading the last, of its shape, that the store applies:
+    each other tensor they read an epilogue tensor (after a softmax: broadcast over the conv's output as the
+    epilogue's; after a reduction: one value, or one a pixel where the channel dim is kept), at most
+    MAX_EPILOGUE_OPERANDS with the epilogue's."""
+    inside = {id(n) for n in prefix}
+    operands = {id(i) for n in prefix[1:] for i in n.inputs if id(i) not in inside and i.op != "const"}
+    computed = descendants(anchor, users)
+    reduced = not _is_channel_softmax(row)
+    chain: list[Node] = []
+    node = row
+    while id(node) not in roots:
+        readers = _readers(node, users)
+        if len(readers) != 1:
+            break
+        user = readers[0]
+        if (id(user) in claimed or not is_pointwise(user) or tuple(user.shape) != tuple(row.shape)
+                or user.dtype != torch.float32):
+            break
+        others = [i for i in user.inputs if i is not node and i.op != "const"]
+        kinds = [gemm._classify(i, anchor.shape, _gemm_view(anchor).dim_groups) for i in others]
+        if any(id(i) in computed for i in others) or any(k is None for k in kinds):
+            break
+        if reduced and any(k.kind != "col" or (len(row.shape) != 4 and i.numel != 1)
+                           for i, k in zip(others, kinds, strict=True)):
+            break
+        if len(operands | {id(i) for i in others}) > gemm.MAX_EPILOGUE_OPERANDS:
+            break
+        operands |= {id(i) for i in others}
+        chain.append(user)
+        node = user
+    return chain
 
 
 def claimable(anchor: Node) -> bool:
@@ -338,25 +400,31 @@ def describe(group: FusedGroup) -> ConvView:
         if (any(s.inputs[0] is not output or _statistic_dims(s) != _statistic_dims(statistics[0])
                 for s in statistics) or group.outputs != (output, *statistics)):
             raise ValueError("a conv group's statistics are of one kind, of its one NHWC output, stored too")
-    elif len(group.outputs) != 1 or not (_is_to_nchw(group.outputs[0]) or _is_spatial_pool(group.outputs[0])):
-        raise ValueError("a conv group has one output, the NCHW transpose or a spatial pool, or its "
-                         "statistics")
     else:
         output = group.outputs[0]
+    rows = [j for j, n in enumerate(group.nodes) if _is_channel_softmax(n) or _is_channel_reduction(n)]
+    row = group.nodes[rows[0]] if rows else None
+    reduced = row is not None and row.op in CHANNEL_REDUCTIONS
+    # after the row, the pointwise ops the store applies (then a softmax's transpose to NCHW)
+    post = tuple(n for n in group.nodes[rows[0] + 1:] if reduced or n is not output) if rows else ()
+    if not statistics and (len(group.outputs) != 1 or not (
+            _is_to_nchw(output) or _is_spatial_pool(output) or reduced and output is (post or (row,))[-1])):
+        raise ValueError("a conv group has one output, the NCHW transpose, a spatial pool or a reduction "
+                         "over the channels, or its statistics")
     transposed = bool(anchor.attr("transposed"))
-    if transposed and not _is_to_nchw(output):
-        raise ValueError("a transposed conv's group stores its value NCHW")
-    rows = [n for n in group.nodes if _is_channel_softmax(n)]
-    epilogue = tuple(n for n in group.nodes if n is not anchor and (n is not output or statistics)
-                     and not _is_channel_softmax(n) and n not in statistics)
-    view = gemm.with_epilogue(_gemm_view(anchor), group, epilogue, epilogue[-1] if epilogue else anchor)
+    if transposed and not (_is_to_nchw(output) or reduced):
+        raise ValueError("a transposed conv's group stores its value NCHW or reduced over the channels")
+    apart = {id(n) for n in (anchor, row, *post, *statistics)} | ({id(output)} if not statistics else set())
+    epilogue = tuple(n for n in group.nodes if id(n) not in apart)
+    base = gemm.with_epilogue(_gemm_view(anchor), group, epilogue + post, anchor)
+    view = dataclasses.replace(base, epilogue=epilogue, output=epilogue[-1] if epilogue else anchor)
     x, w = anchor.inputs
     n, p, q, k = anchor.shape
     _, h, w_in, c = x.shape
     _, r, s, _ = w.shape
     return ConvView(anchor, x, w, n, h, w_in, c, k, r, s, p, q, tuple(anchor.attr("padding")),
-                    tuple(anchor.attr("stride")), tuple(anchor.attr("dilation")), view, output,
-                    rows[0] if rows else None, statistics, transposed)
+                    tuple(anchor.attr("stride")), tuple(anchor.attr("dilation")), view, output, row, post,
+                    statistics, transposed)
 
 
 def _gemm_view(anchor: Node) -> GemmView:
@@ -377,6 +445,17 @@ def _is_channel_softmax(node: Node, anchor: Node | None = None) -> bool:
     per_channel = phases_w(anchor) if anchor is not None else 1
     return (node.op in ("softmax", "log_softmax") and len(node.shape) == 4 and node.attr("dim") == 3
             and node.shape[3] * per_channel <= MAX_ROW_CHANNELS)
+
+
+def _is_channel_reduction(node: Node, anchor: Node | None = None) -> bool:
+    """A float32 reduction over the channels of an NHWC tensor (dim 3, kept or not) whose columns fit a tile
+    as a softmax's must (`_is_channel_softmax`)."""
+    per_channel = phases_w(anchor) if anchor is not None else 1
+    if node.op not in CHANNEL_REDUCTIONS or len(node.inputs) != 1 or node.dtype != torch.float32:
+        return False
+    source = node.inputs[0]
+    return (len(source.shape) == 4 and tuple(d % 4 for d in node.attr("dims")) == (3,)
+            and source.shape[3] * per_channel <= MAX_ROW_CHANNELS)
 
 
 def _is_spatial_pool(node: Node) -> bool:

@@ -37,11 +37,11 @@ def test_conv_source_compiles_without_serialized_wgmma():
     _compiles(render(make_group(graph, "conv", [n for n in graph.nodes() if not n.is_leaf])))
 
 
-@pytest.mark.parametrize("form", ["pooled", "channel_softmax", "statistics"])
+@pytest.mark.parametrize("form", ["pooled", "channel_softmax", "statistics", "channel_logsumexp"])
 def test_other_stores_compile_without_serialized_wgmma(form, monkeypatch):
     """The global-pool store (tile sums per image and channel, then their sum per image), the NCHW store
-    after a softmax over the channels of the staged tile, and the NHWC store with a BatchNorm's statistics
-    (tile moments, then their two combines)."""
+    after a softmax over the channels of the staged tile, the NHWC store with a BatchNorm's statistics
+    (tile moments, then their two combines), and a logsumexp over the channels stored a value a pixel."""
     if nvcc_path() is None or cutlass_include_dir() is None:
         pytest.skip("needs nvcc and the CUTLASS headers")
     from kernelwright.ir.ops import make_node
@@ -57,21 +57,25 @@ def test_other_stores_compile_without_serialized_wgmma(form, monkeypatch):
         return
     if form == "pooled":
         graph = conv_chain(epilogue=lambda y, extra: make_node("gelu", [y], approximate="none"), pool="mean")
+    elif form == "channel_logsumexp":
+        graph = conv_chain(k=40, to_nchw=False, epilogue=lambda y, extra: make_node(
+            "logsumexp", [y], dims=(3,), keepdim=False))
     else:
         graph = conv_chain(epilogue=lambda y, extra: make_node("softmax", [y], dim=3))
     _compiles(render(make_group(graph, "conv", [n for n in graph.nodes() if not n.is_leaf])))
 
 
-@pytest.mark.parametrize("form", ["nchw_softmax", "nchw_residual"])
+@pytest.mark.parametrize("form", ["nchw_softmax", "nchw_residual", "reduced_min"])
 def test_transposed_conv_compiles_without_serialized_wgmma(form, monkeypatch):
-    """A transposed conv's NCHW store of interleaved rows: after a softmax over each W phase's channels, and
-    with the epilogue applied by the store (an NCHW residual: level2/10; three input channels: x padded,
-    the phase weights' channels too)."""
+    """A transposed conv's NCHW store of interleaved rows: after a softmax over each W phase's channels and
+    pointwise ops of it (level2/27), and with the epilogue applied by the store (an NCHW residual: level2/10;
+    three input channels: x padded, the phase weights' channels too); and its min over the channels, then
+    GELU, stored a value a pixel (level2/26)."""
     if nvcc_path() is None or cutlass_include_dir() is None:
         pytest.skip("needs nvcc and the CUTLASS headers")
     import kernelwright.fuse.conv as fuse_conv
     from kernelwright.fuse import plan_fusion
-    from kernelwright.ir.ops import input_node, make_node
+    from kernelwright.ir.ops import const_node, input_node, make_node
 
     monkeypatch.setattr(fuse_conv, "hopper_gpu", lambda: True)
     if form == "nchw_residual":
@@ -79,9 +83,12 @@ def test_transposed_conv_compiles_without_serialized_wgmma(form, monkeypatch):
         nhwc = make_node("permute", [residual], dims=(0, 2, 3, 1))
         graph = convt_chain(n=64, c=3, extra=(residual,),
                             after=lambda y: make_node("hardswish", [make_node("add", [y, nhwc])]))
+    elif form == "reduced_min":
+        graph = convt_chain(k=32, to_nchw=False, after=lambda y: make_node(
+            "gelu", [make_node("amin", [y], dims=(3,), keepdim=True)], approximate="none"))
     else:
-        graph = convt_chain(kernel=(4, 4), output_padding=(0, 0),
-                            after=lambda y: make_node("softmax", [y], dim=3))
+        graph = convt_chain(kernel=(4, 4), output_padding=(0, 0), after=lambda y: make_node(
+            "sigmoid", [make_node("mul", [make_node("softmax", [y], dim=3), const_node(3.0)])]))
     _compiles(render(next(g for g in plan_fusion(graph).groups if g.family == "conv")))
 
 

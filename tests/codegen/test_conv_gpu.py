@@ -24,7 +24,7 @@ from kernelwright.fuse.conv import describe
 from kernelwright.fuse.plan import make_group
 from kernelwright.ir.graph import Graph
 from kernelwright.ir.interpret import interpret
-from kernelwright.ir.ops import input_node, make_node, param_node
+from kernelwright.ir.ops import const_node, input_node, make_node, param_node
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(cutlass_include_dir() is None, reason="no CUTLASS headers")]
 
@@ -143,6 +143,65 @@ def _nchw_residual(n, h, w, c, k, odd_channels=False):
                       epilogue=lambda y, extra: make_node("relu", [make_node("add", [y, nhwc])]))
 
 
+def _reduced(op, make, keepdim=True, post=lambda y, extra: y, extra=()):
+    """`make`'s chain (its value NHWC) -> `op` over the channels -> `post`"""
+    graph = make(extra)
+    (y,) = graph.outputs
+    out = post(make_node(op, [y], dims=(3,), keepdim=keepdim), extra)
+    return Graph(inputs=graph.inputs, params=graph.params, outputs=(out,))
+
+
+def _conv(n, h, w, c, k, **kwargs):
+    return lambda extra: conv_chain(n, h, w, c, k, to_nchw=False, extra=extra, epilogue=lambda y, e: y,
+                                    **kwargs)
+
+
+def _convt(n, h, w, c, k, **kwargs):
+    return lambda extra: convt_chain(n, h, w, c, k, to_nchw=False, extra=extra, **kwargs)
+
+
+def _softmax_post(n, h, w, c, k):
+    """level2/27: ConvTranspose2d (4x4, stride 2) + bias, a softmax over the channels, + a per-channel bias,
+    * 3, sigmoid, NCHW: the ops after the softmax applied by the store"""
+    bias = param_node("bias2", (k,))
+
+    def after(y):
+        soft = make_node("add", [make_node("softmax", [y], dim=3), bias])
+        return make_node("sigmoid", [make_node("mul", [soft, const_node(3.0)])])
+
+    graph = convt_chain(n, h, w, c, k, kernel=(4, 4), output_padding=(0, 0), after=after)
+    return graph.with_(params=(*graph.params, bias))
+
+
+def _pixel_scale(y, extra):
+    return make_node("add", [make_node("mul", [y, extra[0]]), extra[1]])
+
+
+# A reduction over the channels on the staged tile (every channel in it), then pointwise ops by the store, a
+# value a pixel stored (the conv's output never); a softmax's pointwise ops applied by the NCHW store
+REDUCED_CASES = {
+    # a min over 40 channels (the 64-wide tile, a tail of 8), 31 x 29 pixels, then tanh twice
+    "reduce_min_tanh_odd": lambda: _reduced("amin", _conv(8, 31, 29, 32, 40),
+                                            post=lambda y, e: make_node("tanh", [make_node("tanh", [y])])),
+    # a logsumexp over 128 channels, the channel dim dropped
+    "reduce_logsumexp": lambda: _reduced("logsumexp", _conv(4, 32, 32, 32, 128), keepdim=False),
+    # a mean over 64 channels, * a tensor a pixel, + one value
+    "reduce_mean_pixel": lambda: _reduced("mean", _conv(5, 20, 22, 64, 64), post=_pixel_scale, extra=(
+        input_node("pixel", 1, (5, 20, 22, 1)), input_node("offset", 2, (1,)))),
+    # a sum over a transposed conv's 24 channels x 4 phases along W (three along H, odd sizes), then ReLU
+    "reduce_sum_convt_3_4": lambda: _reduced("sum", _convt(10, 20, 17, 32, 24, kernel=(5, 6), stride=(3, 4),
+                                                           padding=(2, 1), output_padding=(1, 2)),
+                                             post=lambda y, e: make_node("relu", [y])),
+    # level2/26's size: ConvTranspose2d 3x3 stride 2, 64 -> 32 channels, their min (then GELU)
+    "convt_min_level2_size": lambda: _reduced("amin", _convt(32, 64, 64, 64, 32), post=lambda y, e: make_node(
+        "gelu", [y], approximate="none")),
+    # a max over 128 channels at level 2's size (32 x 128 x 128 pixels)
+    "reduce_max_level2_size": lambda: _reduced("amax", _conv(32, 128, 128, 64, 128)),
+    # level2/27's size
+    "convt_softmax_post": lambda: _softmax_post(16, 64, 64, 48, 64),
+}
+
+
 # Planned as the compiler plans them (their inputs may be views: an NCHW input's NHWC permute). Transposed
 # convs (`fuse.conv.phases`): a launch per output phase along H, the phases along W the GEMM's columns
 PLANNED_CASES = {
@@ -179,7 +238,8 @@ def _conv_group(graph: Graph):
 def built():
     """Every case's library, built at once (each CUTLASS conv translation unit is ~20-40 s of nvcc)."""
     groups = {name: _group(make()) for name, make in CASES.items()}
-    groups.update({name: _conv_group(make()) for name, make in {**BN_CASES, **PLANNED_CASES}.items()})
+    groups.update({name: _conv_group(make()) for name, make in {**BN_CASES, **PLANNED_CASES,
+                                                                 **REDUCED_CASES}.items()})
     kernels = {name: render(group) for name, group in groups.items()}
     with ThreadPoolExecutor(max_workers=len(kernels)) as pool:
         built = pool.map(lambda k: build_extension(assemble([k])).module, kernels.values())
@@ -222,7 +282,7 @@ def _inputs(graph: Graph, seed: int) -> tuple[list[torch.Tensor], dict[str, torc
     return inputs, params
 
 
-@pytest.mark.parametrize("case", [*CASES, *BN_CASES, *PLANNED_CASES])
+@pytest.mark.parametrize("case", [*CASES, *BN_CASES, *PLANNED_CASES, *REDUCED_CASES])
 def test_conv_matches_float64(built, case):
     groups, kernels, modules = built
     group = groups[case]
@@ -247,7 +307,8 @@ def test_conv_matches_float64(built, case):
 
 @pytest.mark.parametrize("case", ["level2_size", "pooled_level2_size", "softmax_level2_size",
                                   "bn_level2_size", "instance_level2_size", "convt_level2_size",
-                                  "convt_softmax"])
+                                  "convt_softmax", "convt_softmax_post", "convt_min_level2_size",
+                                  "reduce_max_level2_size"])
 def test_level2_size_speed(built, case):
     """Information (not a bar): the fused kernel against ATen (cuDNN's NHWC conv, then the bias, the
     activations and the transpose, or the global mean, as passes over its 0.5 GB output); the compiler

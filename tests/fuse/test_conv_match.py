@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import kernelwright.fuse.conv as fuse_conv
+from kernelwright.codegen import conv as codegen_conv
 from kernelwright.codegen.conv import ir_comment, phase_taps, render, tile
 from kernelwright.fuse import matchers_without, plan_fusion
 from kernelwright.fuse.conv import describe, match
@@ -126,7 +127,7 @@ def test_a_softmax_over_the_channels_runs_on_the_staged_tile(op):
     text = source.launcher.cuda if source.launcher is not None else source.text
     assert f"constexpr int kRowOp = {1 if op == 'softmax' else 2};" in text
     assert "using Store = NchwStore;" in text
-    assert f"epilogue: add → mul → {op};" in ir_comment(view)
+    assert f"epilogue: add → mul → {op} over the channels;" in ir_comment(view)
 
 
 @pytest.mark.parametrize("change", [
@@ -142,12 +143,108 @@ def test_other_softmaxes_stop_the_group(change):
 @pytest.mark.parametrize("pool", [
     lambda y: make_node("mean", [y], dims=(1,), keepdim=True),        # not both spatial dims
     lambda y: make_node("amax", [y], dims=(1, 2), keepdim=True),      # not a sum
-    lambda y: make_node("mean", [y], dims=(3,), keepdim=True),        # over the channels
+    lambda y: make_node("prod", [y], dims=(3,), keepdim=True),        # over the channels, not one of ours
 ])
 def test_other_reductions_are_left_to_the_reduction_family(pool):
     graph = conv_chain(to_nchw=False)
     (y,) = graph.outputs
     assert match(Graph(inputs=graph.inputs, params=graph.params, outputs=(pool(y),)), frozenset()) == []
+
+
+def _reduced(op, keepdim=True, k=40, post=lambda y, extra: y, extra=(), convt=False):
+    """conv (or a transposed one) -> bias -> `op` over the channels -> `post`: the graph's output"""
+    graph = (convt_chain(k=k, to_nchw=False, extra=extra) if convt
+             else conv_chain(k=k, to_nchw=False, extra=extra, epilogue=lambda y, extra: y))
+    (y,) = graph.outputs
+    out = post(make_node(op, [y], dims=(3,), keepdim=keepdim), extra)
+    return Graph(inputs=graph.inputs, params=graph.params, outputs=(out,))
+
+
+@pytest.mark.parametrize("op", fuse_conv.CHANNEL_REDUCTIONS)
+@pytest.mark.parametrize("keepdim", [True, False])
+def test_a_reduction_over_the_channels_is_stored_a_value_a_pixel(op, keepdim):
+    """conv -> bias -> min (say) over the channels (dim 3 of NHWC) -> tanh -> + a one-value tensor: one group,
+    the reduction run on the staged tile (every channel in it), the pointwise ops after it by the store,
+    one value a pixel stored; the conv's output never."""
+    offset = input_node("offset", 1, (1,))
+
+    def post(y, extra):
+        return make_node("add", [make_node("tanh", [y]), extra[0]])
+
+    (group,) = match(_reduced(op, keepdim, post=post, extra=(offset,)), frozenset())
+    assert [n.op for n in group.nodes] == ["conv", "add", op, "tanh", "add"]
+    view = describe(group)
+    assert view.reduced and view.row.op == op and [n.op for n in view.post] == ["tanh", "add"]
+    assert [n.op for n in view.epilogue] == ["add"] and view.output is view.post[-1]
+    assert [(o.node.name, o.kind) for o in view.operands] == [("bias", "row"), ("offset", "col")]
+    source = render(group)
+    assert source.spec.outputs == (("float32", (8, 34, 34, 1) if keepdim else (8, 34, 34)),)
+    text = source.launcher.cuda if source.launcher is not None else source.text
+    assert "using Store = ReduceStore;" in text and "constexpr bool kStoreEpilogue = true;" in text
+    assert f"constexpr int kRowOp = {codegen_conv.ROW_OPS[op]};" in text
+    assert f"epilogue: add → {op} over the channels → tanh → add;" in ir_comment(view)
+
+
+@pytest.mark.parametrize(("case", "post_ops"), [
+    # a tensor a pixel after a reduction that keeps the channel dim: read at the pixel
+    ("pixel", ["mul"]),
+    # ... that drops it: left to the next kernel (a [N, P, Q] operand is not addressed by the epilogue)
+    ("pixel_no_keepdim", []),
+    # a per-channel tensor after a reduction: not one value a pixel
+    ("channel", []),
+    # the conv's value read again after the reduction: computed outside the chain
+    ("conv_again", []),
+])
+def test_what_the_store_applies_after_a_reduction(case, post_ops):
+    keepdim = case != "pixel_no_keepdim"
+    shape = {"pixel": (8, 34, 34, 1), "pixel_no_keepdim": (8, 34, 34), "channel": (1, 1, 1, 40)}.get(case)
+    extra = (input_node("t", 1, shape),) if shape else ()
+    graph = _reduced("amax", keepdim, extra=extra, post=lambda y, e: make_node("mul", [y, e[0]]) if e else y)
+    if case == "conv_again":
+        (out,) = graph.outputs
+        conv_value = out.inputs[0]
+        again = make_node("amin", [conv_value], dims=(3,), keepdim=True)
+        graph = Graph(inputs=graph.inputs, params=graph.params, outputs=(make_node("sub", [out, again]),))
+    groups = match(graph, frozenset())
+    if case == "conv_again":
+        assert groups == []     # the conv's value has two readers: stored NHWC, left to cuDNN
+        return
+    (group,) = groups
+    assert [n.op for n in describe(group).post] == post_ops
+
+
+def test_reductions_over_more_channels_than_a_tile_are_left_alone():
+    assert match(_reduced("amin", k=192), frozenset()) == []
+    # a transposed conv's columns are its channels times its phases along W: 96 x 2 do not fit a tile
+    assert match(_reduced("amin", k=96, convt=True), frozenset()) == []
+    (group,) = match(_reduced("amin", k=64, convt=True), frozenset())
+    view = describe(group)
+    assert view.transposed and view.reduced and tile(view) == (128, 128, 32)
+
+
+def test_a_softmax_then_pointwise_ops_is_one_group():
+    """ConvTranspose2d -> bias -> softmax over the channels -> + a per-channel bias -> * scale -> sigmoid
+    -> NCHW (level2/27 after the layout pass): the ops after the softmax applied by the NCHW store."""
+    bias2 = param_node("bias2", (1, 1, 1, 64))
+
+    def after(y):
+        soft = make_node("softmax", [y], dim=3)
+        return make_node("sigmoid", [make_node("mul", [make_node("add", [soft, bias2]), const_node(3.0)])])
+
+    graph = convt_chain(kernel=(4, 4), output_padding=(0, 0), after=after)
+    graph = graph.with_(params=(*graph.params, bias2))
+    (group,) = match(graph, frozenset())
+    assert [n.op for n in group.nodes] == ["conv", "add", "softmax", "add", "mul", "sigmoid", "permute"]
+    view = describe(group)
+    assert [n.op for n in view.post] == ["add", "mul", "sigmoid"] and view.output.op == "permute"
+    assert [(o.node.name, o.kind) for o in view.operands] == [("bias", "row"), ("bias2", "row")]
+    text = render(group).launcher.cuda
+    assert "using Store = NchwStore;" in text and "constexpr bool kStoreEpilogue = true;" in text
+    assert "_store_epilogue(float acc, float e0, float e1)" in text
+    # not when the softmax's pointwise ops are read by more than the transpose
+    (out,) = graph.outputs
+    two = graph.with_(outputs=(out, out.inputs[0]))
+    assert match(two, frozenset()) == []
 
 
 def test_images_of_few_pixels_are_not_pooled_in_the_epilogue():
@@ -358,10 +455,9 @@ def test_transposed_conv_chain_is_one_phased_group():
 
 
 @pytest.mark.parametrize("after", [
-    # ConvTranspose2d + bias -> min over the channels (level2/26): stored NHWC for another kernel, where the
-    # phased kernel lost to cuDNN
-    lambda y: make_node("amin", [y], dims=(3,), keepdim=True),
-    # softmax over the channels, then pointwise ops (level2/27): the softmax is not the NCHW store's last step
+    # ConvTranspose2d + bias -> relu, stored NHWC for another kernel, where the phased kernel lost to cuDNN
+    lambda y: make_node("relu", [y]),
+    # softmax over the channels, then pointwise ops stored NHWC: not the NCHW store
     lambda y: make_node("sigmoid", [make_node("softmax", [y], dim=3)]),
     # the statistics of the conv's value (a norm's, written out)
     lambda y: make_node("var", [y], dims=(0, 1, 2), correction=0, keepdim=True),
