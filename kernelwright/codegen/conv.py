@@ -41,15 +41,18 @@ from kernelwright.ir.graph import Node
 _TEMPLATE = kernel.source_template("kw_conv_sm90.cu.in")
 # kRowOp: what the staged tile's channel rows compute after the epilogue
 ROW_OPS = {None: 0, "softmax": 1, "log_softmax": 2, "sum": 3, "mean": 4, "amax": 5, "amin": 6, "logsumexp": 7}
+# The tile widths (columns), narrowest first: each one another instantiation of the kernel.
+TILE_WIDTHS = (64, 96, 128)
 _SIZES = ("n", "h", "w", "c", "k", "r", "s", "pad_h", "pad_w", "pad_h_hi", "pad_w_hi", "stride_h", "stride_w",
           "dilation_h", "dilation_w", "channels", "out_h", "out_w", "phase_h", "phases_h")
 
 
 def tile(view: ConvView) -> tuple[int, int, int]:
     """(TM, TN, TK): 128 pixels by 128 columns by 32 of C*R*S (measured on the H100: 331 TFLOP/s at 128
-    output channels, 1.03x cuDNN), 64 columns wide when there are at most 64 (the channels, or a transposed
-    conv's channels times its phases along W)."""
-    return 128, 64 if view.k * view.phases_w <= 64 else 128, 32
+    output channels, 1.03x cuDNN), 64 or 96 columns wide where there are at most that many (the channels, or
+    a transposed conv's channels times its phases along W): a wider tile's idle columns cost multiply-adds."""
+    columns = view.k * view.phases_w
+    return 128, next(width for width in TILE_WIDTHS if columns <= width or width == TILE_WIDTHS[-1]), 32
 
 
 def render(group: FusedGroup) -> KernelSource:

@@ -104,6 +104,9 @@ CASES = {
     "pooled_level2_size": lambda: _chain(64, 128, 128, 64, 128, padding=(0, 0), epilogue="gelu", pool="mean"),
     # level2/21's size: 32 x 128 x 128 pixels, a softmax over 128 channels, NCHW
     "softmax_level2_size": lambda: _chain(32, 128, 128, 64, 128, epilogue="softmax"),
+    # the 96-wide tile: a softmax over 80 channels (a tail of 16), odd pixels; Mish + Tanh over 96
+    "softmax_96_tile": lambda: _chain(4, 33, 31, 32, 80, epilogue="softmax"),
+    "mish_tanh_96_tile": lambda: _chain(8, 64, 64, 64, 96, epilogue="mish_tanh"),
 }
 
 
@@ -123,6 +126,8 @@ BN_CASES = {
     "instance_small_images": lambda: bn_chain(700, 7, 9, 32, 36, norm="instance"),
     # 201 channels, 33 x 31 pixels an image (tiles cross images)
     "instance_odd": lambda: bn_chain(5, 33, 31, 20, 201, norm="instance"),
+    # the 96-wide tile: 72 channels (a tail of 24)
+    "bn_96_tile": lambda: bn_chain(8, 40, 40, 32, 72),
 }
 
 
@@ -199,6 +204,8 @@ REDUCED_CASES = {
     "reduce_max_level2_size": lambda: _reduced("amax", _conv(32, 128, 128, 64, 128)),
     # level2/27's size
     "convt_softmax_post": lambda: _softmax_post(16, 64, 64, 48, 64),
+    # the 96-wide tile: level2/30's max over 96 channels (130 x 130, no padding)
+    "reduce_max_96_level2_size": lambda: _reduced("amax", _conv(32, 130, 130, 64, 96, padding=(0, 0))),
 }
 
 
@@ -308,7 +315,7 @@ def test_conv_matches_float64(built, case):
 @pytest.mark.parametrize("case", ["level2_size", "pooled_level2_size", "softmax_level2_size",
                                   "bn_level2_size", "instance_level2_size", "convt_level2_size",
                                   "convt_softmax", "convt_softmax_post", "convt_min_level2_size",
-                                  "reduce_max_level2_size"])
+                                  "reduce_max_level2_size", "reduce_max_96_level2_size"])
 def test_level2_size_speed(built, case):
     """Information (not a bar): the fused kernel against ATen (cuDNN's NHWC conv, then the bias, the
     activations and the transpose, or the global mean, as passes over its 0.5 GB output); the compiler

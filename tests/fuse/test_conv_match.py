@@ -222,6 +222,14 @@ def test_reductions_over_more_channels_than_a_tile_are_left_alone():
     assert view.transposed and view.reduced and tile(view) == (128, 128, 32)
 
 
+@pytest.mark.parametrize(("k", "width"), [(40, 64), (64, 64), (65, 96), (96, 96), (97, 128), (201, 128)])
+def test_the_tile_is_as_wide_as_the_columns_need(k, width):
+    """64, 96 or 128 columns: the narrowest that holds every channel, else 128 (a wider tile's idle
+    columns cost multiply-adds: 96 channels in a 128-wide tile leave a quarter of them idle)."""
+    (group,) = match(conv_chain(k=k), frozenset())
+    assert tile(describe(group)) == (128, width, 32)
+
+
 def test_a_softmax_then_pointwise_ops_is_one_group():
     """ConvTranspose2d -> bias -> softmax over the channels -> + a per-channel bias -> * scale -> sigmoid
     -> NCHW (level2/27 after the layout pass): the ops after the softmax applied by the NCHW store."""
