@@ -1,8 +1,9 @@
 """The convolution family's renderer: a group from `kernelwright.fuse.conv` -> CUTLASS's sm90 implicit-GEMM
 convolution mainloop (TF32 wgmma, TMA im2col loads) under our persistent ping-pong kernel layer
 (`cuda/kw_conv_pingpong.cuh`), with the epilogue and the store of `cuda/kw_conv_sm90.cu.in`: the NCHW
-output, or its sum or mean over each image's pixels (a global pool: nothing else is stored), or the NHWC
-output and its statistics per channel over all pixels (sum, mean, var: a BatchNorm's).
+output, or its sum or mean over each image's pixels (a global pool: nothing else is stored), or its
+reduction over the channels (a value a pixel, computed in registers), or the NHWC output and its statistics
+per channel over all pixels (sum, mean, var: a BatchNorm's).
 
 The epilogue function is the GEMM family's (`float NAME_epilogue(float acc, float e0, ...)`, the group's
 pointwise IR in FP32); each epilogue tensor is read at the element's pixel m (of N*P*Q) and channel n by its
