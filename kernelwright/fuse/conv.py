@@ -83,7 +83,8 @@ MIN_POOLED_PIXELS = 32
 MAX_ROW_CHANNELS = 128
 # The per-channel statistics the epilogue computes (over dims (0, 1, 2) of its NHWC value).
 STATISTICS = frozenset({"sum", "mean", "var"})
-# The reductions over the channels the staged tile computes (every channel in one tile, as for a softmax).
+# The reductions over the channels the epilogue computes, in registers (every channel in one tile, as for a
+# softmax).
 CHANNEL_REDUCTIONS = ("sum", "mean", "amax", "amin", "logsumexp")
 
 
@@ -111,7 +112,7 @@ class ConvView:
     output: Node
     # after the epilogue, over the channels: a softmax or log-softmax, or a reduction (`CHANNEL_REDUCTIONS`)
     row: Node | None = None
-    post: tuple[Node, ...] = ()   # pointwise ops of the row's value, applied by the store
+    post: tuple[Node, ...] = ()   # pointwise ops of the row's value, applied as it is stored
     # per-channel statistics of `output` (then the epilogue's value, stored NHWC): sum, mean or var nodes
     statistics: tuple[Node, ...] = ()
     # a transposed conv (w [C, R, S, K]), computed a phase of its output at a time (`phases`), stored NCHW
@@ -233,10 +234,9 @@ def _readers(node: Node, users: dict) -> list[Node]:
 
 def _row_tail(anchor: Node, prefix: list[Node], users: dict, roots: set[int],
               claimed: frozenset[int]) -> list[Node] | None:
-    """What the staged tile's channel rows compute after the epilogue `prefix` (the conv and its pointwise
-    ops): a softmax over the channels, pointwise ops of it (`_post_chain`) and the transpose to NCHW, or a
-    reduction over the channels and pointwise ops of it, stored a value a pixel. None where neither
-    follows."""
+    """What follows the epilogue `prefix` (the conv and its pointwise ops) over each pixel's channels: a
+    softmax over them, pointwise ops of it (`_post_chain`) and the transpose to NCHW, or a reduction over
+    them and pointwise ops of it, stored a value a pixel. None where neither follows."""
     last = prefix[-1]
     readers = _readers(last, users)
     if id(last) in roots or len(readers) != 1 or id(readers[0]) in claimed:
@@ -257,13 +257,14 @@ def _row_tail(anchor: Node, prefix: list[Node], users: dict, roots: set[int],
 
 def _post_chain(anchor: Node, prefix: list[Node], row: Node, users: dict, roots: set[int],
                 claimed: frozenset[int]) -> list[Node]:
-    """The pointwise ops after a channel row, one reading the last, of its shape, that the store applies:
-    each other tensor they read an epilogue tensor (after a softmax: broadcast over the conv's output as the
-    epilogue's; after a reduction: one value, or one a pixel where the channel dim is kept), at most
-    MAX_EPILOGUE_OPERANDS with the epilogue's."""
+    """The pointwise ops after a channel row, each reading the last, of its shape, applied as the row's value
+    is stored: each other tensor they read an epilogue tensor (after a softmax: broadcast over the conv's
+    output as the epilogue's; after a reduction: one value, or one a pixel where the channel dim is kept), at
+    most MAX_EPILOGUE_OPERANDS with the epilogue's."""
     inside = {id(n) for n in prefix}
     operands = {id(i) for n in prefix[1:] for i in n.inputs if id(i) not in inside and i.op != "const"}
     computed = descendants(anchor, users)
+    dim_groups = _gemm_view(anchor).dim_groups
     reduced = not _is_channel_softmax(row)
     chain: list[Node] = []
     node = row
@@ -276,7 +277,7 @@ def _post_chain(anchor: Node, prefix: list[Node], row: Node, users: dict, roots:
                 or user.dtype != torch.float32):
             break
         others = [i for i in user.inputs if i is not node and i.op != "const"]
-        kinds = [gemm._classify(i, anchor.shape, _gemm_view(anchor).dim_groups) for i in others]
+        kinds = [gemm._classify(i, anchor.shape, dim_groups) for i in others]
         if any(id(i) in computed for i in others) or any(k is None for k in kinds):
             break
         if reduced and any(k.kind != "col" or (len(row.shape) != 4 and i.numel != 1)
