@@ -40,7 +40,8 @@ from kernelwright.fuse.plan import FusedGroup
 from kernelwright.ir.graph import Node
 
 _TEMPLATE = kernel.source_template("kw_conv_sm90.cu.in")
-# kRowOp: what the staged tile's channel rows compute after the epilogue
+# kRowOp: what each pixel's row of channels computes after the epilogue (a softmax on the staged tile, a
+# reduction in registers)
 ROW_OPS = {None: 0, "softmax": 1, "log_softmax": 2, "sum": 3, "mean": 4, "amax": 5, "amin": 6, "logsumexp": 7}
 # The tile widths (columns), narrowest first: each one another instantiation of the kernel.
 TILE_WIDTHS = (64, 96, 128)
@@ -52,8 +53,7 @@ def tile(view: ConvView) -> tuple[int, int, int]:
     """(TM, TN, TK): 128 pixels by 128 columns by 32 of C*R*S (measured on the H100: 331 TFLOP/s at 128
     output channels, 1.03x cuDNN), 64 or 96 columns wide where there are at most that many (the channels, or
     a transposed conv's channels times its phases along W): a wider tile's idle columns cost multiply-adds."""
-    columns = view.k * view.phases_w
-    return 128, next(width for width in TILE_WIDTHS if columns <= width or width == TILE_WIDTHS[-1]), 32
+    return 128, next((width for width in TILE_WIDTHS if view.columns <= width), TILE_WIDTHS[-1]), 32
 
 
 def render(group: FusedGroup) -> KernelSource:
@@ -185,7 +185,6 @@ def _transposed_entry(name: str, launcher: str, view: ConvView, tensors: list[st
     multiple of 4."""
     rows_h, rows_w = view.phases()
     row_w = rows_w[0]     # the W phases share one window
-    columns = view.k * view.phases_w
     lines = ["  char* scratch = static_cast<char*>(workspace);", "  const char* error = nullptr;"]
     offset = 0
     x = tensors[0]
@@ -207,7 +206,7 @@ def _transposed_entry(name: str, launcher: str, view: ConvView, tensors: list[st
                   "  if (error != nullptr) return error;"]
         offset += _aligned(view.k * len(taps) * view.c_padded * 4)
         geometry = (len(row_h.taps), len(row_w.taps), row_h.lower, row_w.lower, row_h.upper, row_w.upper)
-        sizes = ", ".join(str(v) for v in (view.n, view.h, view.w_in, view.c_padded, columns, *geometry,
+        sizes = ", ".join(str(v) for v in (view.n, view.h, view.w_in, view.c_padded, view.columns, *geometry,
                                            1, 1, 1, 1, view.k, view.p, view.q, rh, len(rows_h)))
         launches.append((", ".join([x, weight, *outputs, *tensors[2:]]), sizes))
         owns.append(f"{launcher}_workspace({nulls}, {sizes})")

@@ -161,6 +161,11 @@ class ConvView:
         """The GEMM's columns per output channel (`phases_w`)."""
         return phases_w(self.anchor)
 
+    @property
+    def columns(self) -> int:
+        """The GEMM's columns: the channels, or a transposed conv's channels times its phases along W."""
+        return self.k * self.phases_w
+
     def phases(self) -> tuple[tuple[Phase, ...], tuple[Phase, ...]]:
         """A transposed conv's output phases along H (each its own launch) and W (the GEMM's columns)."""
         return (phases(self.h, self.p, self.r, self.stride[0], self.padding[0], False),
@@ -446,20 +451,24 @@ def _is_to_nchw(node: Node) -> bool:
 def _is_channel_softmax(node: Node, anchor: Node | None = None) -> bool:
     """A softmax or log-softmax over the channels of an NHWC tensor (dim 3) with at most MAX_ROW_CHANNELS
     (of a transposed conv, `anchor`: that many channels times its phases along W, the tile's columns)."""
-    per_channel = phases_w(anchor) if anchor is not None else 1
     return (node.op in ("softmax", "log_softmax") and len(node.shape) == 4 and node.attr("dim") == 3
-            and node.shape[3] * per_channel <= MAX_ROW_CHANNELS)
+            and _fits_tile(node.shape[3], anchor))
 
 
 def _is_channel_reduction(node: Node, anchor: Node | None = None) -> bool:
     """A float32 reduction over the channels of an NHWC tensor (dim 3, kept or not) whose columns fit a tile
     as a softmax's must (`_is_channel_softmax`)."""
-    per_channel = phases_w(anchor) if anchor is not None else 1
     if node.op not in CHANNEL_REDUCTIONS or len(node.inputs) != 1 or node.dtype != torch.float32:
         return False
     source = node.inputs[0]
     return (len(source.shape) == 4 and tuple(d % 4 for d in node.attr("dims")) == (3,)
-            and source.shape[3] * per_channel <= MAX_ROW_CHANNELS)
+            and _fits_tile(source.shape[3], anchor))
+
+
+def _fits_tile(channels: int, anchor: Node | None) -> bool:
+    """Whether every column of `channels` (of a transposed conv `anchor`: times its phases along W) fits one
+    tile, so that a pixel's row of them is whole in it."""
+    return channels * (phases_w(anchor) if anchor is not None else 1) <= MAX_ROW_CHANNELS
 
 
 def _is_spatial_pool(node: Node) -> bool:

@@ -501,8 +501,9 @@ def _measure_cuda_alone(fn, min_runs: int, min_time_s: float, warm_s: float = WA
         fn()
         returned = perf_counter()
         _synchronize()
-        wall.append((perf_counter() - t0) * 1e3)
-        after.append((perf_counter() - returned) * 1e3)
+        done = perf_counter()
+        wall.append((done - t0) * 1e3)
+        after.append((done - returned) * 1e3)
     wall_median = statistics.median(wall)
     # the GPU's work after the call returned, past the events' time: work they did not see
     gap = statistics.median(after) - stats["median_ms"]
