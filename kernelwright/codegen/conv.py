@@ -10,7 +10,9 @@ pointwise IR in FP32); each epilogue tensor is read at the element's pixel m (of
 broadcast kind: "row" e[n], "col" e[m] (or e[0] when it is one value), "full" e[m * K + n], or at its NCHW
 index where it is an NCHW tensor's NHWC view (a model input: then the NCHW store applies the epilogue as it
 writes, reading it 16 bytes a lane: `late`). A transposed conv is launched once per output phase along H
-(`fuse.conv.phases`), from weights gathered for that phase (`phase_taps`).
+(`fuse.conv.phases`), from weights gathered for that phase (`phase_taps`). A 3-D conv is the kernel's
+`kRank` 3 instantiation (NDHWC, TMA im2col over five dims): the same stores, its rows an image's depth x
+height rows; a transposed one is launched once per output phase along D and H.
 
 Launcher (in the .cu; sizes are arguments, so groups that agree on the tile and the epilogue share one
 instantiation, which is what costs nvcc time: ~35 s on a 2-core machine, 17 s of it in cicc):
@@ -19,9 +21,11 @@ instantiation, which is what costs nvcc time: ~35 s on a 2-core machine, 17 s of
                             int n, int h, int w, int c, int k, int r, int s, int pad_h, int pad_w,
                             int pad_h_hi, int pad_w_hi, int stride_h, int stride_w, int dilation_h,
                             int dilation_w, int channels, int out_h, int out_w, int phase_h, int phases_h,
-                            void* workspace, cudaStream_t stream);
+                            int d, int t, int pad_d, int pad_d_hi, int stride_d, int dilation_d, int out_d,
+                            int phase_d, int phases_d, void* workspace, cudaStream_t stream);
 (k the GEMM's columns: the channels, or a transposed conv's channels times its phases along W; out_h, out_w
-the output's size and phase_h of phases_h the launch's phase along H, 0 of 1 for a conv)
+the output's size and phase_h of phases_h the launch's phase along H, 0 of 1 for a conv; then the same
+along D, `_FLAT` for a 2-D conv)
     size_t NAME_workspace(<the same, without workspace and stream>);
 
 The translation unit must be built for sm_90a with -DNDEBUG (`codegen/build.py` does): CUTLASS's
@@ -34,7 +38,7 @@ from kernelwright.codegen import kernel
 from kernelwright.codegen.gemm import epilogue_function
 from kernelwright.codegen.gemm_entry import epilogue_operands, input_index
 from kernelwright.codegen.kernel import KernelSource, KernelSpec, cpp_bool, entry_points
-from kernelwright.fuse.conv import TO_NCHW, ConvView, describe
+from kernelwright.fuse.conv import ConvView, describe, to_nchw
 from kernelwright.fuse.gemm import EpilogueOperand
 from kernelwright.fuse.plan import FusedGroup
 from kernelwright.ir.graph import Node
@@ -46,7 +50,10 @@ ROW_OPS = {None: 0, "softmax": 1, "log_softmax": 2, "sum": 3, "mean": 4, "amax":
 # The tile widths (columns), narrowest first: each one another instantiation of the kernel.
 TILE_WIDTHS = (64, 96, 128)
 _SIZES = ("n", "h", "w", "c", "k", "r", "s", "pad_h", "pad_w", "pad_h_hi", "pad_w_hi", "stride_h", "stride_w",
-          "dilation_h", "dilation_w", "channels", "out_h", "out_w", "phase_h", "phases_h")
+          "dilation_h", "dilation_w", "channels", "out_h", "out_w", "phase_h", "phases_h", "d", "t", "pad_d",
+          "pad_d_hi", "stride_d", "dilation_d", "out_d", "phase_d", "phases_d")
+# A 2-D conv's sizes along D (the last nine of _SIZES): one input and output plane, one tap, one phase.
+_FLAT = (1, 1, 0, 0, 1, 1, 1, 0, 1)
 
 
 def tile(view: ConvView) -> tuple[int, int, int]:
@@ -72,7 +79,7 @@ def render_cuda(name: str, view: ConvView) -> str:
         store_function=epilogue_function(f"{name}_store", view.gemm if late(view) else view.post_view),
         store="StatsStore" if view.statistics else "PoolStore" if view.pooled else
               "ReduceStore" if view.reduced else "NchwStore",
-        phased=cpp_bool(view.transposed), phases_w=view.phases_w,
+        rank=view.rank, phased=cpp_bool(view.phased), phases_w=view.phases_w,
         pooled=cpp_bool(view.pooled), mean=cpp_bool(view.pooled and view.output.op == "mean"),
         statistics=cpp_bool(bool(view.statistics)), per_image=cpp_bool(view.per_image),
         statistic_count=max(1, len(view.statistics)),
@@ -134,8 +141,9 @@ def _nchw(operand: EpilogueOperand) -> bool:
     """Whether an epilogue tensor of the output's whole NHWC shape is the NHWC view of an NCHW tensor (the
     layout pass's permute of a model input, say a residual): read where it is, not copied to NHWC first."""
     node = operand.node
-    return (operand.kind == "full" and node.op == "permute" and tuple(node.attr("dims")) == (0, 2, 3, 1)
-            and len(node.shape) == 4)
+    rank = len(node.shape)
+    return (operand.kind == "full" and node.op == "permute" and rank in (4, 5)
+            and tuple(node.attr("dims")) == (0, *range(2, rank), 1))
 
 
 def render_entry(name: str, launcher: str, group: FusedGroup, view: ConvView) -> tuple[str, KernelSpec]:
@@ -143,7 +151,8 @@ def render_entry(name: str, launcher: str, group: FusedGroup, view: ConvView) ->
     its (1, M, N) extents; sizes baked in (the spec fixes the shapes). Where C is not a multiple of 4, x and
     the weight are first copied with zero channels up to `view.c_padded` into the workspace (before the
     kernel's own, 256-byte aligned), and the kernel reads those."""
-    epilogue = [(index, (("permute", *TO_NCHW), ("dense", 4)) if _nchw(o) else steps, dtype)
+    epilogue = [(index, (("permute", *to_nchw(len(o.node.shape))), ("dense", 4)) if _nchw(o) else steps,
+                 dtype)
                 for (index, steps, dtype), o in zip(epilogue_operands(group, view.gemm, ("dense", 4))[0],
                                                     view.operands, strict=True)]   # (read a float at a time)
     operands = [(input_index(group, view.x), (("dense", 16),), None),
@@ -152,16 +161,18 @@ def render_entry(name: str, launcher: str, group: FusedGroup, view: ConvView) ->
     outputs = [f"static_cast<float*>(out[{j}])" for j in range(1 + len(view.statistics))]
     if view.transposed:
         return _transposed_entry(name, launcher, view, tensors, outputs), _spec(group, view, operands)
+    depth = ((view.d, view.t, view.padding[0], view.padding[0], view.stride[0], view.dilation[0], view.z, 0,
+              1) if view.rank == 3 else _FLAT)
     sizes = ", ".join(str(v) for v in (view.n, view.h, view.w_in, view.c_padded, view.k, view.r, view.s,
-                                       *view.padding, *view.padding, *view.stride, *view.dilation, view.k,
-                                       view.p, view.q, 0, 1))
+                                       *view.padding[-2:], *view.padding[-2:], *view.stride[-2:],
+                                       *view.dilation[-2:], view.k, view.p, view.q, 0, 1, *depth))
     nulls = ", ".join(["nullptr"] * (len(operands) + len(outputs)))
     own = f"{launcher}_workspace({nulls}, {sizes})"
     if view.c == view.c_padded:
         args = ", ".join([*tensors[:2], *outputs, *tensors[2:]])
         body = f"  return {launcher}_launch({args}, {sizes}, workspace, stream);"
         return entry_points(name, body, own), _spec(group, view, operands)
-    rows = (view.n * view.h * view.w_in, view.k * view.r * view.s)
+    rows = (view.n * view.d * view.h * view.w_in, view.k * view.t * view.r * view.s)
     x_bytes, w_bytes = (_aligned(r * view.c_padded * 4) for r in rows)
     args = ", ".join(["padded_x", "padded_w", *outputs, *tensors[2:]])
     body = "\n".join([
@@ -179,35 +190,39 @@ def render_entry(name: str, launcher: str, group: FusedGroup, view: ConvView) ->
 
 def _transposed_entry(name: str, launcher: str, view: ConvView, tensors: list[str],
                       outputs: list[str]) -> str:
-    """A transposed conv's entry: each output phase along H a launch of the kernel (a stride-1 correlation of
-    x, its phases along W the GEMM's columns), its weights first gathered from the conv's into the workspace
-    (`{launcher}_phase_weights`, every call: the weight may change), x padded as for a conv where C is not a
-    multiple of 4."""
-    rows_h, rows_w = view.phases()
+    """A transposed conv's entry: each output phase along D and H a launch of the kernel (a stride-1
+    correlation of x, its phases along W the GEMM's columns; a stride-1 conv's one launch a conv's), its
+    weights first gathered from the conv's into the workspace (`{launcher}_phase_weights`, every call: the
+    weight may change), x padded as for a conv where C is not a multiple of 4."""
+    rows_d, rows_h, rows_w = view.phases()
     row_w = rows_w[0]     # the W phases share one window
     lines = ["  char* scratch = static_cast<char*>(workspace);", "  const char* error = nullptr;"]
     offset = 0
     x = tensors[0]
     if view.c != view.c_padded:
-        rows = view.n * view.h * view.w_in
+        rows = view.n * view.d * view.h * view.w_in
         lines += ["  float* padded_x = reinterpret_cast<float*>(scratch);",
                   f"  error = {launcher}_pad({x}, padded_x, {rows}LL, {view.c}, {view.c_padded}, stream);",
                   "  if (error != nullptr) return error;"]
         x, offset = "padded_x", _aligned(rows * view.c_padded * 4)
     launches, owns = [], []
     nulls = ", ".join(["nullptr"] * (len(tensors) + len(outputs)))
-    for rh, row_h in enumerate(rows_h):
-        taps = phase_taps(view, rh)     # K * len(taps) rows of c_padded: the launch's weights
-        weight = f"phase_w{rh}"
-        lines += [f"  static const int taps{rh}[] = {{{', '.join(map(str, taps))}}};",
+    for j, (rd, rh) in enumerate((rd, rh) for rd in range(len(rows_d)) for rh in range(len(rows_h))):
+        row_d, row_h = rows_d[rd], rows_h[rh]
+        taps = phase_taps(view, rd, rh)     # K * len(taps) rows of c_padded: the launch's weights
+        weight = f"phase_w{j}"
+        lines += [f"  static const int taps{j}[] = {{{', '.join(map(str, taps))}}};",
                   f"  float* {weight} = reinterpret_cast<float*>(scratch + {offset}LL);",
-                  f"  error = {launcher}_phase_weights({tensors[1]}, {weight}, taps{rh}, {len(taps)}, "
-                  f"{view.phases_w}, {view.k}, {view.c}, {view.c_padded}, {view.r * view.s}, stream);",
+                  f"  error = {launcher}_phase_weights({tensors[1]}, {weight}, taps{j}, {len(taps)}, "
+                  f"{view.phases_w}, {view.k}, {view.c}, {view.c_padded}, {view.t * view.r * view.s}, "
+                  "stream);",
                   "  if (error != nullptr) return error;"]
         offset += _aligned(view.k * len(taps) * view.c_padded * 4)
         geometry = (len(row_h.taps), len(row_w.taps), row_h.lower, row_w.lower, row_h.upper, row_w.upper)
+        depth = ((view.d, len(row_d.taps), row_d.lower, row_d.upper, 1, 1, view.z, rd, len(rows_d))
+                 if view.rank == 3 else _FLAT)
         sizes = ", ".join(str(v) for v in (view.n, view.h, view.w_in, view.c_padded, view.columns, *geometry,
-                                           1, 1, 1, 1, view.k, view.p, view.q, rh, len(rows_h)))
+                                           1, 1, 1, 1, view.k, view.p, view.q, rh, len(rows_h), *depth))
         launches.append((", ".join([x, weight, *outputs, *tensors[2:]]), sizes))
         owns.append(f"{launcher}_workspace({nulls}, {sizes})")
     # the launches run one after another on the stream, each on the same workspace after the weights (the
@@ -219,14 +234,13 @@ def _transposed_entry(name: str, launcher: str, view: ConvView, tensors: list[st
     return entry_points(name, body, " + ".join([str(offset), *owns]))
 
 
-def phase_taps(view: ConvView, rh: int) -> list[int]:
-    """The kernel's tap (kh * S + kw, or -1 for a zero weight) at each tap (rw, t, u) of output phase rh's
-    window along H and W phase rw's along W, in that order (`phase_weights` in the template gathers the
-    launch's weights [K * phases along W][T][U][C] by it)."""
-    rows_h, rows_w = view.phases()
-    row_h = rows_h[rh]
-    return [-1 if a is None or b is None else a * view.s + b
-            for row_w in rows_w for a in row_h.taps for b in row_w.taps]
+def phase_taps(view: ConvView, rd: int, rh: int) -> list[int]:
+    """The kernel's tap ((kd * R + kh) * S + kw, or -1 for a zero weight) at each tap (rw, v, t, u) of output
+    phase rd's window along D (one tap in 2-D), rh's along H and W phase rw's along W, in that order
+    (`phase_weights` in the template gathers the launch's weights [K * phases along W][V][T][U][C] by it)."""
+    rows_d, rows_h, rows_w = view.phases()
+    return [-1 if None in (e, a, b) else (e * view.r + a) * view.s + b
+            for row_w in rows_w for e in rows_d[rd].taps for a in rows_h[rh].taps for b in row_w.taps]
 
 
 def _aligned(size: int) -> int:
@@ -243,23 +257,32 @@ def ir_comment(view: ConvView) -> str:
     tm, tn, tk = tile(view)
     row = [f"{view.row.op} over the channels"] if view.row is not None else []
     epilogue = " → ".join([n.op for n in view.epilogue] + row + [n.op for n in view.post]) or "none"
-    if view.transposed:
-        rows_h, (row_w, *_) = view.phases()
-        windows = ", ".join(f"{len(r.taps)}x{len(row_w.taps)}" for r in rows_h)
-        return (f"conv_transpose2d NHWC [{view.n}, {view.h}, {view.w_in}, {view.c}] * [{view.c}, {view.r}, "
-                f"{view.s}, {view.k}] stride {view.stride} padding {view.padding} -> {_stored(view)}: "
-                f"{len(rows_h)} launches (output phases along H; "
-                f"windows {windows}), the {view.phases_w} phases along W side by side as the GEMM's columns, "
-                f"via CUTLASS sm90 TF32 implicit GEMM (ping-pong tile {tm}x{tn}x{tk}); epilogue: {epilogue}")
+    depth = view.rank == 3
+    kernel = f"{view.t}, " * depth + f"{view.r}, {view.s}"
+    x = f"{view.layout} [{view.n}, " + f"{view.d}, " * depth + f"{view.h}, {view.w_in}, {view.c}]"
+    if view.phased:
+        rows_d, rows_h, (row_w, *_) = view.phases()
+        windows = ", ".join(f"{len(e.taps)}x" * depth + f"{len(r.taps)}x{len(row_w.taps)}"
+                            for e in rows_d for r in rows_h)
+        along = "D and H" if depth else "H"
+        return (f"conv_transpose{view.rank}d {x} * [{view.c}, {kernel}, {view.k}] stride {view.stride} "
+                f"padding {view.padding} -> {_stored(view)}: {len(rows_d) * len(rows_h)} launches (output "
+                f"phases along {along}; windows {windows}), the {view.phases_w} phases along W side by side "
+                f"as the GEMM's columns, via CUTLASS sm90 TF32 implicit GEMM (ping-pong tile {tm}x{tn}x{tk});"
+                f" epilogue: {epilogue}")
     operands = ", ".join(f"{o.node.name or o.node.op}:{o.kind}" for o in view.operands) or "none"
     padded = f" (channels padded to {view.c_padded})" if view.c != view.c_padded else ""
     statistics = ", ".join(_statistic_name(n) for n in view.statistics)
-    output = (f"{view.output.op} over each image's {view.p}x{view.q} pixels -> [{view.n}, {view.k}]"
-              if view.pooled else f"NHWC [{view.n}, {view.p}, {view.q}, {view.k}] and each channel's "
+    pixels = f"{view.z}x" * depth + f"{view.p}x{view.q}"
+    output = (f"{view.output.op} over each image's {pixels} pixels -> [{view.n}, {view.k}]"
+              if view.pooled else f"{view.layout} [{view.n}, " + f"{view.z}, " * depth +
+              f"{view.p}, {view.q}, {view.k}] and each channel's "
               f"{statistics} over {'each image' if view.per_image else 'all pixels'}" if view.statistics
               else _stored(view))
-    return (f"conv2d NHWC [{view.n}, {view.h}, {view.w_in}, {view.c}] * [{view.k}, {view.r}, {view.s}, "
-            f"{view.c}]{padded} stride {view.stride} padding {view.padding} dilation {view.dilation} -> "
+    conv = (f"conv_transpose{view.rank}d {x} * [{view.c}, {kernel}, {view.k}] stride 1 (the correlation with "
+            f"its kernel flipped)" if view.transposed else
+            f"conv{view.rank}d {x} * [{view.k}, {kernel}, {view.c}]{padded} stride {view.stride}")
+    return (f"{conv} padding {view.padding} dilation {view.dilation} -> "
             f"{output} via CUTLASS sm90 TF32 implicit GEMM (ping-pong tile {tm}x{tn}x{tk}); epilogue: "
             f"{epilogue}; epilogue tensors: {operands}")
 
@@ -268,4 +291,4 @@ def _stored(view: ConvView) -> str:
     """The output an NCHW or reducing store writes."""
     if view.reduced:
         return f"{list(view.output.shape)} (a value a pixel)"
-    return f"NCHW [{view.n}, {view.k}, {view.p}, {view.q}]"
+    return "NC" + "D" * (view.rank == 3) + f"HW {list(view.output.shape)}"

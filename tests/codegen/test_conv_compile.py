@@ -104,3 +104,23 @@ def _compiles(kernel) -> None:
         assert done.returncode == 0, done.stderr[-4000:]
         assert "C7510" not in done.stderr, "ptxas serialized the wgmma instructions"
         assert_no_shared_statics(source.with_suffix(".o"))
+
+
+@pytest.mark.parametrize("form", ["conv3d_instance_norm", "convt3d_nchw"])
+def test_3d_convs_compile_without_serialized_wgmma(form, monkeypatch):
+    """The 3-D instantiation (TMA im2col over NDHWC): a Conv3d's InstanceNorm statistics per image, and a
+    ConvTranspose3d's phases along D and H stored NCDHW."""
+    if nvcc_path() is None or cutlass_include_dir() is None:
+        pytest.skip("needs nvcc and the CUTLASS headers")
+    import kernelwright.fuse.conv as fuse_conv
+    from kernelwright.fuse import plan_fusion
+    from kernelwright.ir.ops import make_node
+
+    monkeypatch.setattr(fuse_conv, "hopper_gpu", lambda: True)
+    if form == "conv3d_instance_norm":
+        graph = bn_chain(n=4, d=8, h=16, w=16, c=16, k=32, norm="instance")
+    else:
+        graph = convt_chain(n=2, d=8, h=16, w=16, c=32, k=32, kernel=(3, 3, 3), stride=(2, 2, 2),
+                            padding=(1, 1, 1), output_padding=(1, 1, 1),
+                            after=lambda y: make_node("relu", [y]))
+    _compiles(render(next(g for g in plan_fusion(graph).groups if g.family == "conv")))

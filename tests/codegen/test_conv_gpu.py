@@ -7,6 +7,7 @@ cuDNN chose an exact FP32 algorithm (tiny shapes)."""
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -233,6 +234,64 @@ PLANNED_CASES = {
 }
 
 
+def _stride_1_convt_statistics(n, d, h, w, c, k):
+    """level2/28's ConvTranspose3d (stride 1: the kernel flipped, one launch) + bias + ReLU, stored NDHWC with
+    its mean and var per channel, then normalized by them (the apply is another kernel's)"""
+    graph = convt_chain(n, h, w, c, k, kernel=(3, 3, 3), stride=(1, 1, 1), padding=(0, 0, 0),
+                        output_padding=(0, 0, 0), to_nchw=False, after=lambda y: make_node("relu", [y]), d=d)
+    (y,) = graph.outputs
+    mean = make_node("mean", [y], dims=(0, 1, 2, 3), keepdim=True)
+    var = make_node("var", [y], dims=(0, 1, 2, 3), correction=0, keepdim=True)
+    return graph.with_(outputs=(make_node("mul", [make_node("sub", [y, mean]), var]),))
+
+
+def _nchw_residual_3d(n, d, h, w, c, k):
+    """Conv3d 3x3x3 + bias + an NCDHW model input (applied by the store as it writes), ReLU"""
+    residual = input_node("residual", 1, (n, k, d, h, w))
+    ndhwc = make_node("permute", [residual], dims=(0, 2, 3, 4, 1))
+    return conv_chain(n, h, w, c, k, kernel=(3, 3, 3), stride=(1, 1, 1), padding=(1, 1, 1),
+                      dilation=(1, 1, 1), d=d, extra=(residual,),
+                      epilogue=lambda y, extra: make_node("relu", [make_node("add", [y, ndhwc])]))
+
+
+def _conv3d(n, d, h, w, c, k, **kwargs):
+    geometry = {"kernel": (3, 3, 3), "stride": (1, 1, 1), "padding": (1, 1, 1), "dilation": (1, 1, 1),
+                **kwargs}
+    return conv_chain(n, h, w, c, k, d=d, **geometry)
+
+
+# 3-D convs (NDHWC, TMA im2col over five dims): the output pixels (image, depth, row, column) the GEMM's M,
+# the NCDHW store's plane an image's depth x height x width
+CASES_3D = {
+    # odd sizes, a stride along H, a dilation along W, no padding along W; 72 channels (the 96-wide tile)
+    "conv3d_odd": lambda: _conv3d(2, 9, 17, 19, 20, 72, stride=(1, 2, 1), padding=(1, 1, 0),
+                                  dilation=(1, 1, 2)),
+    # level2/29's conv (16 x 18 x 34 x 34 x 16 -> 64, no padding), Mish + Tanh
+    "conv3d_level2_size": lambda: _conv3d(16, 18, 34, 34, 16, 64, padding=(0, 0, 0),
+                                          epilogue=lambda y, e: make_node("tanh", [make_node("mish", [y])])),
+    # a global mean over each image's 7 x 9 x 11 pixels, 40 channels
+    "conv3d_pooled": lambda: _conv3d(12, 7, 9, 11, 16, 40, pool="mean"),
+    # a softmax over 48 channels, 3-D
+    "conv3d_softmax": lambda: _conv3d(16, 6, 10, 13, 16, 48,
+                                      epilogue=lambda y, e: make_node("softmax", [y], dim=4)),
+    # an NCDHW residual read by the store, odd pixels
+    "conv3d_residual_nchw": lambda: _nchw_residual_3d(10, 5, 11, 13, 12, 36),
+    # a BatchNorm and an InstanceNorm of a Conv3d: statistics over (0, 1, 2, 3) and per image
+    "conv3d_bn": lambda: bn_chain(4, 7, 15, 64, 96, d=6),
+    "conv3d_instance": lambda: bn_chain(10, 9, 11, 16, 40, d=5, norm="instance"),
+    # ConvTranspose3d stride 2 (level1/69's geometry, smaller): 2 x 2 launches, 2 phases along W as columns
+    "convt3d_stride_2": lambda: convt_chain(4, 16, 16, 32, 32, kernel=(3, 3, 3), stride=(2, 2, 2),
+                                            padding=(1, 1, 1), output_padding=(1, 1, 1), d=8,
+                                            after=lambda y: make_node("relu", [y])),
+    # odd sizes, strides (2, 1, 4): two phases along D, four along W
+    "convt3d_odd": lambda: convt_chain(14, 9, 7, 20, 24, kernel=(3, 3, 4), stride=(2, 1, 4), padding=(1, 1, 0),
+                                       output_padding=(1, 0, 0), d=5,
+                                       after=lambda y: make_node("gelu", [y], approximate="none")),
+    # level2/28's size: stride 1, stored NDHWC with its statistics
+    "convt3d_stride_1_level2_size": lambda: _stride_1_convt_statistics(16, 14, 30, 30, 32, 64),
+}
+
+
 def _group(graph: Graph):
     return make_group(graph, "conv", [n for n in graph.nodes() if not n.is_leaf])
 
@@ -246,7 +305,7 @@ def built():
     """Every case's library, built at once (each CUTLASS conv translation unit is ~20-40 s of nvcc)."""
     groups = {name: _group(make()) for name, make in CASES.items()}
     groups.update({name: _conv_group(make()) for name, make in {**BN_CASES, **PLANNED_CASES,
-                                                                 **REDUCED_CASES}.items()})
+                                                                 **REDUCED_CASES, **CASES_3D}.items()})
     kernels = {name: render(group) for name, group in groups.items()}
     with ThreadPoolExecutor(max_workers=len(kernels)) as pool:
         built = pool.map(lambda k: build_extension(assemble([k])).module, kernels.values())
@@ -284,12 +343,12 @@ def _inputs(graph: Graph, seed: int) -> tuple[list[torch.Tensor], dict[str, torc
     inputs = [torch.randn(i.shape, generator=gen, device="cuda") for i in graph.inputs]
     params = {}
     for p in graph.params:
-        fan_in = p.shape[1] * p.shape[2] * p.shape[3] if len(p.shape) == 4 else 1
+        fan_in = math.prod(p.shape[1:]) if len(p.shape) >= 4 else 1
         params[p.name] = torch.randn(p.shape, generator=gen, device="cuda") / fan_in ** 0.5
     return inputs, params
 
 
-@pytest.mark.parametrize("case", [*CASES, *BN_CASES, *PLANNED_CASES, *REDUCED_CASES])
+@pytest.mark.parametrize("case", [*CASES, *BN_CASES, *PLANNED_CASES, *REDUCED_CASES, *CASES_3D])
 def test_conv_matches_float64(built, case):
     groups, kernels, modules = built
     group = groups[case]
@@ -315,7 +374,8 @@ def test_conv_matches_float64(built, case):
 @pytest.mark.parametrize("case", ["level2_size", "pooled_level2_size", "softmax_level2_size",
                                   "bn_level2_size", "instance_level2_size", "convt_level2_size",
                                   "convt_softmax", "convt_softmax_post", "convt_min_level2_size",
-                                  "reduce_max_level2_size", "reduce_max_96_level2_size"])
+                                  "reduce_max_level2_size", "reduce_max_96_level2_size", "conv3d_level2_size",
+                                  "convt3d_stride_2", "convt3d_stride_1_level2_size"])
 def test_level2_size_speed(built, case):
     """Information (not a bar): the fused kernel against ATen (cuDNN's NHWC conv, then the bias, the
     activations and the transpose, or the global mean, as passes over its 0.5 GB output); the compiler

@@ -27,20 +27,22 @@ def cutlass_headers(monkeypatch):
 
 
 def conv_chain(n=8, h=34, w=34, c=64, k=128, kernel=(3, 3), stride=(1, 1), padding=(1, 1), dilation=(1, 1),
-               groups=1, epilogue=lambda y, extra: make_node("relu", [y]), to_nchw=True, extra=(), pool=None):
+               groups=1, epilogue=lambda y, extra: make_node("relu", [y]), to_nchw=True, extra=(), pool=None,
+               d=None):
     """x [N, H, W, C] -> conv_cl -> + bias -> epilogue -> permute to NCHW, as the layout pass leaves it;
     `pool` ("mean", "sum"): the epilogue's values pooled over each image's pixels instead (keepdim for a
-    mean, as F.adaptive_avg_pool2d leaves it)."""
-    x = input_node("x", 0, (n, h, w, c))
+    mean, as F.adaptive_avg_pool2d leaves it). With a depth `d` (and 3-D geometry): a Conv3d's, NDHWC."""
+    sizes = (h, w) if d is None else (d, h, w)
+    x = input_node("x", 0, (n, *sizes, c))
     weight = param_node("weight", (k, *kernel, c // groups))
     bias = param_node("bias", (k,))
     y = make_node("conv", [x, weight], stride=stride, padding=padding, dilation=dilation, transposed=False,
-                  output_padding=(0, 0), groups=groups, has_bias=False, channels_last=True)
+                  output_padding=(0,) * len(sizes), groups=groups, has_bias=False, channels_last=True)
     y = epilogue(make_node("add", [y, bias]), extra)
     if pool is not None:
-        out = make_node(pool, [y], dims=(1, 2), keepdim=pool == "mean")
+        out = make_node(pool, [y], dims=tuple(range(1, len(sizes) + 1)), keepdim=pool == "mean")
     else:
-        out = make_node("permute", [y], dims=(0, 3, 1, 2)) if to_nchw else y
+        out = make_node("permute", [y], dims=fuse_conv.to_nchw(len(y.shape))) if to_nchw else y
     return Graph(inputs=(x, *extra), params=(weight, bias), outputs=(out,))
 
 
@@ -103,7 +105,7 @@ def test_a_global_pool_ends_the_group_and_nothing_else_is_stored(pool):
     text = source.launcher.cuda if source.launcher is not None else source.text
     assert "using Store = PoolStore;" in text and "constexpr bool kPooled = true;" in text
     assert f"constexpr bool kMean = {'true' if pool == 'mean' else 'false'};" in text
-    assert "args.direct.scale = kMean ? 1.f / static_cast<float>(p * q) : 1.f;" in text   # mean: 1 / (P*Q)
+    assert "args.direct.scale = kMean ? 1.f / static_cast<float>(z * p * q) : 1.f;" in text   # 1 / (P*Q)
     assert "pool_finish<TM><<<" in text and "atomicAdd" not in text
     # the NCHW form of the same chain is another launcher
     nchw = render(match(conv_chain(epilogue=lambda y, extra: make_node("gelu", [y], approximate="none")),
@@ -312,8 +314,9 @@ def test_render_geometry_and_tile():
     assert tile(view) == (128, 64, 32)
     source = render(group)
     # sizes baked into the entry: n, h, w, c, k, r, s, pads (lower, upper), strides, dilations, channels, the
-    # output size, the phase along H and the phases (a transposed conv's)
-    sizes = "8, 34, 34, 64, 64, 3, 5, 1, 2, 1, 2, 2, 1, 1, 2, 64, 17, 30, 0, 1"
+    # output size, the phase along H and the phases (a transposed conv's), then along D (1, 1, 0, 0, 1, 1, 1,
+    # 0, 1 in 2-D: d, t, pads, stride, dilation, output depth, phase, phases)
+    sizes = "8, 34, 34, 64, 64, 3, 5, 1, 2, 1, 2, 2, 1, 1, 2, 64, 17, 30, 0, 1, 1, 1, 0, 0, 1, 1, 1, 0, 1"
     assert f"{sizes}, workspace, stream" in source.text
     assert "kw::ConvPingpong" in source.text and "#include <cutlass/" in source.text
     # one instantiation per tile and epilogue: the same chain on other sizes shares the launcher
@@ -322,29 +325,33 @@ def test_render_geometry_and_tile():
     assert other.name != source.name
 
 
-def bn_chain(n=8, h=34, w=34, c=64, k=128, after="relu", running=True, norm="batch"):
+def bn_chain(n=8, h=34, w=34, c=64, k=128, after="relu", running=True, norm="batch", d=None):
     """x [N, H, W, C] -> conv_cl -> + bias -> BatchNorm (batch statistics, channels last) -> `after` ->
     NCHW, with the running statistics' updates as capture leaves them (their own mean and var of x); or
     (`norm="instance"`) an InstanceNorm without affine parameters, as the rewrites leave it (a GroupNorm of
-    one channel a group)."""
-    x = input_node("x", 0, (n, h, w, c))
-    weight = param_node("weight", (k, 3, 3, c))
+    one channel a group). With a depth `d`: a Conv3d's (3x3x3), NDHWC."""
+    sizes = (h, w) if d is None else (d, h, w)
+    rank = len(sizes) + 2
+    x = input_node("x", 0, (n, *sizes, c))
+    weight = param_node("weight", (k, *(3,) * len(sizes), c))
     bias, gamma, beta = param_node("bias", (k,)), param_node("bn.weight", (k,)), param_node("bn.bias", (k,))
-    y = make_node("conv", [x, weight], stride=(1, 1), padding=(1, 1), dilation=(1, 1), transposed=False,
-                  output_padding=(0, 0), groups=1, has_bias=False, channels_last=True)
+    y = make_node("conv", [x, weight], stride=(1,) * len(sizes), padding=(1,) * len(sizes),
+                  dilation=(1,) * len(sizes), transposed=False, output_padding=(0,) * len(sizes), groups=1,
+                  has_bias=False, channels_last=True)
     y = make_node("add", [y, bias])
     if norm == "instance":
-        normed = make_node("group_norm", [y], channel_dim=3, eps=1e-5, groups=k, has_bias=False,
+        normed = make_node("group_norm", [y], channel_dim=rank - 1, eps=1e-5, groups=k, has_bias=False,
                            has_weight=False)
         running = False
     else:
-        normed = make_node("batch_norm", [y, gamma, beta], channel_dim=3, eps=1e-5, has_bias=True,
+        normed = make_node("batch_norm", [y, gamma, beta], channel_dim=rank - 1, eps=1e-5, has_bias=True,
                            has_running=False, has_weight=True, momentum=0.1, training=True)
-    out = make_node("permute", [make_node(after, [normed]) if after else normed], dims=(0, 3, 1, 2))
+    out = make_node("permute", [make_node(after, [normed]) if after else normed],
+                    dims=fuse_conv.to_nchw(rank))
     mutations = ()
     if running:
-        mean = make_node("mean", [y], dims=(0, 1, 2), keepdim=False)
-        var = make_node("var", [y], dims=(0, 1, 2), correction=1, keepdim=False)
+        mean = make_node("mean", [y], dims=tuple(range(rank - 1)), keepdim=False)
+        var = make_node("var", [y], dims=tuple(range(rank - 1)), correction=1, keepdim=False)
         mutations = (("bn.running_mean", make_node("mul", [mean, const_node(0.1)])),
                      ("bn.running_var", make_node("mul", [var, const_node(0.1)])))
     return Graph(inputs=(x,), params=(weight, bias, gamma, beta), outputs=(out,), mutations=mutations)
@@ -421,20 +428,23 @@ def test_a_group_norm_of_several_channels_a_group_is_not_split():
 
 
 def convt_chain(n=8, h=32, w=32, c=64, k=64, kernel=(3, 3), stride=(2, 2), padding=(1, 1),
-                output_padding=(1, 1), dilation=(1, 1), groups=1, after=None, to_nchw=True, extra=()):
+                output_padding=(1, 1), dilation=None, groups=1, after=None, to_nchw=True, extra=(), d=None):
     """x [N, H, W, C] -> conv_transpose_cl (weight [C, R, S, K]) -> + bias -> `after` -> NCHW, as the layout
-    pass leaves a ConvTranspose2d chain (`extra`: other inputs `after` reads)."""
-    x = input_node("x", 0, (n, h, w, c))
+    pass leaves a ConvTranspose2d chain (`extra`: other inputs `after` reads); with a depth `d` (and 3-D
+    geometry) a ConvTranspose3d's, NDHWC."""
+    sizes = (h, w) if d is None else (d, h, w)
+    dilation = dilation or (1,) * len(sizes)
+    x = input_node("x", 0, (n, *sizes, c))
     weight, bias = param_node("weight", (c, *kernel, k // groups)), param_node("bias", (k,))
     out_hw = [(size - 1) * s - 2 * p + d * (r - 1) + o + 1 for size, s, p, d, r, o in zip(
-        (h, w), stride, padding, dilation, kernel, output_padding, strict=True)]
+        sizes, stride, padding, dilation, kernel, output_padding, strict=True)]
     y = make_node("conv", [x, weight], stride=stride, padding=padding, dilation=dilation, transposed=True,
                   output_padding=output_padding, groups=groups, has_bias=False, channels_last=True)
     assert tuple(y.shape) == (n, *out_hw, k)
     y = make_node("add", [y, bias])
     if after is not None:
         y = after(y)
-    out = make_node("permute", [y], dims=(0, 3, 1, 2)) if to_nchw else y
+    out = make_node("permute", [y], dims=fuse_conv.to_nchw(len(y.shape))) if to_nchw else y
     return Graph(inputs=(x, *extra), params=(weight, bias), outputs=(out,))
 
 
@@ -492,49 +502,66 @@ def test_transposed_convs_left_to_cudnn(change):
     assert match(convt_chain(**change), frozenset()) == []
 
 
-@pytest.mark.parametrize(("size", "kernel", "stride", "padding", "output_padding"), [
-    ((32, 32), (3, 3), (2, 2), (1, 1), (1, 1)),     # level2/10's geometry
-    ((9, 7), (4, 4), (2, 2), (1, 1), (0, 0)),       # level2/27's
-    ((5, 6), (5, 3), (3, 4), (2, 0), (2, 3)),       # three phases along H, four along W, output padding
-    ((6, 5), (3, 2), (1, 1), (0, 1), (0, 0)),       # stride 1: one phase, the flipped kernel
+@pytest.mark.parametrize(("size", "kernel", "stride", "padding", "output_padding", "claimed"), [
+    ((32, 32), (3, 3), (2, 2), (1, 1), (1, 1), True),     # level2/10's geometry
+    ((9, 7), (4, 4), (2, 2), (1, 1), (0, 0), True),       # level2/27's
+    # three phases along H, four along W, output padding (a W phase without taps: not claimed)
+    ((5, 6), (5, 3), (3, 4), (2, 0), (2, 3), False),
+    ((6, 5), (3, 2), (1, 1), (0, 1), (0, 0), True),       # stride 1: one phase, the flipped kernel
+    ((5, 6, 7), (3, 3, 3), (2, 2, 2), (1, 1, 1), (1, 1, 1), True),   # 3-D: two phases along D, H and W each
+    # 3-D, three along D (phase windows past the input: not claimed), one along H
+    ((4, 5, 6), (3, 4, 3), (3, 1, 2), (1, 2, 0), (2, 0, 1), False),
+    ((4, 5, 3), (3, 3, 3), (1, 1, 1), (0, 0, 0), (0, 0, 0), True),   # 3-D stride 1 (level2/28's geometry)
 ])
-def test_phase_decomposition_computes_the_transposed_conv(size, kernel, stride, padding, output_padding):
-    """The entry's plan run in float64 on the CPU as the kernel runs it: each output phase along H a
-    correlation of x (its padding) with the weights `phase_weights` gathers by `phase_taps` ([K * s_w, T, U,
-    C], column k * s_w + rw), each column's values placed at output pixel (s_h * j + rh, s_w * jq + rw) where
-    that is inside the output; equal to conv_transpose2d."""
-    (h, w), c, k, n = size, 5, 3, 2
-    graph = convt_chain(n=n, h=h, w=w, c=c, k=k, kernel=kernel, stride=stride, padding=padding,
-                        output_padding=output_padding)
+def test_phase_decomposition_computes_the_transposed_conv(size, kernel, stride, padding, output_padding,
+                                                          claimed, monkeypatch):
+    """The entry's plan run in float64 on the CPU as the kernel runs it: each output phase along D and H a
+    correlation of x (its padding) with the weights `phase_weights` gathers by `phase_taps` ([K * s_w, V, T,
+    U, C], column k * s_w + rw), each column's values placed at output pixel (s_d * jd + rd, s_h * j + rh,
+    s_w * jq + rw) where that is inside the output; equal to conv_transpose2d (3d)."""
+    c, k, n = 5, 3, 2
+    rank = len(size)
+    depth = {"d": size[0]} if rank == 3 else {}
+    graph = convt_chain(n=n, h=size[-2], w=size[-1], c=c, k=k, kernel=kernel, stride=stride, padding=padding,
+                        output_padding=output_padding, **depth)
     conv = next(node for node in graph.nodes() if node.op == "conv")
-    assert fuse_conv._transposed_ok(conv) or conv.attr("stride")[1] not in fuse_conv.PHASE_STRIDES \
-        or n * h * w * c * k * kernel[0] * kernel[1] < fuse_conv.MIN_CONV_MACS
     view = describe(make_group(graph, "conv", [node for node in graph.nodes() if not node.is_leaf]))
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(n, h, w, c, generator=gen, dtype=torch.float64)
-    weight = torch.randn(c, *kernel, k, generator=gen, dtype=torch.float64)     # [C, R, S, K]
-    want = torch.nn.functional.conv_transpose2d(x.permute(0, 3, 1, 2), weight.permute(0, 3, 1, 2),
-                                                stride=stride, padding=padding, output_padding=output_padding)
+    x = torch.randn(n, *size, c, generator=gen, dtype=torch.float64)
+    weight = torch.randn(c, *kernel, k, generator=gen, dtype=torch.float64)     # [C, (T,) R, S, K]
+    to_first = (0, rank + 1, *range(1, rank + 1))
+    transpose = torch.nn.functional.conv_transpose2d if rank == 2 else torch.nn.functional.conv_transpose3d
+    want = transpose(x.permute(to_first), weight.permute(to_first), stride=stride, padding=padding,
+                     output_padding=output_padding)
     got = torch.full_like(want, float("nan"))
-    rows_h, rows_w = view.phases()
-    s_h, s_w = stride
-    flat = weight.reshape(c, -1, k)                                              # [C, R * S, K]
-    for rh, row_h in enumerate(rows_h):
-        taps = torch.tensor(phase_taps(view, rh)).view(s_w, len(row_h.taps), len(rows_w[0].taps))
-        gathered = torch.where(taps[None, ..., None] >= 0, flat[:, taps.clamp(min=0)].permute(4, 1, 2, 3, 0),
-                               torch.zeros(()))                                   # [K, s_w, T, U, C]
-        phase_w = gathered.reshape(k * s_w, *taps.shape[1:], c)                 # column k * s_w + rw
-        padded = torch.nn.functional.pad(x.permute(0, 3, 1, 2), (rows_w[0].lower, rows_w[0].upper,
-                                                                 row_h.lower, row_h.upper))
-        z = torch.nn.functional.conv2d(padded, phase_w.permute(0, 3, 1, 2))    # [N, K * s_w, J, J']
-        assert z.shape[2:] == (row_h.count, rows_w[0].count)
-        for rw in range(s_w):
-            cols = z[:, rw::s_w]
-            for j in range(row_h.count):
-                for jq in range(rows_w[0].count):
-                    oh, ow = s_h * j + rh, s_w * jq + rw
-                    if ow < want.shape[3]:
-                        got[:, :, oh, ow] = cols[:, :, j, jq]
+    rows_d, rows_h, rows_w = view.phases()
+    (s_d, s_h, s_w), row_w = (1, *stride) if rank == 2 else stride, rows_w[0]
+    flat = weight.reshape(c, -1, k)                                              # [C, (T *) R * S, K]
+    for rd, row_d in enumerate(rows_d):
+        for rh, row_h in enumerate(rows_h):
+            window = (len(row_d.taps), len(row_h.taps), len(row_w.taps))
+            taps = torch.tensor(phase_taps(view, rd, rh)).view(s_w, *window)
+            gathered = torch.where(taps[None, ..., None] >= 0,
+                                   flat[:, taps.clamp(min=0)].permute(5, 1, 2, 3, 4, 0), torch.zeros(()))
+            phase_w = gathered.reshape(k * s_w, *window, c)                      # column k * s_w + rw
+            pads = (row_w.lower, row_w.upper, row_h.lower, row_h.upper, row_d.lower, row_d.upper)
+            volume = x.permute(to_first) if rank == 3 else x.permute(to_first)[:, :, None]
+            padded = torch.nn.functional.pad(volume, pads)
+            z = torch.nn.functional.conv3d(padded, phase_w.permute(0, 4, 1, 2, 3))  # [N, K * s_w, V, J, J']
+            assert z.shape[2:] == (row_d.count, row_h.count, row_w.count)
+            for rw in range(s_w):
+                cols = z[:, rw::s_w]
+                for jd in range(row_d.count):
+                    for j in range(row_h.count):
+                        for jq in range(row_w.count):
+                            od, oh, ow = s_d * jd + rd, s_h * j + rh, s_w * jq + rw
+                            if ow < want.shape[-1]:
+                                if rank == 2:
+                                    got[:, :, oh, ow] = cols[:, :, jd, j, jq]
+                                else:
+                                    got[:, :, od, oh, ow] = cols[:, :, jd, j, jq]
+    monkeypatch.setattr(fuse_conv, "MIN_CONV_MACS", 0)     # claimed, but for its size
+    assert fuse_conv._transposed_ok(conv) == claimed
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
@@ -553,3 +580,85 @@ def test_an_nchw_residual_is_read_where_it_is():
     # the NCHW store applies the epilogue, reading the residual at the element it writes
     assert "constexpr bool kLate = true;" in source.text and "__ldg(p.e1 + at)" in source.text
     assert source.spec.operands[3][1] == (("permute", 0, 3, 1, 2), ("dense", 4))
+
+
+def test_a_3d_conv_chain_is_one_group_of_rank_3():
+    """Conv3d + bias + ReLU -> NCDHW (after the layout pass: NDHWC): the kernel's 3-D instantiation (TMA
+    im2col over NDHWC), its output pixels (image, depth, row, column) the GEMM's M."""
+    graph = conv_chain(n=2, d=10, h=20, w=24, c=16, k=48, kernel=(3, 3, 3), stride=(1, 2, 1),
+                       padding=(1, 1, 0), dilation=(1, 1, 2))
+    (group,) = match(graph, frozenset())
+    assert [n.op for n in group.nodes] == ["conv", "add", "relu", "permute"]
+    view = describe(group)
+    assert view.rank == 3 and (view.d, view.t, view.z, view.p, view.q) == (10, 3, 10, 10, 20)
+    assert view.pixels == 2 * 10 * 10 * 20 and view.gemm.k == 27 * 16
+    source = render(group)
+    assert "constexpr int kRank = 3;" in source.text
+    # the 2-D sizes (height and width), then d, t, pads, stride, dilation, output depth, phase, phases along D
+    sizes = "2, 20, 24, 16, 48, 3, 3, 1, 0, 1, 0, 2, 1, 1, 2, 48, 10, 20, 0, 1, 10, 3, 1, 1, 1, 1, 10, 0, 1"
+    assert f"{sizes}, workspace, stream" in source.text
+    assert source.spec.outputs == (("float32", (2, 48, 10, 10, 20)),)
+    assert ir_comment(view).startswith("conv3d NDHWC [2, 10, 20, 24, 16] * [48, 3, 3, 3, 16]")
+    # the 2-D chain is another instantiation
+    flat = render(match(conv_chain(k=48), frozenset())[0])
+    assert flat.name.rsplit("_", 1)[0] != source.name.rsplit("_", 1)[0]
+
+
+@pytest.mark.parametrize("change", [
+    {"padding": (17, 1, 1), "kernel": (35, 3, 3)},     # 3-D im2col: corners in [-16, 15], offsets under 31
+    {"kernel": (3, 3, 33), "padding": (1, 1, 1)},
+])
+def test_3d_convs_past_tma_im2col_are_left_to_cudnn(change):
+    geometry = {"kernel": (3, 3, 3), "padding": (1, 1, 1), "stride": (1, 1, 1), "dilation": (1, 1, 1)}
+    assert match(conv_chain(n=2, d=40, h=20, w=40, c=16, k=48, **{**geometry, **change}), frozenset()) == []
+    assert len(match(conv_chain(n=2, d=40, h=20, w=40, c=16, k=48, **geometry), frozenset())) == 1
+
+
+def test_3d_norm_statistics_and_pool_join_the_epilogue():
+    """A Conv3d's BatchNorm (statistics over dims (0, 1, 2, 3)) and InstanceNorm (per image: (1, 2, 3)) split
+    into the epilogue's statistics, and a global pool over (1, 2, 3) ends a group."""
+    plan = plan_fusion(bn_chain(n=4, d=8, h=16, w=16, c=16, k=32))
+    view = describe(next(g for g in plan.groups if g.family == "conv"))
+    assert view.rank == 3 and len(view.statistics) == 4 and not view.per_image
+    plan = plan_fusion(bn_chain(n=4, d=8, h=16, w=16, c=16, k=32, norm="instance"))
+    view = describe(next(g for g in plan.groups if g.family == "conv"))
+    assert view.per_image and [tuple(s.attr("dims")) for s in view.statistics] == [(1, 2, 3)] * 2
+    (group,) = match(conv_chain(n=4, d=8, h=16, w=16, c=16, k=32, kernel=(3, 3, 3), padding=(1, 1, 1),
+                                stride=(1, 1, 1), dilation=(1, 1, 1), pool="mean"), frozenset())
+    view = describe(group)
+    assert view.pooled and "over each image's 8x16x16 pixels" in ir_comment(view)
+
+
+def test_a_3d_transposed_conv_is_a_launch_per_phase_along_d_and_h():
+    """ConvTranspose3d stride 2: 2 x 2 launches (output phases along D and H), the 2 phases along W the
+    GEMM's columns."""
+    graph = convt_chain(n=2, d=8, h=16, w=16, c=32, k=32, kernel=(3, 3, 3), stride=(2, 2, 2),
+                        padding=(1, 1, 1), output_padding=(1, 1, 1), after=lambda y: make_node("relu", [y]))
+    (group,) = match(graph, frozenset())
+    view = describe(group)
+    assert view.rank == 3 and view.phased and view.columns == 64
+    text = render(group).text
+    assert text.count("_launch(static_cast<const float*>(in[0].data), phase_w") == 4
+    assert "constexpr bool kPhased = true;" in text
+    assert "4 launches (output phases along D and H; windows 1x1x2, 1x2x2, 2x1x2, 2x2x2)" in ir_comment(view)
+
+
+def test_a_stride_1_transposed_conv_is_a_conv_launch():
+    """A stride-1 transposed conv is the correlation with its kernel flipped: one launch, not phased, so it
+    may be stored NHWC for other kernels with its statistics (level2/28's ConvTranspose3d, 2-D here too)."""
+    for depth in ({}, {"d": 6}):
+        rank = 3 if depth else 2
+        graph = convt_chain(n=4, h=40, w=40, c=32, k=64, kernel=(3,) * rank, stride=(1,) * rank,
+                            padding=(0,) * rank, output_padding=(0,) * rank, to_nchw=False,
+                            after=lambda y: make_node("relu", [y]), **depth)
+        (y,) = graph.outputs
+        dims = tuple(range(rank + 1))
+        stats = (make_node("mean", [y], dims=dims, keepdim=True),
+                 make_node("var", [y], dims=dims, correction=0, keepdim=True))
+        graph = graph.with_(outputs=(make_node("mul", [make_node("sub", [y, stats[0]]), stats[1]]),))
+        group = next(g for g in plan_fusion(graph).groups if g.family == "conv")
+        view = describe(group)
+        assert view.transposed and not view.phased and len(view.statistics) == 2
+        text = render(group).text
+        assert "constexpr bool kPhased = false;" in text
+        assert text.count("_launch(static_cast<const float*>(in[0].data), phase_w") == 1
