@@ -549,7 +549,7 @@ def _statistic_dims(node: Node) -> tuple[int, ...]:
 
 
 def norms_apart(graph: Graph) -> Graph:
-    """`graph` with each train-mode BatchNorm, and each InstanceNorm (a GroupNorm of one channel a group), of
+    """`graph` with each train-mode BatchNorm, and each GroupNorm (an InstanceNorm: one channel a group), of
     a channels-last conv chain the conv kernel can claim (its input reached from a claimable conv through
     pointwise ops of its shape) split into its statistics and the apply, which the conv's epilogue and the
     pointwise family then compute:
@@ -557,7 +557,8 @@ def norms_apart(graph: Graph) -> Graph:
         y = norm(x, w, b)  ->  mean = mean(x, dims); var = var(x, dims, correction=0)
                                y = (x - mean) * rsqrt(var + eps) * w + b
 
-    dims (0, 1, 2) for a BatchNorm (per channel), (1, 2) for an InstanceNorm (per image and channel). Each
+    dims (0, 1, 2) for a BatchNorm (per channel), (1, 2) for a GroupNorm (per image and channel, then its
+    groups' from its channels', `_group_moments`: level2/28's 16 channels a group). Each
     split is built on the rebuilt graph upstream of it (a network's next conv reads the last split's apply).
     A BatchNorm's running statistics' updates already read x with their own mean and var."""
     if not available():
@@ -589,8 +590,8 @@ def _norm_dims(norm: Node) -> tuple[int, ...] | None:
         return None
     if norm.op == "batch_norm" and norm.attr("training") and not norm.attr("has_running"):
         return (0, *_spatial(rank))
-    if norm.op == "group_norm" and norm.attr("groups") == norm.shape[-1]:
-        return _spatial(rank)
+    if norm.op == "group_norm":
+        return _spatial(rank)     # per image and channel; a group's channels combined by `_norm_apply`
     return None
 
 
@@ -607,12 +608,32 @@ def _after_claimable_conv(norm: Node) -> bool:
 
 
 def _norm_apply(norm: Node, dims: tuple[int, ...]) -> Node:
-    """The normalized x from its statistics over `dims`, as pointwise ops (the statistics keep their dims)."""
+    """The normalized x from its statistics over `dims`, as pointwise ops (the statistics keep their dims;
+    a GroupNorm's of several channels a group combined from its channels', `_group_moments`)."""
     x = norm.inputs[0]
     mean = make_node("mean", [x], dims=dims, keepdim=True)
     var = make_node("var", [x], dims=dims, correction=0, keepdim=True)
+    if norm.op == "group_norm" and norm.attr("groups") != x.shape[-1]:
+        mean, var = _group_moments(mean, var, norm.attr("groups"))
     rstd = make_node("rsqrt", [make_node("add", [var, const_node(float(norm.attr("eps")))])])
     y = make_node("mul", [make_node("sub", [x, mean]), rstd])
     for op, vector in affine(norm):
         y = make_node(op, [y, vector])
     return y
+
+
+def _group_moments(mean: Node, var: Node, groups: int) -> tuple[Node, Node]:
+    """A GroupNorm's mean and (population) var per image and group from its channels' [N, 1.., C]: each
+    group's channels hold equally many pixels, so its mean is theirs averaged and its var, by the law of total
+    variance, their vars' mean plus the mean squared spread of their means about it (no cancellation: every
+    term is non-negative). On [N, G, C / G] values, broadcast back to [N, 1.., C]."""
+    shape, n, c = tuple(mean.shape), mean.shape[0], mean.shape[-1]
+    grouped = (n, groups, c // groups)
+    means = make_node("reshape", [mean], shape=grouped)
+    group_mean = make_node("mean", [means], dims=(2,), keepdim=True)
+    spread = make_node("sub", [means, group_mean])
+    variances = make_node("reshape", [var], shape=grouped)
+    spreads = make_node("add", [variances, make_node("mul", [spread, spread])])
+    group_var = make_node("mean", [spreads], dims=(2,), keepdim=True)
+    return tuple(make_node("reshape", [make_node("expand", [t], shape=grouped)], shape=shape)
+                 for t in (group_mean, group_var))

@@ -284,8 +284,8 @@ CASES_3D = {
                                             padding=(1, 1, 1), output_padding=(1, 1, 1), d=8,
                                             after=lambda y: make_node("relu", [y])),
     # odd sizes, strides (2, 1, 4): two phases along D, four along W
-    "convt3d_odd": lambda: convt_chain(14, 9, 7, 20, 24, kernel=(3, 3, 4), stride=(2, 1, 4), padding=(1, 1, 0),
-                                       output_padding=(1, 0, 0), d=5,
+    "convt3d_odd": lambda: convt_chain(14, 9, 7, 20, 24, kernel=(3, 3, 4), stride=(2, 1, 4),
+                                       padding=(1, 1, 0), output_padding=(1, 0, 0), d=5,
                                        after=lambda y: make_node("gelu", [y], approximate="none")),
     # level2/28's size: stride 1, stored NDHWC with its statistics
     "convt3d_stride_1_level2_size": lambda: _stride_1_convt_statistics(16, 14, 30, 30, 32, 64),

@@ -329,7 +329,8 @@ def bn_chain(n=8, h=34, w=34, c=64, k=128, after="relu", running=True, norm="bat
     """x [N, H, W, C] -> conv_cl -> + bias -> BatchNorm (batch statistics, channels last) -> `after` ->
     NCHW, with the running statistics' updates as capture leaves them (their own mean and var of x); or
     (`norm="instance"`) an InstanceNorm without affine parameters, as the rewrites leave it (a GroupNorm of
-    one channel a group). With a depth `d`: a Conv3d's (3x3x3), NDHWC."""
+    one channel a group), or (`norm="group"`) a GroupNorm of two groups with affine parameters. With a depth
+    `d`: a Conv3d's (3x3x3), NDHWC."""
     sizes = (h, w) if d is None else (d, h, w)
     rank = len(sizes) + 2
     x = input_node("x", 0, (n, *sizes, c))
@@ -342,6 +343,10 @@ def bn_chain(n=8, h=34, w=34, c=64, k=128, after="relu", running=True, norm="bat
     if norm == "instance":
         normed = make_node("group_norm", [y], channel_dim=rank - 1, eps=1e-5, groups=k, has_bias=False,
                            has_weight=False)
+        running = False
+    elif norm == "group":
+        normed = make_node("group_norm", [y, gamma, beta], channel_dim=rank - 1, eps=1e-5, groups=2,
+                           has_bias=True, has_weight=True)
         running = False
     else:
         normed = make_node("batch_norm", [y, gamma, beta], channel_dim=rank - 1, eps=1e-5, has_bias=True,
@@ -379,12 +384,15 @@ def test_batch_norm_statistics_join_the_conv_epilogue():
         ir_comment(view)
 
 
-@pytest.mark.parametrize(("after", "norm"), [("relu", "batch"), (None, "batch"), ("relu", "instance")])
-def test_norm_split_computes_the_same(after, norm, monkeypatch):
+@pytest.mark.parametrize(("after", "norm", "d"), [("relu", "batch", None), (None, "batch", None),
+                                                  ("relu", "instance", None), ("relu", "group", None),
+                                                  (None, "group", 4), ("relu", "batch", 3)])
+def test_norm_split_computes_the_same(after, norm, d, monkeypatch):
     """The split graph, run by the interpreter, equals the original (outputs and buffer updates); small
-    sizes, taken as claimable."""
+    sizes, taken as claimable. A GroupNorm of several channels a group: its groups' moments combined from
+    its channels'."""
     monkeypatch.setattr(fuse_conv, "claimable", lambda conv: True)
-    graph = bn_chain(n=3, h=9, w=7, c=5, k=6, after=after, norm=norm)
+    graph = bn_chain(n=3, h=9, w=7, c=5, k=6, after=after, norm=norm, d=d)
     split = fuse_conv.norms_apart(graph)
     assert not {"batch_norm", "group_norm"} & {n.op for n in split.nodes()}
     gen = torch.Generator().manual_seed(0)
@@ -420,11 +428,14 @@ def test_instance_norm_statistics_are_per_image():
     assert "over each image" in ir_comment(view)
 
 
-def test_a_group_norm_of_several_channels_a_group_is_not_split():
-    graph = bn_chain(norm="instance")
-    norm = next(n for n in graph.nodes() if n.op == "group_norm")
-    assert fuse_conv._norm_dims(norm.with_(attrs={**norm.attr_dict, "groups": 8})) is None
-    assert fuse_conv._norm_dims(norm) == (1, 2)
+def test_a_group_norm_of_several_channels_a_group_takes_its_channels_statistics():
+    """level2/28, 2-D: the conv group computes each image's per-channel mean and var; the groups' are
+    combined from them in small kernels, and the apply reads the conv's stored value once."""
+    plan = plan_fusion(bn_chain(norm="group"))
+    conv_group = next(g for g in plan.groups if g.family == "conv")
+    view = describe(conv_group)
+    assert view.per_image and [s.op for s in view.statistics] == ["mean", "var"]
+    assert "group_norm" not in {n.op for n in plan.graph.nodes()}
 
 
 def convt_chain(n=8, h=32, w=32, c=64, k=64, kernel=(3, 3), stride=(2, 2), padding=(1, 1),
