@@ -38,7 +38,7 @@ from kernelwright.codegen import kernel
 from kernelwright.codegen.gemm import epilogue_function
 from kernelwright.codegen.gemm_entry import epilogue_operands, input_index
 from kernelwright.codegen.kernel import KernelSource, KernelSpec, cpp_bool, entry_points
-from kernelwright.fuse.conv import ConvView, describe, to_nchw
+from kernelwright.fuse.conv import MAX_PHASE_TAPS, ConvView, describe, to_nchw
 from kernelwright.fuse.gemm import EpilogueOperand
 from kernelwright.fuse.plan import FusedGroup
 from kernelwright.ir.graph import Node
@@ -79,7 +79,7 @@ def render_cuda(name: str, view: ConvView) -> str:
         store_function=epilogue_function(f"{name}_store", view.gemm if late(view) else view.post_view),
         store="StatsStore" if view.statistics else "PoolStore" if view.pooled else
               "ReduceStore" if view.reduced else "NchwStore",
-        rank=view.rank, phased=cpp_bool(view.phased), phases_w=view.phases_w,
+        rank=view.rank, phased=cpp_bool(view.phased), phases_w=view.phases_w, phase_taps_max=MAX_PHASE_TAPS,
         pooled=cpp_bool(view.pooled), mean=cpp_bool(view.pooled and view.output.op == "mean"),
         statistics=cpp_bool(bool(view.statistics)), per_image=cpp_bool(view.per_image),
         statistic_count=max(1, len(view.statistics)),

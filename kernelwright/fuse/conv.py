@@ -369,6 +369,9 @@ class Phase:
 # channel k is column k * s + r), so that a tile holds whole output rows; a tile of 64 or 128 columns must
 # then hold every phase of its channels.
 PHASE_STRIDES = (1, 2, 4)
+# The most taps a launch's phase weights gather (its window's taps times the phases along W: the template's
+# `PhaseTaps` table, passed by value to the gathering kernel).
+MAX_PHASE_TAPS = 256
 
 
 def phases(size: int, out: int, kernel: int, stride: int, padding: int, shared: bool) -> tuple[Phase, ...]:
@@ -417,15 +420,18 @@ def _transposed_ok(anchor: Node) -> bool:
     if math.prod(x.shape) * math.prod(w.shape[1:]) < MIN_CONV_MACS:
         return False
     shared = (False,) * (rank - 1) + (True,)
+    taps = anchor.attr("stride")[-1]
     for size, out, kernel, stride, padding, along_w in zip(
             x.shape[1:-1], anchor.shape[1:-1], w.shape[1:-1], anchor.attr("stride"), anchor.attr("padding"),
             shared, strict=True):
         if kernel < stride:
             return False
-        for phase in phases(size, out, kernel, stride, padding, along_w):
+        windows = phases(size, out, kernel, stride, padding, along_w)
+        for phase in windows:
             if not (phase.count >= 1 and _im2col_ok(len(phase.taps), phase.lower, phase.upper, 1, 1, rank)):
                 return False
-    return True
+        taps *= max(len(phase.taps) for phase in windows)
+    return taps <= MAX_PHASE_TAPS
 
 
 def describe(group: FusedGroup) -> ConvView:

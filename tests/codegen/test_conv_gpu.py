@@ -289,6 +289,12 @@ CASES_3D = {
                                        after=lambda y: make_node("gelu", [y], approximate="none")),
     # level2/28's size: stride 1, stored NDHWC with its statistics
     "convt3d_stride_1_level2_size": lambda: _stride_1_convt_statistics(16, 14, 30, 30, 32, 64),
+    # three input channels (x and the weight padded to 4 by the entry), 3-D; a transposed one of 19
+    "conv3d_three_channels": lambda: _conv3d(16, 12, 31, 33, 3, 40, epilogue=lambda y, e: make_node(
+        "gelu", [y], approximate="none")),
+    "convt3d_odd_channels": lambda: convt_chain(8, 10, 11, 19, 32, kernel=(3, 3, 3), stride=(2, 2, 2),
+                                                padding=(1, 1, 1), output_padding=(0, 1, 1), d=6,
+                                                after=lambda y: make_node("sigmoid", [y])),
 }
 
 

@@ -625,6 +625,15 @@ def test_3d_convs_past_tma_im2col_are_left_to_cudnn(change):
     assert len(match(conv_chain(n=2, d=40, h=20, w=40, c=16, k=48, **geometry), frozenset())) == 1
 
 
+def test_a_transposed_conv_with_more_phase_taps_than_the_table_is_left_to_cudnn():
+    """A launch's phase weights are gathered by a table of at most MAX_PHASE_TAPS taps (7x7x7 at stride 1:
+    343)."""
+    geometry = {"stride": (1, 1, 1), "padding": (0, 0, 0), "output_padding": (0, 0, 0), "d": 8}
+    assert match(convt_chain(n=2, h=16, w=16, c=32, k=32, kernel=(7, 7, 7), **geometry), frozenset()) == []
+    assert len(match(convt_chain(n=2, h=16, w=16, c=32, k=32, kernel=(5, 5, 5), **geometry),
+                     frozenset())) == 1
+
+
 def test_3d_norm_statistics_and_pool_join_the_epilogue():
     """A Conv3d's BatchNorm (statistics over dims (0, 1, 2, 3)) and InstanceNorm (per image: (1, 2, 3)) split
     into the epilogue's statistics, and a global pool over (1, 2, 3) ends a group."""
