@@ -153,7 +153,7 @@ def plan_fusion(graph: Graph, matchers: Sequence[Matcher] | None = None,
     roots of parameter-only subgraphs to compute once (`rewrite.hoistable_nodes`), kept out of the groups
     and the per-call steps. First, norms read only by reductions over other rows are split into their
     statistics and a prologue of those reductions (`fuse/statistics.py`, off with `split_statistics`),
-    and where the conv family matches, the train-mode BatchNorms and InstanceNorms of its chains into
+    and where the conv family matches, the train-mode BatchNorms and GroupNorms of its chains into
     statistics its epilogue computes and a pointwise apply (`conv.norms_apart`); the plan's `graph` is the
     graph after that."""
     if matchers is None:
