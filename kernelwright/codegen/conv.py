@@ -25,7 +25,7 @@ instantiation, which is what costs nvcc time: ~35 s on a 2-core machine, 17 s of
                             int phase_d, int phases_d, void* workspace, cudaStream_t stream);
 (k the GEMM's columns: the channels, or a transposed conv's channels times its phases along W; out_h, out_w
 the output's size and phase_h of phases_h the launch's phase along H, 0 of 1 for a conv; then the same
-along D, `_FLAT` for a 2-D conv)
+along D, one plane and one tap for a 2-D conv: `_sizes`)
     size_t NAME_workspace(<the same, without workspace and stream>);
 
 The translation unit must be built for sm_90a with -DNDEBUG (`codegen/build.py` does): CUTLASS's
@@ -52,8 +52,6 @@ TILE_WIDTHS = (64, 96, 128)
 _SIZES = ("n", "h", "w", "c", "k", "r", "s", "pad_h", "pad_w", "pad_h_hi", "pad_w_hi", "stride_h", "stride_w",
           "dilation_h", "dilation_w", "channels", "out_h", "out_w", "phase_h", "phases_h", "d", "t", "pad_d",
           "pad_d_hi", "stride_d", "dilation_d", "out_d", "phase_d", "phases_d")
-# A 2-D conv's sizes along D (the last nine of _SIZES): one input and output plane, one tap, one phase.
-_FLAT = (1, 1, 0, 0, 1, 1, 1, 0, 1)
 
 
 def tile(view: ConvView) -> tuple[int, int, int]:
@@ -161,18 +159,14 @@ def render_entry(name: str, launcher: str, group: FusedGroup, view: ConvView) ->
     outputs = [f"static_cast<float*>(out[{j}])" for j in range(1 + len(view.statistics))]
     if view.transposed:
         return _transposed_entry(name, launcher, view, tensors, outputs), _spec(group, view, operands)
-    depth = ((view.d, view.t, view.padding[0], view.padding[0], view.stride[0], view.dilation[0], view.z, 0,
-              1) if view.rank == 3 else _FLAT)
-    sizes = ", ".join(str(v) for v in (view.n, view.h, view.w_in, view.c_padded, view.k, view.r, view.s,
-                                       *view.padding[-2:], *view.padding[-2:], *view.stride[-2:],
-                                       *view.dilation[-2:], view.k, view.p, view.q, 0, 1, *depth))
+    sizes = _sizes(view)
     nulls = ", ".join(["nullptr"] * (len(operands) + len(outputs)))
     own = f"{launcher}_workspace({nulls}, {sizes})"
     if view.c == view.c_padded:
         args = ", ".join([*tensors[:2], *outputs, *tensors[2:]])
         body = f"  return {launcher}_launch({args}, {sizes}, workspace, stream);"
         return entry_points(name, body, own), _spec(group, view, operands)
-    rows = (view.n * view.d * view.h * view.w_in, view.k * view.t * view.r * view.s)
+    rows = (view.input_pixels, view.k * view.t * view.r * view.s)
     x_bytes, w_bytes = (_aligned(r * view.c_padded * 4) for r in rows)
     args = ", ".join(["padded_x", "padded_w", *outputs, *tensors[2:]])
     body = "\n".join([
@@ -188,6 +182,21 @@ def render_entry(name: str, launcher: str, group: FusedGroup, view: ConvView) ->
     return entry_points(name, body, f"{x_bytes + w_bytes} + {own}"), _spec(group, view, operands)
 
 
+def _sizes(view: ConvView, **launch: int) -> str:
+    """The launcher's size arguments, in `_SIZES`' order: the conv's (a 2-D one's along D: one plane, one tap,
+    no padding), or where given a launch's own (a transposed conv's phase)."""
+    depth = view.rank == 3
+    sizes = dict(n=view.n, h=view.h, w=view.w_in, c=view.c_padded, k=view.k, r=view.r, s=view.s,
+                 pad_h=view.padding[-2], pad_w=view.padding[-1], pad_h_hi=view.padding[-2],
+                 pad_w_hi=view.padding[-1], stride_h=view.stride[-2], stride_w=view.stride[-1],
+                 dilation_h=view.dilation[-2], dilation_w=view.dilation[-1], channels=view.k, out_h=view.p,
+                 out_w=view.q, phase_h=0, phases_h=1, d=view.d, t=view.t, pad_d=view.padding[0] * depth,
+                 pad_d_hi=view.padding[0] * depth, stride_d=view.stride[0] if depth else 1,
+                 dilation_d=view.dilation[0] if depth else 1, out_d=view.z, phase_d=0, phases_d=1)
+    sizes.update(launch)
+    return ", ".join(str(sizes[name]) for name in _SIZES)
+
+
 def _transposed_entry(name: str, launcher: str, view: ConvView, tensors: list[str],
                       outputs: list[str]) -> str:
     """A transposed conv's entry: each output phase along D and H a launch of the kernel (a stride-1
@@ -200,7 +209,7 @@ def _transposed_entry(name: str, launcher: str, view: ConvView, tensors: list[st
     offset = 0
     x = tensors[0]
     if view.c != view.c_padded:
-        rows = view.n * view.d * view.h * view.w_in
+        rows = view.input_pixels
         lines += ["  float* padded_x = reinterpret_cast<float*>(scratch);",
                   f"  error = {launcher}_pad({x}, padded_x, {rows}LL, {view.c}, {view.c_padded}, stream);",
                   "  if (error != nullptr) return error;"]
@@ -218,11 +227,12 @@ def _transposed_entry(name: str, launcher: str, view: ConvView, tensors: list[st
                   "stream);",
                   "  if (error != nullptr) return error;"]
         offset += _aligned(view.k * len(taps) * view.c_padded * 4)
-        geometry = (len(row_h.taps), len(row_w.taps), row_h.lower, row_w.lower, row_h.upper, row_w.upper)
-        depth = ((view.d, len(row_d.taps), row_d.lower, row_d.upper, 1, 1, view.z, rd, len(rows_d))
-                 if view.rank == 3 else _FLAT)
-        sizes = ", ".join(str(v) for v in (view.n, view.h, view.w_in, view.c_padded, view.columns, *geometry,
-                                           1, 1, 1, 1, view.k, view.p, view.q, rh, len(rows_h), *depth))
+        # a stride-1 correlation of the phase's window and paddings (along D one tap, no padding in 2-D)
+        sizes = _sizes(view, k=view.columns, t=len(row_d.taps), r=len(row_h.taps), s=len(row_w.taps),
+                       pad_d=row_d.lower, pad_d_hi=row_d.upper, pad_h=row_h.lower, pad_h_hi=row_h.upper,
+                       pad_w=row_w.lower, pad_w_hi=row_w.upper, stride_d=1, stride_h=1, stride_w=1,
+                       dilation_d=1, dilation_h=1, dilation_w=1, phase_d=rd, phases_d=len(rows_d), phase_h=rh,
+                       phases_h=len(rows_h))
         launches.append((", ".join([x, weight, *outputs, *tensors[2:]]), sizes))
         owns.append(f"{launcher}_workspace({nulls}, {sizes})")
     # the launches run one after another on the stream, each on the same workspace after the weights (the

@@ -170,9 +170,13 @@ class ConvView:
         return self.n * self.z * self.p * self.q
 
     @property
+    def input_pixels(self) -> int:
+        return self.n * self.d * self.h * self.w_in
+
+    @property
     def macs(self) -> int:
         """The multiply-adds of the conv (a transposed one's: each input pixel's into T*R*S output pixels)."""
-        pixels = self.n * self.d * self.h * self.w_in if self.transposed else self.pixels
+        pixels = self.input_pixels if self.transposed else self.pixels
         return pixels * self.k * self.c * self.t * self.r * self.s
 
     @property
