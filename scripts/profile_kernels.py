@@ -63,9 +63,9 @@ def forward(system: str, problem_path: str, candidate: str | None) -> None:
         torch.cuda.cudart().cudaProfilerStop()
 
 
-def kernel_rows(raw_csv: str) -> list[dict]:
-    """The kernels of ncu's `--csv --page raw` output: one dict per kernel launch, metric values as floats
-    (None where ncu gave none: a metric this GPU has not)."""
+def kernel_rows(raw_csv: str, metrics=METRICS) -> list[dict]:
+    """The kernels of ncu's `--csv --page raw` output: one dict per kernel launch, `metrics`' values as
+    floats (None where ncu gave none: a metric this GPU has not)."""
     lines = [line for line in raw_csv.splitlines() if line.startswith('"')]
     if not lines:
         return []
@@ -77,7 +77,7 @@ def kernel_rows(raw_csv: str) -> list[dict]:
     for cells in body:
         row = dict(zip(header, cells, strict=False))
         entry = {"kernel": row.get("Kernel Name", "?")}
-        for metric in METRICS:
+        for metric in metrics:
             text = (row.get(metric) or "").replace(",", "")
             try:
                 entry[metric] = float(text)

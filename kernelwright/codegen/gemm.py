@@ -32,7 +32,7 @@ from kernelwright.codegen import gemm_cutlass, gemm_gemv, gemm_sm90x3, gemm_tf32
 from kernelwright.codegen.gemm_entry import render_entry
 from kernelwright.codegen.kernel import KernelSource, shared_launcher_kernel
 from kernelwright.codegen.pointwise import c_literal, emit_statements
-from kernelwright.fuse.gemm import GemmConfig, GemmView, describe, gemm_config, sm90x3_tile
+from kernelwright.fuse.gemm import GemmConfig, GemmView, describe, gemm_config, sm90x3_roles, sm90x3_tile
 from kernelwright.fuse.plan import FusedGroup
 
 # nvcc flags the CUTLASS translation units need on top of torch's defaults.
@@ -93,8 +93,13 @@ def ir_comment(view: GemmView, config: GemmConfig) -> str:
         kernel = "3xTF32 split operands + cuBLAS TF32 GEMM of depth 3K"
     elif config.kernel == "sm90x3":
         tile = "x".join(map(str, sm90x3_tile(config)))
-        kernel = (f"SM90 3xTF32 tile {tile} (TMA + wgmma, A's small part in registers, B's in shared memory, "
-                  "FP32 promotion every 128 of K"
+        roles = sm90x3_roles(view, config.swap)
+        order = ("B^T . A^T: B's small part in registers, A's in shared memory" if roles.swap
+                 else "A's small part in registers, B's in shared memory")
+        copies = [name for name, copy in (("A", roles.copy_a), ("B", roles.copy_b)) if copy]
+        kernel = (f"SM90 3xTF32 tile {tile} (TMA + wgmma, {order}, "
+                  + (f"{' and '.join(copies)} copied K-major, " if copies else "")
+                  + "FP32 promotion every 128 of K"
                   + (f", tiles in strips of {config.strips})" if config.strips > 1 else ")"))
     else:
         split = f" split-K {config.split_k}" if config.split_k > 1 else ""

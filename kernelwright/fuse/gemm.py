@@ -68,6 +68,8 @@ class GemmConfig(NamedTuple):
     # the SM90 kernel's persistent tile scheduler: output tiles taken in strips this many tiles wide (a
     # launcher argument: one instantiation serves every value)
     strips: int = 1
+    # the SM90 kernel computes D^T = B^T . A^T, B split in registers (`sm90x3_roles`)
+    swap: bool = False
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,8 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
     product in 3.06 ms in the probe against the SM80 kernel's 4.77 in optimize, H100 2026-11-28), where a
     product has `SM90X3_MIN_FLOP` of work: one CUTLASS library per machine and tile for every GEMM. Where
     one product has `SM90X3_STRIP_WAVES` waves of tiles or more, that launch again with its tiles taken in
-    strips of `SM90X3_STRIPS` (a launcher argument)."""
+    strips of `SM90X3_STRIPS` (a launcher argument); where swapping the operands' roles reads one more of
+    them in place (`sm90x3_swap_saves_a_copy`), the swapped launch too (a library of its own)."""
     config = gemm_config(group)
     if config.kernel not in ("tf32x3", "cutlass"):
         return []
@@ -225,6 +228,8 @@ def launch_alternatives(group: FusedGroup) -> list[FusedGroup]:
         others.append(sm90)
         if _tile_count(view.m, view.n, 1, sm90) >= SM90X3_STRIP_WAVES * SM_COUNT:
             others.append(sm90._replace(strips=SM90X3_STRIPS))
+        if sm90x3_swap_saves_a_copy(view):
+            others.append(sm90._replace(swap=True, block=sm90x3_tile_for(view, swap=True)))
     return [dataclasses.replace(group, config=other) for other in others]
 
 
@@ -246,7 +251,72 @@ SM90X3_MIN_FLOP = 2e9
 SM90X3_STRIPS, SM90X3_STRIP_WAVES = 8, 16
 
 
-def sm90x3_tile_for(view: GemmView, sm_count: int = SM_COUNT) -> tuple[int, int, int]:
+class Sm90x3Roles(NamedTuple):
+    """How the SM90 kernel takes a product's operands. It splits one operand in registers (the MMAs' A),
+    which it reads from shared memory in either layout, and reads the other's TF32 tiles with wgmma (B),
+    which takes them K-major only. An operand that cannot be read in place is first copied K-major into the
+    workspace (a bandwidth-bound pass: 43 us of level1/41's 1202, H200 2026-11-29)."""
+    swap: bool            # the kernel computes D^T = B^T . A^T: B split in registers, A read by wgmma
+    register_major: str   # "K" or "MN": the register operand's layout in memory as the kernel reads it
+    copy_a: bool          # A is copied K-major first
+    copy_b: bool
+
+    @property
+    def d_layout(self) -> str:
+        """D as the kernel writes it (CUTLASS's layout tag): transposed where the roles swap."""
+        return "ColumnMajor" if self.swap else "RowMajor"
+
+    @property
+    def copies(self) -> int:
+        return self.copy_a + self.copy_b
+
+
+def sm90x3_roles(view: GemmView, swap: bool = False) -> Sm90x3Roles:
+    """The operands' roles, swapped or not: which are read in place and which copied. wgmma's operand is
+    read in place where it is K-major, the register operand where it is K-major or, MN-major, has a
+    multiple of 4 rows (TMA's 16-byte rule on its contiguous extent); any operand of an odd K is copied,
+    its depth padded."""
+    if view.k % 4:
+        return Sm90x3Roles(swap, "K", True, True)
+    a_kmajor, b_kmajor = not view.a_col_major, view.b_col_major
+    (reg_kmajor, reg_rows), smem_kmajor = ((b_kmajor, view.n), a_kmajor) if swap \
+        else ((a_kmajor, view.m), b_kmajor)
+    reg_in_place = reg_kmajor or reg_rows % 4 == 0
+    copy_reg, copy_smem = not reg_in_place, not smem_kmajor
+    return Sm90x3Roles(swap, "MN" if reg_in_place and not reg_kmajor else "K",
+                       *((copy_smem, copy_reg) if swap else (copy_reg, copy_smem)))
+
+
+def sm90x3_swap_saves_a_copy(view: GemmView) -> bool:
+    """Whether the swapped roles read more operands in place (a plain A [m, k] . B [k, n]: B into
+    registers) without more tile area (a narrow product turned tall: 40000x40 would tile 128 rows of its
+    40). Neither is always faster, so both launches are measured (`launch_alternatives`). H200, 2026-11-29
+    (bench/results/2026-11-29-h200-s47/), kernel alone, swapped against unswapped: 4096^3 1.218-1.251 ms
+    against 1.232-1.243, 1024x8192x8192 1.209-1.267 against 1.195-1.210, 8192^3 11.27-11.46 against
+    10.85-11.32, 65536x24576x48 3.44-3.46 against 3.33-3.42 (its column-major D through the TMA store); the
+    unswapped launch also copies B, ~43 us at 4096^3, ~170 us for an 8192x8192 B."""
+    plain, swapped = sm90x3_roles(view), sm90x3_roles(view, swap=True)
+    return swapped.copies < plain.copies and _sm90x3_area(view, True) <= _sm90x3_area(view, False)
+
+
+def _sm90x3_area(view: GemmView, swap: bool) -> int:
+    """Output elements the kernel's tiles cover, swapped or not."""
+    rows, cols = sm90x3_dims(view, swap)
+    tile = _sm90x3_tile(rows, cols, view.batch, SM_COUNT)
+    return _tile_count(rows, cols, view.batch, GemmConfig(block=tile)) * tile[0] * tile[1]
+
+
+def sm90x3_dims(view: GemmView, swap: bool = False) -> tuple[int, int]:
+    """The kernel's output rows and columns: the product's, or its transpose's where the roles swap."""
+    return (view.n, view.m) if swap else (view.m, view.n)
+
+
+def sm90x3_tile_for(view: GemmView, sm_count: int = SM_COUNT, swap: bool = False) -> tuple[int, int, int]:
+    """The SM90 kernel's tile for a product, as it takes it (`sm90x3_dims`): see `_sm90x3_tile`."""
+    return _sm90x3_tile(*sm90x3_dims(view, swap), view.batch, sm_count)
+
+
+def _sm90x3_tile(m: int, n: int, batch: int, sm_count: int) -> tuple[int, int, int]:
     """The SM90 kernel's tile for a product: the narrow one for an output at most 64 wide (the wide tile
     would compute twice the columns it keeps) or one whose wide tiles would not give every SM one (twice
     the tiles); else the wide one, which the narrow one trails by 40-50% on large products. H100
@@ -254,8 +324,7 @@ def sm90x3_tile_for(view: GemmView, sm_count: int = SM_COUNT) -> tuple[int, int,
     0.216-0.227 wide; 64 wide tiles: 512x2048x8192 0.210 vs 0.285, 1000x1001x1004 0.036-0.037 vs
     0.048-0.049; 144: 1536x1536x1004 0.086 vs 0.082; 256: 2048^3 0.210 vs 0.153; 4096^3 1.74-1.83 vs
     1.16-1.22."""
-    if view.n <= SM90X3_NARROW[1] or _tile_count(view.m, view.n, view.batch, GemmConfig(block=SM90X3_WIDE)) \
-            < sm_count:
+    if n <= SM90X3_NARROW[1] or _tile_count(m, n, batch, GemmConfig(block=SM90X3_WIDE)) < sm_count:
         return SM90X3_NARROW
     return SM90X3_WIDE
 
@@ -274,7 +343,8 @@ def launch_label(group: FusedGroup) -> str:
         tile = sm90x3_tile(config)
         narrow = "" if tile == SM90X3_WIDE else f", {tile[0]}x{tile[1]} tiles"
         strips = f", tiles in strips of {config.strips}" if config.strips > 1 else ""
-        return f"3xTF32 split in an SM90 kernel{narrow}{strips}"
+        swap = ", swapped (B split in registers)" if config.swap else ""
+        return f"3xTF32 split in an SM90 kernel{narrow}{strips}{swap}"
     if config.kernel == "gemv":
         return "matrix-vector"
     split = f", split-K {config.split_k}" if config.split_k > 1 else ""

@@ -132,6 +132,7 @@ def _every_operand_kind(m, n, k):
 
 X3 = GemmConfig(kernel="tf32x3")
 SM90X3 = GemmConfig(kernel="sm90x3")
+SM90X3_SWAP = GemmConfig(kernel="sm90x3", swap=True)   # D^T = B^T . A^T (fuse.gemm.sm90x3_roles)
 
 
 def _split(split_k: int, align_a: int = 4) -> GemmConfig:
@@ -234,6 +235,14 @@ CASES: dict[str, Case] = {
     "sm90x3_every_operand_kind": (lambda: _every_operand_kind(128, 1000, 1024), SM90X3, None),
     # small K (two k-tiles, the second zero-filled) into the TMA-store epilogue (N a multiple of 4)
     "sm90x3_mm_small_k": (lambda: _mm(1031, 1024, 48), SM90X3, None),
+    # the kernel's orientations (fuse.gemm.sm90x3_roles). Above: A^T . B^T with A MN-major in place
+    # (mm_transposed_operands). Here: A^T in place beside a copied B (N odd), batched; swapped (B split in
+    # registers read MN-major, D written column-major): A . B with M odd, also batched with an epilogue
+    # pass, and with A copied (A^T of M not a multiple of 4)
+    "sm90x3_bmm_column_major_a_in_place": (lambda: _bmm_column_major_a(3, 52, 61, 36), SM90X3, None),
+    "sm90x3_mm_small_k_swapped": (lambda: _mm(1031, 1024, 48), SM90X3_SWAP, None),
+    "sm90x3_bmm_swapped_odd_m_epilogue": (lambda: _bmm(4, 99, 72, 64, epilogue=True), SM90X3_SWAP, None),
+    "sm90x3_bmm_swapped_copied_a": (lambda: _bmm_column_major_a(2, 50, 64, 36), SM90X3_SWAP, None),
 }
 
 
@@ -254,12 +263,14 @@ ACCURACY = {"mm_2048": (lambda: _mm(2048, 2048, 2048), None, "tf32x3"),
             # tensor cores truncate a TF32 operand) adds up over K instead of cancelling as rounding does
             "sm90x3_nonnegative_k64": (lambda: _bmm(16, 512, 512, 64), SM90X3, "cutlass"),
             "sm90x3_nonnegative_k1024": (lambda: _mm(1024, 1024, 1024), SM90X3, "cutlass"),
+            "sm90x3_swapped_nonnegative_k1024": (lambda: _mm(1024, 1024, 1024), SM90X3_SWAP, "cutlass"),
             "x3_nonnegative_k64": (lambda: _bmm(16, 512, 512, 64), X3, "cutlass")}
 # The issue's 2x for all of them. The SM90 kernel missed it at small depth (2.8x at K=64: its products
 # accumulated in the tensor cores, whose adds truncate, over two k-tiles before an FP32 promotion) until it
 # promoted every k-tile where K is at most four of them (the probe's bmm: 1.5x FP32's error at K=64, 1.1x at
 # 96, 0.8x at 128; H200 2026-11-29).
-NONNEGATIVE = {"sm90x3_nonnegative_k64": 2.0, "sm90x3_nonnegative_k1024": 2.0, "x3_nonnegative_k64": 2.0}
+NONNEGATIVE = {"sm90x3_nonnegative_k64": 2.0, "sm90x3_nonnegative_k1024": 2.0,
+               "sm90x3_swapped_nonnegative_k1024": 2.0, "x3_nonnegative_k64": 2.0}
 
 # The planner's choice for each case whose point is the choice (so a rule change cannot quietly turn a
 # split-K test into a data-parallel one).

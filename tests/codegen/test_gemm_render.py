@@ -296,16 +296,19 @@ def test_tf32x3_alternatives_cut_the_big_block_finer(monkeypatch):
     assert fuse_gemm.launch_alternatives(epilogue_group()) == []      # CUTLASS: none
 
 
-def test_sm90x3_is_an_alternative_on_hopper_with_one_launcher_for_every_gemm(monkeypatch):
+def test_sm90x3_is_an_alternative_on_hopper_with_one_launcher_for_every_gemm_of_an_orientation(monkeypatch):
     """On Hopper the in-kernel split is measured too. Its launcher (CUTLASS, compiled apart) holds no
-    epilogue and no size, so every GEMM shares it; each entry makes non-K-major or odd-K operands K-major in
-    the workspace and reads the others in place, then runs the epilogue pass in place."""
+    epilogue and no size, so every GEMM of one orientation shares it (`fuse.gemm.sm90x3_roles`); each entry
+    reads its operands in place where the kernel can, else copies them K-major into the workspace, then
+    runs the epilogue pass in place."""
     monkeypatch.setattr(fuse_gemm, "hopper_gpu", lambda: True)
     a, b = input_node("a", 0, (128, 512, 1024)), input_node("b", 1, (128, 1024, 768))
     bmm = group_of(make_node("bmm", [a, b]), inputs=(a, b))
     others = fuse_gemm.launch_alternatives(bmm)
-    assert [g.config.kernel for g in others] == ["tf32x3", "tf32x3", "sm90x3"]
-    assert others[-1].config.block == fuse_gemm.SM90X3_WIDE
+    assert [g.config.kernel for g in others] == ["tf32x3", "tf32x3", "sm90x3", "sm90x3"]
+    assert others[-2].config.block == others[-1].config.block == fuse_gemm.SM90X3_WIDE
+    labels = [fuse_gemm.launch_label(g) for g in others[-2:]]
+    assert "swapped" not in labels[0] and "swapped (B split in registers)" in labels[1]
     # the SM80 kernel's products (small K, a narrow output) too, 64-wide tiles for an output at most 64 wide
     # or one whose 128-wide tiles would leave SMs idle (1000 x 1001: 64 tiles); not a product too small to
     # repay a CUTLASS library's build
@@ -316,31 +319,74 @@ def test_sm90x3_is_an_alternative_on_hopper_with_one_launcher_for_every_gemm(mon
         a, b = input_node("a", 0, (m, k)), input_node("b", 1, (k, n))
         group = group_of(make_node("mm", [a, b]), inputs=(a, b))
         assert group.config.kernel == planned
-        *_, other = fuse_gemm.launch_alternatives(group)
-        assert other.config.kernel == "sm90x3" and fuse_gemm.sm90x3_tile(other.config) == tile, (m, k, n)
+        other = [g for g in fuse_gemm.launch_alternatives(group) if g.config.kernel == "sm90x3"][0]
+        assert fuse_gemm.sm90x3_tile(other.config) == tile, (m, k, n)
     assert fuse_gemm.launch_alternatives(epilogue_group()) == []           # 4 MFLOP
     x, w, bias = input_node("x", 0, (4096, 4099)), param_node("w", (4093, 4099)), param_node("b", (4093,))
     linear = group_of(make_node("relu", [make_node("linear", [x, w, bias])]), inputs=(x,), params=(w, bias))
-    sources = [render(dataclasses.replace(g, config=GemmConfig(kernel="sm90x3"))) for g in (bmm, linear)]
-    assert sources[0].launcher is not None and sources[0].launcher == sources[1].launcher
-    assert "<cutlass/" in sources[0].launcher.cuda and "<cutlass/" not in sources[0].cuda
-    wide = sources[0].launcher.cuda
-    assert "Shape<_128, Int<128>, _32>" in wide and "kStages = 4;" in wide
-    narrow = render(dataclasses.replace(bmm, config=GemmConfig(kernel="sm90x3",
-                                                               block=fuse_gemm.SM90X3_NARROW)))
-    assert narrow.launcher.name != sources[0].launcher.name      # a library of its own, for every narrow GEMM
+    x2, w2 = input_node("x", 0, (512, 2048)), param_node("w", (1024, 2048))
+    linear2 = group_of(make_node("linear", [x2, w2]), inputs=(x2,), params=(w2,))
+    sm90x3 = GemmConfig(kernel="sm90x3")
+    assert others[-1].config.swap and not others[-2].config.swap   # bmm: the swapped launch measured too
+    swapped, odd, plain = (render(dataclasses.replace(g, config=c)) for g, c in (
+        (bmm, others[-1].config), (linear, sm90x3), (linear2, sm90x3)))
+    assert odd.launcher is not None and odd.launcher == plain.launcher
+    assert "<cutlass/" in odd.launcher.cuda and "<cutlass/" not in odd.cuda
+    wide = odd.launcher.cuda
+    assert "Shape<_128, Int<128>, _32>" in wide and "kStages = 4;" in wide and "GMMA::Major::K," in wide
+    narrow = render(dataclasses.replace(linear2, config=GemmConfig(kernel="sm90x3",
+                                                                   block=fuse_gemm.SM90X3_NARROW)))
+    assert narrow.launcher.name != plain.launcher.name      # a library of its own, for every narrow GEMM
     assert "Shape<_128, Int<64>, _32>" in narrow.launcher.cuda and "kStages = 6;" in narrow.launcher.cuda
-    first, second = sources[0].cuda, sources[1].cuda
-    # bmm: A [128, 512, 1024] in place (16-byte aligned K-major rows, the runtime copies other views), B
-    # stored [K, N] made K-major; no epilogue pass
-    assert first.count("kw_kmajor::kmajor(") == 1 and "_finish(" not in first
-    assert sources[0].spec.operands[0][1] == (("reshape", 128, 512, 1024), ("matrix", 4))
-    assert "kw_kmajor::kmajor(static_cast<const float*>(in[1].data), kw::batch_stride(in[1]), 1, " in first
-    assert ("_gemm(a, ld_a, bs_a, b, ld_b, bs_b, static_cast<float*>(out[0]), 768, 393216LL, 512, 768, "
-            "1024, 128, 1, scratch + 402653184, 65536, stream);") in first
+    # bmm, B stored [K, N], swapped (B split in registers, read MN-major; D written column-major): a
+    # library of its own; both operands in place (16-byte aligned rows, the runtime copies other views), no
+    # copy, no epilogue pass. Unswapped, B is copied K-major.
+    assert render(dataclasses.replace(bmm, config=sm90x3)).cuda.count("kw_kmajor::kmajor(in") == 0
+    assert render(dataclasses.replace(bmm, config=sm90x3)).cuda.count("kw_kmajor::kmajor(") == 1
+    assert swapped.launcher.name != plain.launcher.name
+    launcher = swapped.launcher.cuda
+    assert "GMMA::Major::MN," in launcher and "layout::ColumnMajor, Alignment" in launcher
+    text = swapped.cuda
+    assert "kw_kmajor::kmajor(" not in text and "_finish(" not in text
+    assert [op[1] for op in swapped.spec.operands[:2]] == [(("reshape", 128, 512, 1024), ("matrix", 4)),
+                                                          (("reshape", 128, 1024, 768), ("matrix", 4))]
+    assert "ld_b = kw::row_stride(in[1], 768, 4)" in text and "ld_a = kw::row_stride(in[0], 1024, 4)" in text
+    assert ("_gemm(b, ld_b, bs_b, a, ld_a, bs_a, static_cast<float*>(out[0]), 768, 393216LL, 768, 512, "
+            "1024, 128, 1, scratch + 0, 65536, stream);") in text
     # linear, K = 4099: both operands copied with rows of 4100; bias + ReLU in place after the product
-    assert second.count("kw_kmajor::kmajor(") == 2
-    assert "_finish(static_cast<float*>(out[0]), static_cast<float*>(out[0]), 4093, " in second
+    assert odd.cuda.count("kw_kmajor::kmajor(") == 2
+    assert "_finish(static_cast<float*>(out[0]), static_cast<float*>(out[0]), 4093, " in odd.cuda
+    assert "kw_kmajor::kmajor(" not in plain.cuda
+
+
+def test_sm90x3_roles_read_operands_in_place_where_the_kernel_can():
+    """The kernel splits one operand in registers (any layout: MN-major in place where its rows are a
+    multiple of 4) and reads the other with wgmma (K-major only); an odd K copies both. The swapped launch
+    is a measured alternative where it reads more operands in place without more tile area."""
+    def roles(m, k, n, a_col_major=False, b_col_major=False):
+        a = input_node("a", 0, (k, m) if a_col_major else (m, k))
+        b = input_node("b", 1, (n, k) if b_col_major else (k, n))
+        a_op = make_node("permute", [a], dims=(1, 0)) if a_col_major else a
+        b_op = make_node("permute", [b], dims=(1, 0)) if b_col_major else b
+        graph = Graph(inputs=(a, b), params=(), outputs=(make_node("mm", [a_op, b_op]),))
+        group, = match(graph, frozenset())
+        view = describe(group)
+        assert (view.a_col_major, view.b_col_major) == (a_col_major, b_col_major)
+        return (tuple(fuse_gemm.sm90x3_roles(view)), tuple(fuse_gemm.sm90x3_roles(view, swap=True)),
+                fuse_gemm.sm90x3_swap_saves_a_copy(view))
+
+    # A . B: B copied, or swapped into registers in place
+    assert roles(4096, 4096, 4096) == ((False, "K", False, True), (True, "MN", False, False), True)
+    assert roles(1024, 8192, 8192)[2] and roles(4096, 4096, 4096, b_col_major=True) == (      # A . B^T
+        (False, "K", False, False), (True, "K", False, False), False)
+    assert roles(4096, 4096, 4096, a_col_major=True) == (                                    # A^T . B
+        (False, "MN", False, True), (True, "MN", True, False), False)
+    assert roles(4096, 4096, 4096, True, True)[0] == (False, "MN", False, False)             # A^T . B^T
+    assert roles(4096, 4096, 4094)[2] is False                       # B's rows not a multiple of 4
+    assert roles(4094, 4096, 4096, a_col_major=True) == (
+        (False, "K", True, True), (True, "MN", True, False), True)
+    assert roles(4096, 4098, 4096) == ((False, "K", True, True), (True, "K", True, True), False)   # K odd
+    assert roles(40000, 2000, 40)[2] is False     # swapped it would tile 128 rows of its 40
 
 
 def test_sm90x3_takes_its_tiles_in_strips_as_a_second_launch_where_one_product_has_many_waves(monkeypatch):
@@ -355,15 +401,16 @@ def test_sm90x3_takes_its_tiles_in_strips_as_a_second_launch_where_one_product_h
         group = group_of(make_node("bmm" if batch > 1 else "mm", [a, b]), inputs=(a, b))
         return [g for g in fuse_gemm.launch_alternatives(group) if g.config.kernel == "sm90x3"]
 
-    plain, strips = sm90(8192, 8192, 8192)                  # 4096 tiles: 31 waves
+    plain, strips, swapped = sm90(8192, 8192, 8192)         # 4096 tiles: 31 waves; B copied unswapped
+    assert swapped.config == plain.config._replace(swap=True)
     assert (plain.config.strips, strips.config.strips) == (1, fuse_gemm.SM90X3_STRIPS)
     assert strips.config._replace(strips=1) == plain.config
     assert "tiles in strips of 8" in fuse_gemm.launch_label(strips)
     sources = [render(g) for g in (plain, strips)]
     assert sources[0].launcher == sources[1].launcher and sources[0].name != sources[1].name
     assert "8192, 1, 8, scratch + " in sources[1].cuda and "8192, 1, 1, scratch + " in sources[0].cuda
-    assert [g.config.strips for g in sm90(4096, 4096, 4096)] == [1]                   # 1024 tiles
-    assert [g.config.strips for g in sm90(512, 1024, 768, batch=128)] == [1]          # 24 tiles a batch
+    assert [g.config.strips for g in sm90(4096, 4096, 4096)] == [1, 1]                # 1024 tiles
+    assert [g.config.strips for g in sm90(512, 1024, 768, batch=128)] == [1, 1]       # 24 tiles a batch
 
 
 def test_tf32x3_source_compiles():

@@ -100,9 +100,10 @@ def _two_convs_one_launcher():
 
 
 def _two_sm90x3_kernels():
-    """The SM90 3xTF32 GEMM: one launcher for every GEMM (no epilogue, no size in it); a bmm whose B is made
-    K-major, and a Linear of odd K with bias + ReLU (both operands copied, the epilogue pass after)."""
-    a, b = input_node("a", 0, (8, 256, 512)), input_node("b", 1, (8, 512, 384))
+    """The SM90 3xTF32 GEMM: one launcher for every GEMM of one orientation (no epilogue, no size in it); a
+    bmm whose B is made K-major (383 columns: TMA cannot read it in place as the register operand), and a
+    Linear of odd K with bias + ReLU (both operands copied, the epilogue pass after)."""
+    a, b = input_node("a", 0, (8, 256, 512)), input_node("b", 1, (8, 512, 383))
     bmm = group_of(make_node("bmm", [a, b]), inputs=(a, b))
     x, w, bias = input_node("x", 0, (1024, 1027)), param_node("w", (768, 1027)), param_node("bias", (768,))
     linear = group_of(make_node("relu", [make_node("linear", [x, w, bias])]), inputs=(x,), params=(w, bias))
