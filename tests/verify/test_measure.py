@@ -7,7 +7,7 @@ import torch
 
 from kernelwright.fuse.plan import FusedGroup
 from kernelwright.ir.graph import Graph
-from kernelwright.ir.ops import input_node, make_node
+from kernelwright.ir.ops import input_node, make_node, param_node
 from kernelwright.verify.execute import run_group_with_aten
 from kernelwright.verify.measure import group_verdict
 
@@ -150,6 +150,32 @@ def test_the_fastest_correct_launch_of_a_group_is_kept():
     assert not failed.correct and failed.kernel == "one" and failed.detail == "seed 1: nan"
     alone = _report(launches[:1], [None], [1.0], 2.0)
     assert alone.choice == 0 and alone.tried == () and alone.detail == ""
+
+
+def test_a_launch_keeping_parameter_copies_must_be_clearly_faster_than_one_keeping_none():
+    """The cuBLAS 3xTF32 route keeps a weight's split (three times the weight); a launch that keeps no copy
+    wins unless the copying one is COPIES_MIN_GAIN faster."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from kernelwright.codegen.gemm import render
+    from kernelwright.fuse import gemm as fuse_gemm
+    from kernelwright.verify.measure import COPIES_MIN_GAIN, _report, keeps_parameter_copies
+
+    x, w = input_node("x", 0, (512, 1024)), param_node("fc.weight", (768, 1024))
+    group, = fuse_gemm.match(Graph(inputs=(x,), params=(w,), outputs=(make_node("linear", [x, w]),)),
+                             frozenset())
+    cublas, sm90 = (dataclasses.replace(group, config=fuse_gemm.GemmConfig(kernel=kernel))
+                    for kernel in ("tf32x3", "sm90x3"))
+    kernels = [render(g) for g in (cublas, sm90)]
+    assert keeps_parameter_copies(kernels[0]) and not keeps_parameter_copies(kernels[1])
+    assert not keeps_parameter_copies(SimpleNamespace(name="k"))
+    launches = list(zip((cublas, sm90), kernels, strict=True))
+    close = _report(launches, [None, None], [1.0, 0.99 * COPIES_MIN_GAIN], 3.0)
+    assert close.choice == 1 and close.kernel == kernels[1].name
+    clear = _report(launches, [None, None], [1.0, 1.01 * COPIES_MIN_GAIN], 3.0)
+    assert clear.choice == 0
+    assert _report(launches, [None, "seed 0: mismatch"], [1.0, None], 3.0).choice == 0
 
 
 def test_a_kernel_for_one_aten_op_must_not_be_slower_but_one_for_several_may_tie():
